@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything Arbiter's local run and test suite need on a fresh Debian machine with Python >= 3.11 and Go:
+# a virtualenv with the project, the Debian packages for the real test servers, and the Go-built binaries
+# (kube-apiserver, etcd, MinIO, Model Registry, helm), which are cached per user and version so a second run builds
+# nothing. Idempotent: safe to run again.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $($python --version)"
+  "$python" -m venv .venv
+fi
+stamp=.venv/.arbiter-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  log "installing the project and its test extras into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+
+# Debian packages: PostgreSQL (Model Registry's database) and Prometheus (promotion analysis).
+need=()
+command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+[ -x /usr/lib/postgresql/15/bin/postgres ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  log "installing Debian packages: ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # Debian starts the packaged services; the tests run their own instances on free ports.
+  for svc in prometheus postgresql; do $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || $sudo service "$svc" stop >/dev/null 2>&1 || true; done
+fi
+
+command -v go >/dev/null 2>&1 || { echo "Go (>= 1.24) is required to build kube-apiserver, etcd and the test servers" >&2; exit 1; }
+log "building (or finding cached) Go tools"
+.venv/bin/python -m arbiter_operator.devenv.tools build

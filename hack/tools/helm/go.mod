@@ -1,0 +1,3 @@
+module arbiter.dev/hack/tools/helm
+
+go 1.26.0

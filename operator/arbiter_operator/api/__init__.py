@@ -1,0 +1,1 @@
+"""The DecisionModel API: pydantic models (the single source of truth), conditions, CRD generation."""

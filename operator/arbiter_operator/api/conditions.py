@@ -1,0 +1,82 @@
+"""One vocabulary of status conditions for every part of Arbiter (see docs/operations.md).
+
+Conditions are `metav1.Condition`-shaped. `set_condition` is pure: it returns a new list and keeps
+`lastTransitionTime` unless the condition's `status` flips, which is what kstatus and `kubectl wait` expect.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Condition types.
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+ARTIFACTS_VALID = "ArtifactsValid"
+REGISTERED = "Registered"
+SERVING = "Serving"
+EXPOSED = "Exposed"
+PROMOTED = "Promoted"
+
+CONDITION_TYPES = (READY, RECONCILING, STALLED, ARTIFACTS_VALID, REGISTERED, SERVING, EXPOSED, PROMOTED)
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(BaseModel):
+    """metav1.Condition."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    type: str = Field(description="Condition type, CamelCase (Ready, Serving, Promoted, ...).")
+    status: ConditionStatus
+    observedGeneration: int = Field(0, ge=0, description="metadata.generation this condition was computed from.")
+    lastTransitionTime: str = Field(description="RFC 3339 time of the last change of status.")
+    reason: str = Field(description="CamelCase reason, stable for automation.")
+    message: str = Field("", description="What happened and what to do about it.")
+
+
+def now_rfc3339(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return now.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def make_condition(
+    type_: str, status: ConditionStatus, reason: str, message: str, generation: int, now: datetime | None = None
+) -> Condition:
+    return Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        observedGeneration=generation,
+        lastTransitionTime=now_rfc3339(now),
+    )
+
+
+def set_condition(conditions: list[Condition], new: Condition) -> list[Condition]:
+    """Return `conditions` with `new` in place of the condition of the same type.
+
+    lastTransitionTime is carried over from the old condition when the status did not change.
+    """
+    out: list[Condition] = []
+    replaced = False
+    for old in conditions:
+        if old.type == new.type:
+            if old.status == new.status:
+                new = new.model_copy(update={"lastTransitionTime": old.lastTransitionTime})
+            out.append(new)
+            replaced = True
+        else:
+            out.append(old)
+    if not replaced:
+        out.append(new)
+    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(out, key=lambda c: order.get(c.type, len(order)))
+
+
+def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
