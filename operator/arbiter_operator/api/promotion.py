@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PromotionPhase = Literal[
     "Idle",  # nothing to do: spec.promote's version is stable and alone
     "Deploying",  # the candidate's InferenceService is being created
     "Waiting",  # waiting for the candidate to become ready (no traffic yet)
     "Progressing",  # canary step `step` holds `weight`% of traffic, analysed at the end of its hold
-    "Promoted",  # candidate holds 100%: it is the new stable
+    "Promoted",  # reserved: a success goes straight to Cooling (or Idle with rollbackWindowSeconds=0)
     "Cooling",  # previous stable kept warm for the rollback window
     "RollingBack",  # traffic back on stable, candidate being stopped
     "Failed",  # rolled back; waits for a spec change or a retry
-    "Aborted",  # the user pointed spec.promote back at the stable version
+    "Aborted",  # the user pointed spec.promote back at the stable version; candidate being stopped
 ]
 
 AnalysisVerdict = Literal["Pass", "Fail", "NoData", "Inconclusive"]
@@ -69,6 +69,14 @@ class PromoteSpec(_Model):
     )
     analysis: Analysis = Field(default_factory=Analysis)
 
+    @field_validator("steps")
+    @classmethod
+    def _weights_increase(cls, steps: list[CanaryStep]) -> list[CanaryStep]:
+        weights = [s.weight for s in steps]
+        if any(b <= a for a, b in zip(weights, weights[1:])):
+            raise ValueError(f"canary step weights must strictly increase, got {weights}")
+        return steps
+
 
 class AnalysisRun(_Model):
     at: str = Field(description="RFC 3339 time of the query.")
@@ -77,6 +85,11 @@ class AnalysisRun(_Model):
     requests: float | None = None
     p95LatencyMs: float | None = None
     errorRate: float | None = None
+    # The bounds the numbers were judged against, so status alone explains a verdict.
+    p95BoundMs: float | None = None
+    maxErrorRate: float | None = None
+    minRequests: int | None = None
+    windowSeconds: int | None = None
     message: str = ""
 
 
@@ -103,8 +116,15 @@ class PromotionStatus(_Model):
     lastAnalysis: AnalysisRun | None = None
     failureReason: str | None = None
     failureMessage: str | None = None
+    failedVersion: str | None = Field(None, description="Version whose promotion failed (phase Failed).")
+    failedGeneration: int | None = Field(
+        None, description="metadata.generation when the promotion failed; a newer generation retries it."
+    )
     retryToken: str | None = Field(None, description="Last value of the arbiter.dev/retry annotation acted upon.")
+    abortToken: str | None = Field(None, description="Last value of the arbiter.dev/abort annotation acted upon.")
     history: list[PromotionRecord] = Field(default_factory=list, max_length=10)
 
 
 RETRY_ANNOTATION = "arbiter.dev/retry"
+# Abort without editing spec (GitOps-safe): a new value rolls a running promotion back; see docs/operations.md.
+ABORT_ANNOTATION = "arbiter.dev/abort"

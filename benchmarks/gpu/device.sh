@@ -1,0 +1,72 @@
+#!/bin/bash
+# The GPU run, step by step, on a machine where each command carries at most 64 MiB and /tmp lasts only while the
+# machine is held (see docs/gpu.md). From the repo root, after `bash /path/to/prepare-vllm.sh` filled .dev/ and
+# `benchmarks/gpu/stage-wheels.sh` filled .whl/:
+#   stage1  carry .dev/c0 .dev/da        stash part 1; start training the model fixture in the background
+#   stage2  carry .dev/c1 .dev/db        stash part 2
+#   stage3  carry .dev/c2 .dev/dc        stash part 3
+#   phase1  carry .dev/c3 .whl           unpack vLLM, install wheels, wait for the model; TP1 checks + benchmark
+#   phase2  (nothing to carry)           fallback/hand-back (vLLM killed, back as TP2); TP2 checks + benchmark
+# On any GPU machine with network access and vLLM 0.26.0 installed, `bash benchmarks/gpu/device.sh local` does it
+# all in one go (build, phase1, phase2).
+set -u
+step=${1:?usage: device.sh stage1|stage2|stage3|phase1|phase2|local}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_USE_FLASHINFER_SAMPLER=0
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+OUT=${OUT:-/tmp/arbiter-gpu-out}; mkdir -p "$OUT"
+MODEL=/tmp/model
+SITE=/tmp/site
+py=python3
+
+train() {  # the model fixture: ~100 s of training on GPU 0
+  CUDA_VISIBLE_DEVICES=0 $py benchmarks/gpu/build_model.py --out $MODEL --train-seconds "${TRAIN_SECONDS:-100}"
+}
+
+use_site() { export PYTHONPATH=$SITE:$PWD/operator:$PWD/runtime; }
+
+finish_model() {  # wait for the background training of stage1, or train now if it never ran or failed
+  for _ in $(seq 1 240); do
+    [ -f $MODEL/arbiter-fixture.json ] && break
+    pgrep -f build_model.py >/dev/null || break
+    sleep 1
+  done
+  if [ ! -f $MODEL/arbiter-fixture.json ]; then
+    echo "no trained model yet (train log below); training now"; tail -5 /tmp/train.log 2>/dev/null
+    train > /tmp/train.log 2>&1 || { tail -40 /tmp/train.log; exit 1; }
+  fi
+  cp /tmp/train.log "$OUT/train.log"; cp $MODEL/arbiter-fixture.json "$OUT/fixture.json"
+  tar czf "$OUT/model.tar.gz" -C $MODEL .
+  mkdir -p /mnt && ln -sfn $MODEL /mnt/models   # the path the operator's rendered args serve from
+}
+
+case $step in
+  stage1)
+    mkdir -p /tmp/stash && cp .dev/c0 .dev/da/*.whl /tmp/stash/
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+    $py -c 'import torch, transformers, tokenizers; print("torch", torch.__version__, "gpus", torch.cuda.device_count(), "transformers", transformers.__version__, "tokenizers", tokenizers.__version__)'
+    # Its own session, so the training outlives this command and runs while stage2 and stage3 transfer.
+    setsid nohup env CUDA_VISIBLE_DEVICES=0 $py benchmarks/gpu/build_model.py --out $MODEL \
+      --train-seconds "${TRAIN_SECONDS:-100}" > /tmp/train.log 2>&1 < /dev/null &
+    sleep 45; tail -5 /tmp/train.log ;;
+  stage2) cp .dev/c1 .dev/db/*.whl /tmp/stash/ && tail -3 /tmp/train.log ;;
+  stage3) cp .dev/c2 .dev/dc/*.whl /tmp/stash/ && tail -3 /tmp/train.log ;;
+  phase1)
+    t0=$(date +%s)
+    cp .dev/c3 /tmp/stash/ && cat /tmp/stash/c? > /tmp/v.tar.xz && mkdir -p $SITE &&
+      $py -c "import tarfile; tarfile.open('/tmp/v.tar.xz').extractall('$SITE')" &&
+      $py -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/stash/*.whl .whl/*.whl || exit 1
+    echo "vLLM unpacked and wheels installed in $(( $(date +%s) - t0 ))s"
+    finish_model
+    use_site
+    $py benchmarks/gpu/device_run.py phase1 --out "$OUT" 2>&1 | tee "$OUT/phase1.log" ;;
+  phase2)
+    use_site
+    $py benchmarks/gpu/device_run.py phase2 --out "$OUT" 2>&1 | tee "$OUT/phase2.log"
+    tar czf "$OUT/logs.tar.gz" -C /tmp/arbiter-gpu . 2>/dev/null ;;
+  local)
+    [ -f $MODEL/arbiter-fixture.json ] || train > /tmp/train.log 2>&1 || { tail -40 /tmp/train.log; exit 1; }
+    finish_model
+    export PYTHONPATH=$PWD/operator:$PWD/runtime
+    $py benchmarks/gpu/device_run.py all --out "$OUT" 2>&1 | tee "$OUT/run.log" ;;
+  *) echo "unknown step $step"; exit 2 ;;
+esac

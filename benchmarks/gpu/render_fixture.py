@@ -1,0 +1,83 @@
+"""Render what the operator and the runtime make of the GPU fixture's DecisionModel, with their own code.
+
+    python3 benchmarks/gpu/render_fixture.py [--out benchmarks/gpu/fixture] [--check]
+
+Writes, for tensor parallel 1 and 2 and both trajectory modes:
+  vllm-args-tp1.json, vllm-args-tp2.json     `vllm serve` arguments (arbiter_operator.render.vllm_args)
+  decision-scored.json, decision-generated.json   decision.json (arbiter_operator.render.decision_config)
+  prompts.json                               the system message the runtime sends per mode (arbiter_runtime.decide)
+The model is trained on prompts.json (build_model.py runs where the operator's and runtime's dependencies may be
+missing); `--check` re-renders and fails if anything drifted, which gpu_check.py does on the GPU machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+for p in (HERE, ROOT / "operator", ROOT / "runtime"):
+    sys.path.insert(0, str(p))
+
+import underwriting as uw  # noqa: E402
+
+
+def render() -> dict[str, object]:
+    from arbiter_operator.api.models import DecisionModel
+    from arbiter_operator.render import decision_config, vllm_args
+    from arbiter_runtime.config import parse_config
+    from arbiter_runtime.decide import GeneratedMode, ScoredMode
+    from arbiter_runtime.tokens import LabelTokens
+
+    files: dict[str, object] = {}
+    for tp in (1, 2):
+        dm = DecisionModel.model_validate(uw.decision_model(gpus=tp))
+        files[f"vllm-args-tp{tp}.json"] = vllm_args(dm)
+    prompts = {}
+    for mode in ("scored", "generated"):
+        dm = DecisionModel.model_validate(uw.decision_model(mode=mode))
+        cfg_raw = decision_config(dm, dm.spec.versions[0])
+        files[f"decision-{mode}.json"] = cfg_raw
+        cfg = parse_config(json.loads(json.dumps(cfg_raw)))
+        if mode == "scored":
+            # Token ids only enter the request body, not the messages; placeholders suffice here.
+            tokens = LabelTokens({lab: i for i, lab in enumerate(cfg.labels)}, {}, "render_fixture")
+            body = ScoredMode(cfg, tokens).request("{}", 0)
+        else:
+            body = GeneratedMode(cfg).request("{}", 0)
+        msgs = body["messages"]
+        assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "{}", msgs
+        prompts[mode] = {"system": msgs[0]["content"]}
+    files["prompts.json"] = prompts
+    return files
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=HERE / "fixture")
+    ap.add_argument("--check", action="store_true", help="compare with the files in --out instead of writing")
+    args = ap.parse_args(argv)
+    files = render()
+    drift = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        path = args.out / name
+        text = json.dumps(content, indent=2, sort_keys=True) + "\n"
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                drift.append(name)
+        else:
+            path.write_text(text)
+    if drift:
+        print(f"render_fixture: {drift} differ from what the operator/runtime render now; rerun render_fixture.py "
+              "and rebuild the model", file=sys.stderr)
+        return 1
+    print(f"render_fixture: {'checked' if args.check else 'wrote'} {sorted(files)} in {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

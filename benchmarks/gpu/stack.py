@@ -1,0 +1,157 @@
+"""Start and stop the serving stack on a GPU machine: `vllm serve` with the operator's arguments, and the
+decision server (arbiter_runtime) in front of it, as the runtime's `serve` command runs it against an upstream URL.
+
+Each process gets its own session (setsid), so it outlives the command that started it when a later command
+(gpu_bench.py after gpu_check.py, or the second device run) needs it; its pid is kept under STATE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+STATE = Path(os.environ.get("ARBITER_GPU_STATE", "/tmp/arbiter-gpu"))
+MODEL_DIR = os.environ.get("ARBITER_GPU_MODEL_DIR", "/mnt/models")  # the rendered args serve /mnt/models
+# Plumbing dry run without a GPU: the runtime's stand-in upstream (same wire format) takes vLLM's place.
+STANDIN = os.environ.get("ARBITER_GPU_STANDIN") == "1"
+VLLM_URL = "http://127.0.0.1:8000"  # --port=8000 in the rendered args; decision.json's upstream.url points here
+SCORED_PORT = 8080
+GENERATED_PORT = 8081
+
+for p in (HERE, ROOT / "operator", ROOT / "runtime"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+# NVLink multicast stays off on the shared GPU hosts (see docs/gpu.md).
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
+            "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+
+
+def fixture(name: str):
+    return json.loads((HERE / "fixture" / name).read_text())
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(SAFE_ENV)
+    paths = [str(ROOT / "operator"), str(ROOT / "runtime")] + [p for p in env.get("PYTHONPATH", "").split(":") if p]
+    env["PYTHONPATH"] = ":".join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def start(name: str, cmd: list[str], env_extra: dict[str, str] | None = None) -> int:
+    STATE.mkdir(parents=True, exist_ok=True)
+    log = open(STATE / f"{name}.log", "ab")
+    log.write(f"\n=== {time.strftime('%H:%M:%S')} {' '.join(cmd)}\n".encode())
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(env_extra), cwd=str(ROOT),
+                            start_new_session=True)
+    (STATE / f"{name}.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def pid(name: str) -> int | None:
+    try:
+        p = int((STATE / f"{name}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(p, 0)
+    except OSError:
+        return None
+    return p
+
+
+def kill(name: str, sig: int = signal.SIGKILL, wait: float = 30.0) -> bool:
+    """Signal the whole process group (vLLM's engine and workers are children of the API server)."""
+    p = pid(name)
+    if p is None:
+        return False
+    try:
+        os.killpg(p, sig)
+    except ProcessLookupError:
+        return False
+    end = time.time() + wait
+    while time.time() < end and pid(name) is not None:
+        try:
+            os.waitpid(p, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.1)
+    return True
+
+
+def tail(name: str, lines: int = 40) -> str:
+    try:
+        return "\n".join((STATE / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def vllm_args(tp: int) -> list[str]:
+    """The operator's rendered arguments (fixture/vllm-args-tpN.json, re-checked against the operator's code by
+    render_fixture.py --check)."""
+    return list(fixture(f"vllm-args-tp{tp}.json"))
+
+
+def start_vllm(tp: int, args: list[str] | None = None) -> int:
+    args = vllm_args(tp) if args is None else args
+    devices = ",".join(str(i) for i in range(tp))
+    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", *args]
+    if STANDIN:
+        import underwriting as uw
+
+        cmd = [sys.executable, "-m", "arbiter_runtime", "standin", "--port", "8000",
+               "--served-model-name", uw.MODEL_NAME, "--words", ",".join((*uw.LABELS, *uw.CODES)),
+               "--model-dir", MODEL_DIR]
+    return start("vllm", cmd, {"CUDA_VISIBLE_DEVICES": devices})
+
+
+async def wait_ready(url: str, timeout: float, process: str | None = None) -> float:
+    """Poll url until it answers 200; returns seconds waited. Fails fast if `process` died."""
+    from loadgen import get
+
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        status, _ = await get(url, timeout=2.0)
+        if status == 200:
+            return time.time() - t0
+        if process and pid(process) is None:
+            raise RuntimeError(f"{process} exited while starting:\n{tail(process)}")
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"{url} not ready after {timeout:.0f}s\n{tail(process) if process else ''}")
+
+
+def write_config(mode: str) -> Path:
+    """decision.json as the operator renders it (fixture/decision-MODE.json)."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    path = STATE / f"decision-{mode}.json"
+    path.write_text(json.dumps(fixture(f"decision-{mode}.json")))
+    return path
+
+
+def start_runtime(mode: str) -> int:
+    port = SCORED_PORT if mode == "scored" else GENERATED_PORT
+    cmd = [sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(write_config(mode)),
+           "--host", "127.0.0.1", "--port", str(port), "--model-dir", MODEL_DIR]
+    return start(f"runtime-{mode}", cmd)
+
+
+def runtime_url(mode: str) -> str:
+    return f"http://127.0.0.1:{SCORED_PORT if mode == 'scored' else GENERATED_PORT}"
+
+
+def stop_all() -> None:
+    for name in ("runtime-scored", "runtime-generated", "vllm"):
+        kill(name, signal.SIGTERM, wait=10)
+        kill(name, signal.SIGKILL, wait=5)

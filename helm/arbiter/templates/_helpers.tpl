@@ -1,0 +1,102 @@
+{{/* Names and labels. */}}
+{{- define "arbiter.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "arbiter.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "arbiter.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "arbiter.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false: name the ServiceAccount an administrator created for the operator" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "arbiter.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "arbiter.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "arbiter.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "arbiter.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: arbiter
+{{- end -}}
+
+{{- define "arbiter.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+RBAC rules, one list used by the ClusterRole (all namespaces) and by each per-namespace Role (watchedNamespaces).
+Every rule is exercised by the reconcile and promotion scenarios run as this ServiceAccount (tests/security); the
+reason for each is in docs/security.md. Keep the three in step.
+*/}}
+{{- define "arbiter.namespacedRules" -}}
+# The DecisionModel itself: kopf watches it and patches its finalizer and progress annotations.
+- apiGroups: ["arbiter.dev"]
+  resources: ["decisionmodels"]
+  verbs: ["get", "list", "watch", "patch"]
+# Status is the only thing the operator writes about a DecisionModel (conditions, promotion progress).
+- apiGroups: ["arbiter.dev"]
+  resources: ["decisionmodels/status"]
+  verbs: ["patch"]
+# Children, written by server-side apply (patch; create when new) and deleted when a version is retired.
+- apiGroups: ["serving.kserve.io"]
+  resources: ["inferenceservices", "servingruntimes"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["route.openshift.io"]
+  resources: ["routes"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# OpenShift checks this virtual subresource before it accepts a Route with spec.host set (spec.exposure.host).
+- apiGroups: ["route.openshift.io"]
+  resources: ["routes/custom-host"]
+  verbs: ["create"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Read only, by name: the S3 storage-config / data-connection Secret a version's storageUri needs for validation.
+# No list or watch: the operator never sees Secrets it was not pointed at.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get"]
+# Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# spec.registry.modelRegistryRef: the ModelRegistry's status gives the registry's REST address.
+- apiGroups: ["modelregistry.opendatahub.io"]
+  resources: ["modelregistries"]
+  verbs: ["get"]
+{{- end -}}
+
+{{/* Cluster-scoped reads, granted by a ClusterRole in both modes. */}}
+{{- define "arbiter.clusterRules" -}}
+# Namespace labels decide the Istio sidecar exclusion (spec.mesh.sidecar: auto).
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get"]
+{{- if .resourceNames }}
+  resourceNames:
+{{ toYaml .resourceNames | indent 4 }}
+{{- end }}
+{{- end -}}

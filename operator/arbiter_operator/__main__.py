@@ -1,0 +1,85 @@
+"""`python -m arbiter_operator`: run the operator (kopf, standalone: one replica, no peering objects)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="arbiter-operator", description="Arbiter DecisionModel operator")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        help="namespace to watch (repeatable; also $ARBITER_NAMESPACES, comma-separated); default: all namespaces",
+    )
+    parser.add_argument(
+        "--liveness",
+        default=os.environ.get("ARBITER_LIVENESS", "http://0.0.0.0:8081/healthz"),
+        help="liveness endpoint (kopf's probe server); '' disables it",
+    )
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default=None,
+        help="log level of the operator's own loggers (default: info; --verbose means debug)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(os.environ.get("ARBITER_METRICS_PORT", "0")),
+        help="serve Prometheus metrics on this port (0: off); the Helm chart sets 9090",
+    )
+    args = parser.parse_args(argv)
+
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # both kopf's login and the kube client read it
+    namespaces = list(args.namespace)
+    env_ns = os.environ.get("ARBITER_NAMESPACES", "")
+    namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
+
+    level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
+    debug = level <= logging.DEBUG
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    # kopf logs every watch event at DEBUG/INFO; keep the operator's own story readable.
+    logging.getLogger("kopf").setLevel(logging.INFO if debug else max(level, logging.WARNING))
+
+    if args.metrics_port:
+        # Process and Python runtime metrics (prometheus_client's default collectors) plus whatever the operator
+        # registers; the chart's metrics Service and ServiceMonitor scrape this port.
+        from prometheus_client import start_http_server
+
+        start_http_server(args.metrics_port)
+
+    import kopf
+
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    settings = kopf.OperatorSettings()
+    # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed later)
+    # and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
+    # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
+    # restart the operator after installing KServe or the Route API.
+    settings.scanning.disabled = True
+    kopf.run(
+        settings=settings,
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=args.liveness or None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

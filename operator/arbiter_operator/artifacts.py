@@ -1,0 +1,452 @@
+"""Model artifact checks: is what lies at a version's storageUri servable with the serving settings asked for?
+
+The pure part (`check_artifacts`) takes the parsed config.json and the object listing and answers before any GPU is
+spent: tensor parallel size against attention and KV heads, pipeline stages against layers, maxModelLen against the
+model's position limit, the expected architecture, and whether weight files are there (a safetensors index whose
+shards all exist, or single files). It also spots diffusion models (vLLM 0.26 serves
+`DiffusionGemmaForBlockDiffusion`), for which the runtime must not ask vLLM for structured outputs or a seed and
+validates after generation instead. `listing_digest` fingerprints the listing for status.
+
+`check_version_artifacts` (async) reads from S3 through `clients.s3.S3Storage`; `artifacts_condition` folds the
+per-version reports into the `ArtifactsValid` condition.
+
+pvc:// and oci:// cannot be read by the operator (the volume is mounted only into the predictor pod, the image is
+pulled by the node). Such a version is reported valid with reason `NotCheckable`, not Unknown: Unknown means "will be
+known after a retry", which never happens here, and it would hold the version back forever. vLLM checks those
+artifacts at start-up and the version's readiness reports the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Mapping
+
+from .api.conditions import ARTIFACTS_VALID, Condition, make_condition
+from .clients.kube import KubeError
+from .clients.s3 import (
+    CredentialsInvalid,
+    ObjectInfo,
+    S3Storage,
+    StorageRejected,
+    StorageUnreachable,
+    credentials_from_secret,
+    decode_secret_data,
+)
+
+# Reasons of `ArtifactsValid`.
+VALID = "ArtifactsValid"
+NOT_CHECKABLE = "NotCheckable"
+CONFIG_MISSING = "ConfigMissing"
+CONFIG_INVALID = "ConfigInvalid"
+TENSOR_PARALLEL_MISMATCH = "TensorParallelMismatch"
+PIPELINE_PARALLEL_MISMATCH = "PipelineParallelMismatch"
+MAX_MODEL_LEN_TOO_LARGE = "MaxModelLenTooLarge"
+ARCHITECTURE_MISMATCH = "ArchitectureMismatch"
+WEIGHTS_MISSING = "WeightsMissing"
+STORAGE_UNREACHABLE = "StorageUnreachable"
+STORAGE_ACCESS_DENIED = "StorageAccessDenied"
+STORAGE_CREDENTIALS_INVALID = "StorageCredentialsInvalid"
+
+DIFFUSION_ARCHITECTURES = frozenset({"DiffusionGemmaForBlockDiffusion"})
+TENSOR_PARALLEL_CHOICES = (1, 2, 4, 8)  # what spec.serving.gpus allows
+# Nested configs of multimodal / wrapper models that hold the language model's numbers.
+TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_config")
+# vLLM's keys for the position limit, smallest wins (vllm.config.model._get_and_verify_max_len).
+POSITION_KEYS = (
+    "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+    "max_sequence_length", "max_seq_length", "seq_len",
+)
+
+Status = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class ArtifactReport:
+    """Outcome for one version. `status` True/False/Unknown as in the condition."""
+
+    status: Status
+    reason: str
+    message: str
+    digest: str | None = None
+    diffusion: bool = False
+    architecture: str | None = None
+    max_position_embeddings: int | None = None
+    runtime_hints: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def deployable(self) -> bool:
+        return self.status == "True"
+
+
+@dataclass(frozen=True)
+class ServingAsk:
+    """The serving settings the artifacts must fit (from spec.serving)."""
+
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    max_model_len: int = 4096
+    architecture: str | None = None
+    weights_format: str = "safetensors"
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def parse_storage_uri(uri: str) -> tuple[str, str, str]:
+    """`s3://bucket/prefix` -> ("s3", "bucket", "prefix"); other schemes keep their text after the host."""
+    scheme, _, rest = uri.partition("://")
+    host, _, path = rest.partition("/")
+    return scheme, host, path.strip("/")
+
+
+def listing_digest(listing: Iterable[ObjectInfo]) -> str:
+    """sha256 over the sorted (key, etag, size) lines: changes when any file is added, removed or rewritten."""
+    h = hashlib.sha256()
+    for o in sorted(listing, key=lambda o: o.key):
+        h.update(f"{o.key}\t{o.etag}\t{o.size}\n".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _language_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    for key in TEXT_CONFIG_KEYS:
+        nested = config.get(key)
+        if isinstance(nested, Mapping) and "num_attention_heads" in nested:
+            return nested
+    return config
+
+
+def _int(cfg: Mapping[str, Any], key: str) -> int | None:
+    value = cfg.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _join_choices(values: list[int]) -> str:
+    if not values:
+        return "none of 1, 2, 4, 8"
+    if len(values) == 1:
+        return str(values[0])
+    return ", ".join(map(str, values[:-1])) + " or " + str(values[-1])
+
+
+def _tp_fits(tp: int, heads: int, kv_heads: int) -> bool:
+    # vLLM: heads % tp == 0; KV heads are split when there are at least tp of them, else replicated (tp % kv == 0).
+    if heads % tp:
+        return False
+    return kv_heads % tp == 0 if kv_heads >= tp else tp % kv_heads == 0
+
+
+def derived_max_len(cfg: Mapping[str, Any]) -> tuple[int | None, str]:
+    """The longest context the model supports, the way vLLM derives it, and which key it came from."""
+    found = [(cfg[k], k) for k in POSITION_KEYS if _int(cfg, k)]
+    if not found:
+        return None, ""
+    value, key = min(found)
+    rope = cfg.get("rope_scaling")
+    if isinstance(rope, Mapping):
+        rope_type = rope.get("rope_type") or rope.get("type")
+        factor = rope.get("factor")
+        if rope_type not in (None, "default", "su", "longrope", "llama3", "mrope") and isinstance(factor, (int, float)):
+            if rope_type == "yarn" and _int(rope, "original_max_position_embeddings"):
+                value = rope["original_max_position_embeddings"]
+            value = int(value * factor)
+            key = f"{key} with {rope_type} rope scaling x{factor}"
+    return value, key
+
+
+def is_diffusion(config: Mapping[str, Any]) -> bool:
+    archs = set(config.get("architectures") or [])
+    lang = _language_config(config)
+    return bool(archs & DIFFUSION_ARCHITECTURES) or "canvas_length" in config or "canvas_length" in lang
+
+
+def _weights_problem(listing: list[ObjectInfo], fmt: str, index: Mapping[str, Any] | None) -> str | None:
+    files = {o.key: o for o in listing}
+    if fmt == "gguf":
+        ggufs = [k for k in files if k.endswith(".gguf") and "/" not in k]
+        if not ggufs:
+            return "no .gguf file next to config.json; upload the GGUF weights or set spec.model.format: safetensors"
+        empty = [k for k in ggufs if files[k].size == 0]
+        return f"{empty[0]} is empty (0 bytes); upload it again" if empty else None
+    if index is not None:
+        weight_map = index.get("weight_map")
+        if not isinstance(weight_map, Mapping) or not weight_map:
+            return "model.safetensors.index.json has no weight_map; upload the index that came with the weights"
+        shards = sorted(set(map(str, weight_map.values())))
+        missing = [s for s in shards if s not in files]
+        if missing:
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            return (
+                f"{len(missing)} of {len(shards)} weight shards named in model.safetensors.index.json are missing: "
+                f"{shown}; upload them"
+            )
+        empty = [s for s in shards if files[s].size == 0]
+        return f"weight shard {empty[0]} is empty (0 bytes); upload it again" if empty else None
+    singles = [k for k in files if k.endswith(".safetensors") and "/" not in k]
+    if not singles:
+        return "no *.safetensors file next to config.json; upload the weights (model.safetensors or shards + index)"
+    if len(singles) > 1:
+        return (
+            f"{len(singles)} safetensors files but no model.safetensors.index.json; upload the index that maps "
+            "tensors to shards"
+        )
+    if files[singles[0]].size == 0:
+        return f"{singles[0]} is empty (0 bytes); upload it again"
+    return None
+
+
+def check_artifacts(
+    config: Mapping[str, Any] | None,
+    listing: list[ObjectInfo],
+    ask: ServingAsk,
+    *,
+    where: str,
+    index: Mapping[str, Any] | None = None,
+    config_error: str | None = None,
+) -> ArtifactReport:
+    """The whole check, pure. `where` (the storage URI) only goes into messages; `index` is the parsed
+    model.safetensors.index.json when the listing has one."""
+    digest = listing_digest(listing)
+
+    def fail(reason: str, message: str, **kw: Any) -> ArtifactReport:
+        return ArtifactReport("False", reason, message, digest=digest, **kw)
+
+    if config is None:
+        if config_error:
+            return fail(CONFIG_INVALID, f"config.json under {where} is not a JSON object ({config_error}); upload the "
+                        "model's config.json")
+        return fail(CONFIG_MISSING, f"no config.json under {where}; upload the model directory (config.json and "
+                    "weights) there, or point storageUri at it")
+    lang = _language_config(config)
+    archs = [str(a) for a in config.get("architectures") or []]
+    arch = archs[0] if archs else None
+    diffusion = is_diffusion(config)
+    hints: dict[str, Any] = (
+        {"structuredOutputs": False, "seed": False, "temperature": 1.0, "validateAfterGeneration": True}
+        if diffusion else {}
+    )
+    max_pos, pos_key = derived_max_len(lang)
+    common = dict(diffusion=diffusion, architecture=arch, max_position_embeddings=max_pos, runtime_hints=hints)
+
+    if ask.architecture and ask.architecture not in archs:
+        return fail(ARCHITECTURE_MISMATCH, f"config.json names architecture {', '.join(archs) or 'none'}, "
+                    f"spec.model.architecture expects {ask.architecture}; fix one of them", **common)
+
+    heads = _int(lang, "num_attention_heads")
+    if heads is None:
+        return fail(CONFIG_INVALID, "config.json has no num_attention_heads (nor in text_config); it is not a "
+                    "transformer config vLLM can shard", **common)
+    kv_heads = _int(lang, "num_key_value_heads") or heads
+    tp = ask.tensor_parallel
+    if not _tp_fits(tp, heads, kv_heads):
+        choices = _join_choices([c for c in TENSOR_PARALLEL_CHOICES if _tp_fits(c, heads, kv_heads)])
+        if heads % tp:
+            msg = f"tensor parallel {tp} does not divide {heads} attention heads; use {choices}"
+        else:
+            msg = (f"tensor parallel {tp} does not fit {kv_heads} key/value heads (neither divides the other); "
+                   f"use {choices}")
+        return fail(TENSOR_PARALLEL_MISMATCH, msg + " (spec.serving.gpus)", **common)
+
+    layers = _int(lang, "num_hidden_layers")
+    if layers is not None and ask.pipeline_parallel > layers:
+        return fail(PIPELINE_PARALLEL_MISMATCH, f"pipeline parallel {ask.pipeline_parallel} is more than the "
+                    f"{layers} layers to split; use at most {layers} (spec.serving.nodes)", **common)
+
+    if max_pos is not None and ask.max_model_len > max_pos:
+        return fail(MAX_MODEL_LEN_TOO_LARGE, f"maxModelLen {ask.max_model_len} is larger than the {max_pos} tokens "
+                    f"the model supports ({pos_key}); set spec.serving.vllm.maxModelLen to {max_pos} or less",
+                    **common)
+
+    problem = _weights_problem(listing, ask.weights_format, index)
+    if problem:
+        return fail(WEIGHTS_MISSING, f"{where}: {problem}", **common)
+
+    note = (
+        "; diffusion model: no structured outputs and no seed, the runtime validates after generation"
+        if diffusion else ""
+    )
+    return ArtifactReport("True", VALID, f"{where}: {arch or 'model'} fits tensor parallel {tp}, maxModelLen "
+                          f"{ask.max_model_len}{note}", digest=digest, **common)
+
+
+def not_checkable(uri: str) -> ArtifactReport:
+    scheme = parse_storage_uri(uri)[0]
+    what = "a PersistentVolumeClaim is mounted only into the predictor pod" if scheme == "pvc" else (
+        "an OCI image is pulled by the node, not by the operator")
+    return ArtifactReport("True", NOT_CHECKABLE, f"{uri} is not checked before deploying ({what}); vLLM checks it at "
+                          "start-up and the version's readiness reports the outcome")
+
+
+# ---------------------------------------------------------------- I/O
+
+
+def _parse_json(raw: bytes | None) -> tuple[Any, str | None]:
+    if raw is None:
+        return None, None
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, str(exc)[:200]
+    if not isinstance(value, dict):
+        return None, f"top level is {type(value).__name__}"
+    return value, None
+
+
+async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, ask: ServingAsk) -> ArtifactReport:
+    """Read config.json, the index and the listing under `storage_uri` and check them. Never raises for storage
+    trouble: unreachable -> Unknown StorageUnreachable (retry), denied -> False StorageAccessDenied."""
+    scheme, bucket, prefix = parse_storage_uri(storage_uri)
+    if scheme != "s3":
+        return not_checkable(storage_uri)
+    if storage is None:
+        return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID,
+                              f"no S3 credentials to read {storage_uri}; check spec.storage.secretName")
+    base = f"{prefix}/" if prefix else ""
+    try:
+        listing = await storage.list_objects(bucket, prefix)
+        keys = {o.key for o in listing}
+        config_raw = await storage.get_bytes(bucket, base + "config.json") if "config.json" in keys else None
+        index_raw = (
+            await storage.get_bytes(bucket, base + "model.safetensors.index.json")
+            if "model.safetensors.index.json" in keys else None
+        )
+    except StorageUnreachable as exc:
+        return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"{exc}; nothing that serves is touched")
+    except StorageRejected as exc:
+        hint = ("check the bucket name in storageUri" if exc.code == "NoSuchBucket"
+                else "check the credentials in spec.storage.secretName and the bucket policy")
+        return ArtifactReport("False", STORAGE_ACCESS_DENIED, f"{exc}; {hint}")
+    config, config_error = _parse_json(config_raw)
+    index, index_error = _parse_json(index_raw)
+    if index_error:
+        return ArtifactReport("False", WEIGHTS_MISSING, f"{storage_uri}: model.safetensors.index.json is not valid "
+                              f"JSON ({index_error}); upload it again", digest=listing_digest(listing))
+    return check_artifacts(config, listing, ask, where=storage_uri, index=index, config_error=config_error)
+
+
+def artifacts_condition(reports: Mapping[str, ArtifactReport], generation: int) -> Condition:
+    """One `ArtifactsValid` condition for all versions: any False wins, then any Unknown, else True."""
+    for status in ("False", "Unknown"):
+        bad = [(v, r) for v, r in reports.items() if r.status == status]
+        if bad:
+            version, report = bad[0]
+            more = f" ({len(bad) - 1} more version(s) also fail)" if len(bad) > 1 else ""
+            return make_condition(ARTIFACTS_VALID, status, report.reason, f"version {version}: {report.message}{more}",
+                                  generation)
+    unchecked = sorted(v for v, r in reports.items() if r.reason == NOT_CHECKABLE)
+    checked = sorted(v for v, r in reports.items() if r.reason != NOT_CHECKABLE)
+    if checked:
+        msg = f"artifacts of {', '.join(checked)} checked on S3"
+        if unchecked:
+            msg += f"; {', '.join(unchecked)} on pvc/oci cannot be checked by the operator (vLLM checks at start-up)"
+        return make_condition(ARTIFACTS_VALID, "True", VALID, msg, generation)
+    return make_condition(ARTIFACTS_VALID, "True", NOT_CHECKABLE,
+                          f"versions {', '.join(unchecked)} are on pvc/oci and cannot be checked by the operator; vLLM "
+                          "checks them at start-up", generation)
+
+
+def serving_ask(spec: Any) -> ServingAsk:
+    """The settings to check from a `DecisionModelSpec` (api.models)."""
+    return ServingAsk(
+        tensor_parallel=spec.serving.gpus,
+        pipeline_parallel=spec.serving.nodes,
+        max_model_len=spec.serving.vllm.maxModelLen,
+        architecture=spec.model.architecture,
+        weights_format=spec.model.format,
+    )
+
+
+async def check_decision_model(storage: S3Storage | None, dm: Any) -> dict[str, ArtifactReport]:
+    """Reports for every version of a `DecisionModel`, in spec order. Versions are checked one after another: a
+    handful of small reads each, and one slow endpoint should not open many connections."""
+    ask = serving_ask(dm.spec)
+    return {v.name: await check_version_artifacts(storage, v.storageUri, ask) for v in dm.spec.versions}
+
+
+async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactReport:
+    """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
+    through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
+    credentials cannot be had; close the storage with `async with` or `close()`."""
+    st = dm.spec.storage
+    ns = dm.metadata.namespace
+    try:
+        secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, st.secretName)
+        if secret is None:
+            return ArtifactReport(
+                "False", STORAGE_CREDENTIALS_INVALID,
+                f"Secret {st.secretName} not found in namespace {ns}; create it in KServe's storage-config form or "
+                "set spec.storage.secretName",
+            )
+        ca_pem = None
+        if st.caBundleConfigMapRef is not None:
+            cm = await asyncio.to_thread(kube.get, "v1", "ConfigMap", ns, st.caBundleConfigMapRef.name)
+            key = st.caBundleConfigMapRef.key or "ca.crt"
+            ca_pem = ((cm or {}).get("data") or {}).get(key)
+            if ca_pem is None:
+                return ArtifactReport("False", STORAGE_CREDENTIALS_INVALID, f"ConfigMap {st.caBundleConfigMapRef.name} "
+                                      f"(key {key}) with the S3 CA bundle not found in namespace {ns}")
+        creds = credentials_from_secret(
+            decode_secret_data(secret.get("data")), secret_name=st.secretName, bucket=bucket, key=st.key,
+            endpoint=st.endpoint, region=st.region, ca_bundle_pem=ca_pem,
+        )
+    except CredentialsInvalid as exc:
+        return ArtifactReport("False", STORAGE_CREDENTIALS_INVALID, str(exc))
+    except KubeError as exc:
+        return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"cannot read spec.storage references ({exc})")
+    return S3Storage(creds)
+
+
+async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, ArtifactReport]:
+    """`check_decision_model` with credentials resolved from the cluster, one S3Storage per bucket."""
+    ask = serving_ask(dm.spec)
+    reports: dict[str, ArtifactReport] = {}
+    storages: dict[str, S3Storage | ArtifactReport] = {}
+    try:
+        for v in dm.spec.versions:
+            scheme, bucket, _ = parse_storage_uri(v.storageUri)
+            if scheme != "s3":
+                reports[v.name] = not_checkable(v.storageUri)
+                continue
+            if bucket not in storages:
+                storages[bucket] = await open_storage(kube, dm, bucket)
+            storage = storages[bucket]
+            reports[v.name] = (storage if isinstance(storage, ArtifactReport)
+                               else await check_version_artifacts(storage, v.storageUri, ask))
+    finally:
+        for s in storages.values():
+            if isinstance(s, S3Storage):
+                await asyncio.to_thread(s.close)
+    return reports
+
+
+# ---------------------------------------------------------------- the operator's observer hook
+
+
+def to_observation(report: ArtifactReport, previous: Any = None) -> Any:
+    """`plan.model.ArtifactObservation` for the planner. When storage is unreachable but the version passed before
+    (its status has a digest and is not Invalid), the earlier verdict stands: an S3 outage must not take a serving
+    version down."""
+    from .plan.model import ArtifactObservation
+
+    if report.status == "Unknown" and previous is not None and previous.artifactsDigest and previous.phase != "Invalid":
+        return ArtifactObservation(valid=True, reason=report.reason, message=report.message,
+                                   digest=previous.artifactsDigest, diffusion=False)
+    valid = {"True": True, "False": False}.get(report.status)
+    return ArtifactObservation(valid=valid, reason=report.reason, message=report.message, digest=report.digest,
+                               diffusion=report.diffusion)
+
+
+async def observe_artifacts(kube: Any, dm: Any, obs: Any) -> Any:
+    """Observer hook (see observe.OBSERVERS): artifacts per version + the `ArtifactsValid` condition.
+    Register with `OBSERVERS.append(functools.partial(observe_artifacts, kube))`."""
+    from dataclasses import replace
+
+    reports = await check_decision_model_in_cluster(kube, dm)
+    previous = {v.name: v for v in dm.status.versions}
+    return replace(
+        obs,
+        artifacts={v: to_observation(r, previous.get(v)) for v, r in reports.items()},
+        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation),),
+    )

@@ -1,0 +1,256 @@
+"""A small Kubernetes client: get, list, server-side apply, status patch, delete, events. No logic.
+
+Raw REST over `kubernetes.client.ApiClient` (no discovery round-trips, one code path for built-in and custom kinds).
+Every mutating call is counted in `writes` and logged with the `kube-write` prefix, so tests can prove that a
+converged reconcile writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+log = logging.getLogger("arbiter.kube")
+
+FIELD_MANAGER = "arbiter-operator"
+
+
+@dataclass(frozen=True)
+class Kind:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+        return base
+
+
+KINDS: dict[tuple[str, str], Kind] = {
+    (k.api_version, k.kind): k
+    for k in (
+        Kind("arbiter.dev/v1alpha1", "DecisionModel", "decisionmodels"),
+        Kind("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices"),
+        Kind("serving.kserve.io/v1alpha1", "ServingRuntime", "servingruntimes"),
+        Kind("route.openshift.io/v1", "Route", "routes"),
+        Kind("v1", "ConfigMap", "configmaps"),
+        Kind("v1", "Service", "services"),
+        Kind("v1", "Secret", "secrets"),
+        Kind("v1", "Event", "events"),
+        Kind("v1", "Namespace", "namespaces", namespaced=False),
+        Kind("modelregistry.opendatahub.io/v1beta1", "ModelRegistry", "modelregistries"),
+    )
+}
+
+
+def kind_of(api_version: str, kind: str) -> Kind:
+    try:
+        return KINDS[(api_version, kind)]
+    except KeyError:
+        raise ValueError(f"unknown kind {api_version}/{kind}: add it to clients.kube.KINDS") from None
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class KubeClient(Protocol):
+    """What the operator needs from Kubernetes; tests may wrap it to count calls."""
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]: ...
+    def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]: ...
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool: ...
+    def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+class RestKubeClient:
+    def __init__(self, api_client: k8s.ApiClient | None = None, field_manager: str = FIELD_MANAGER):
+        if api_client is None:
+            api_client = new_api_client()
+        self.api = api_client
+        self.field_manager = field_manager
+        self.writes: list[tuple[str, str, str]] = []
+        self._lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        return raw_call(self.api, method, path, body, query, content_type)
+
+    def _write(self, verb: str, kind: str, ref: str) -> None:
+        with self._lock:
+            self.writes.append((verb, kind, ref))
+        log.info("kube-write %s %s %s", verb, kind, ref)
+
+    # -- reads ----------------------------------------------------------------------------------------------------
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return self._call("GET", kind_of(api_version, kind).path(namespace, name))
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        try:
+            out = self._call("GET", kind_of(api_version, kind).path(namespace), query=query)
+        except KubeError as exc:
+            if exc.status == 404:  # the kind is not installed (e.g. no Route API outside OpenShift)
+                return []
+            raise
+        items = out.get("items", [])
+        for item in items:  # list items come without apiVersion/kind
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return items
+
+    # -- writes ---------------------------------------------------------------------------------------------------
+    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+        k = kind_of(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        query = [("fieldManager", self.field_manager)]
+        if force:
+            query.append(("force", "true"))
+        self._write("apply", obj["kind"], f"{meta.get('namespace', '')}/{meta['name']}")
+        return self._call(
+            "PATCH",
+            k.path(meta.get("namespace"), meta["name"]),
+            body=json.dumps(obj),
+            query=query,
+            content_type="application/apply-patch+yaml",
+        )
+
+    def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        fields = ",".join(sorted((patch.get("status") or {}).keys()))
+        self._write("patch-status", kind, f"{namespace}/{name} [{fields}]")
+        return self._call(
+            "PATCH",
+            kind_of(api_version, kind).path(namespace, name, "status"),
+            body=patch,
+            query=[("fieldManager", self.field_manager)],
+            content_type="application/merge-patch+json",
+        )
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+        self._write("delete", kind, f"{namespace or ''}/{name}")
+        try:
+            self._call(
+                "DELETE",
+                kind_of(api_version, kind).path(namespace, name),
+                body={"propagationPolicy": "Background"},
+            )
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        meta = involved["metadata"]
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "reportingComponent": FIELD_MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}")
+        try:
+            self._call("POST", KINDS[("v1", "Event")].path(meta["namespace"]), body=body)
+        except KubeError as exc:  # an event is a courtesy: failing to post one must not fail the reconcile
+            log.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
+
+
+def raw_call(
+    api: k8s.ApiClient,
+    method: str,
+    path: str,
+    body: Any = None,
+    query: list[tuple[str, str]] | None = None,
+    content_type: str = "application/json",
+    timeout: float = 30.0,
+) -> Any:
+    """One REST call; returns the decoded JSON body, raises KubeError for a non-2xx answer."""
+    method_, url, headers, body_, post = api.param_serialize(
+        method,
+        path,
+        query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post, _request_timeout=timeout)
+    data = resp.read()
+    if not 200 <= resp.status < 300:
+        reason, message = resp.reason or "", ""
+        try:
+            payload = json.loads(data or b"{}")
+            message = payload.get("message", "")
+            reason = payload.get("reason", reason)
+        except ValueError:
+            message = (data or b"")[:200].decode(errors="replace")
+        raise KubeError(resp.status, reason, message)
+    return json.loads(data) if data else None
+
+
+def new_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
+    """In-cluster config when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig:
+            raise k8s_config.ConfigException("explicit kubeconfig")
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return k8s.ApiClient(configuration)

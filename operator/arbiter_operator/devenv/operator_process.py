@@ -1,0 +1,98 @@
+"""Run the operator (`python -m arbiter_operator`) as a subprocess against a kubeconfig, for tests and local runs.
+
+    with OperatorProcess(kubeconfig, ["team-a"]) as op:
+        ...
+        op.writes()        # the operator's own write calls so far (its `kube-write` log lines)
+        op.kill()          # SIGKILL, to test restarts; op.start() again afterwards
+
+The security tests reuse it with a ServiceAccount kubeconfig to run the operator with its chart's RBAC only.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from . import _procs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OperatorProcess:
+    def __init__(
+        self,
+        kubeconfig: os.PathLike[str] | str,
+        namespaces: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
+        log_dir: os.PathLike[str] | str | None = None,
+    ) -> None:
+        self.kubeconfig = str(kubeconfig)
+        self.namespaces = list(namespaces)
+        self.env = dict(env or {})
+        self.extra_args = tuple(extra_args)
+        self.log_dir = pathlib.Path(log_dir or tempfile.mkdtemp(prefix="arbiter-operator-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.runs = 0
+        self.log_path = self.log_dir / "operator-0.log"
+        self.port = 0
+
+    def start(self, timeout: float = 60.0) -> OperatorProcess:
+        self.runs += 1
+        self.log_path = self.log_dir / f"operator-{self.runs}.log"
+        self.port = _free_port()
+        argv = [sys.executable, "-m", "arbiter_operator", "--kubeconfig", self.kubeconfig,
+                "--liveness", f"http://127.0.0.1:{self.port}/healthz", *self.extra_args]
+        for ns in self.namespaces:
+            argv += ["--namespace", ns]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
+        self.proc = _procs.spawn(argv, log_path=self.log_path, env=env)
+        _procs.register(self, self.stop)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as resp:
+                    if resp.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"operator not live after {timeout:.0f}s:\n{self.log()[-4000:]}")
+
+    def stop(self) -> None:
+        _procs.terminate(self.proc, grace=10.0)
+        _procs.unregister(self)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handlers run, like a node failure."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        self.stop()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def writes(self) -> list[str]:
+        """This run's write calls, as the operator's kube client logged them."""
+        return [line for line in self.log().splitlines() if " kube-write " in line]
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,158 @@
+"""Thin kopf glue: every watch event of a DecisionModel or of a child it owns puts the DecisionModel in a work queue;
+workers run the one level-based reconcile (reconcile.Reconciler) and schedule the requeue the plan asks for.
+
+Why `on.event` and a queue instead of kopf's create/update/resume handlers, daemons or timers: those store progress
+and diff-base annotations on the object and (daemons, timers) add a finalizer, i.e. they write to the DecisionModel
+on their own. Level-based reconcile needs none of it, and a converged DecisionModel then sees zero writes.
+kopf's own annotations, where any part adds such a handler (e.g. the registry finalizer), use the `arbiter.dev`
+prefix (see `configure`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+from typing import Any
+
+import kopf
+
+from . import observe
+from .api.models import GROUP, PLURAL, VERSION
+from .clients.kube import RestKubeClient
+from .reconcile import Reconciler
+from .render.common import LABEL_DM
+
+log = logging.getLogger("arbiter.handlers")
+
+Key = tuple[str, str]
+
+
+class WorkQueue:
+    """Deduplicating queue with delayed adds; one key is never reconciled by two workers at once."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._pending: set[Key] = set()
+        self._active: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._timers: dict[Key, asyncio.TimerHandle] = {}
+
+    def add(self, key: Key) -> None:
+        if key in self._active:
+            self._dirty.add(key)  # reconcile again right after the running one
+        elif key not in self._pending:
+            self._pending.add(key)
+            self._queue.put_nowait(key)
+
+    def add_after(self, key: Key, delay: float) -> None:
+        old = self._timers.get(key)
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay
+        if old is not None:
+            if old.when() <= when:
+                return  # an earlier wake-up is already scheduled
+            old.cancel()
+        self._timers[key] = loop.call_at(when, self._fire, key)
+
+    def _fire(self, key: Key) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    async def get(self) -> Key:
+        key = await self._queue.get()
+        self._pending.discard(key)
+        self._active.add(key)
+        return key
+
+    def done(self, key: Key) -> None:
+        self._active.discard(key)
+        if key in self._dirty:
+            self._dirty.discard(key)
+            self.add(key)
+
+
+QUEUE_KEY = "arbiter_queue"
+RESYNC_SECONDS = float(os.environ.get("ARBITER_RESYNC_SECONDS", "600"))
+WORKERS = int(os.environ.get("ARBITER_WORKERS", "4"))
+ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
+    # kopf would post handler log lines as Events (writes on every reconcile); Arbiter posts its own on transitions.
+    settings.posting.enabled = False
+    settings.watching.server_timeout = 300
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+
+
+async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int]) -> None:
+    while True:
+        key = await queue.get()
+        try:
+            requeue = await reconciler.reconcile(*key)
+            failures.pop(key, None)
+            delay = RESYNC_SECONDS if requeue is None else min(requeue, RESYNC_SECONDS)
+            queue.add_after(key, delay)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            n = failures.get(key, 0)
+            failures[key] = n + 1
+            delay = ERROR_BACKOFF[min(n, len(ERROR_BACKOFF) - 1)]
+            log.error("reconcile of %s/%s failed (%s); retrying in %.0fs", key[0], key[1], exc, delay)
+            queue.add_after(key, delay)
+        finally:
+            queue.done(key)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    configure(settings)
+    queue = WorkQueue()
+    kube = RestKubeClient()
+    # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
+    # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
+    from . import artifacts, registration
+    from .promotion.observer import observe_promotion_analysis
+
+    observe.OBSERVERS[:] = [
+        functools.partial(artifacts.observe_artifacts, kube),
+        functools.partial(registration.observe_registry, kube),
+        observe_promotion_analysis,  # canary analysis numbers from Prometheus, when a step is due one
+    ]
+    reconciler = Reconciler(kube)
+    failures: dict[Key, int] = {}
+    memo[QUEUE_KEY] = queue
+    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures)) for _ in range(WORKERS)]
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    for task in memo.get("arbiter_tasks", []):
+        task.cancel()
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    if event.get("type") == "DELETED":
+        return  # children go with it (owner references); the registry part archives on its own finalizer
+    memo[QUEUE_KEY].add((namespace, name))
+
+
+async def _child_event(labels: dict[str, str], namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    owner = labels.get(LABEL_DM)
+    if owner:
+        memo[QUEUE_KEY].add((namespace, owner))
+
+
+_CHILD = {"labels": {LABEL_DM: kopf.PRESENT}}
+kopf.on.event("serving.kserve.io", "v1beta1", "inferenceservices", id="isvc", **_CHILD)(_child_event)
+kopf.on.event("serving.kserve.io", "v1alpha1", "servingruntimes", id="runtime", **_CHILD)(_child_event)
+kopf.on.event("route.openshift.io", "v1", "routes", id="route", **_CHILD)(_child_event)
+kopf.on.event("", "v1", "configmaps", id="configmap", **_CHILD)(_child_event)

@@ -1,0 +1,70 @@
+"""Read what exists for one DecisionModel: its children, its namespace's labels (and, through the hooks other
+parts register, registry entries, artifact checks and promotion analysis). Reads only."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any, Awaitable, Callable
+
+from .api.models import DecisionModel
+from .clients.kube import KubeClient, KubeError
+from .plan.model import Observations
+from .render.common import LABEL_COMPONENT, LABEL_DM, runtime_name
+
+log = logging.getLogger("arbiter.observe")
+
+# Hooks: async (dm, observations) -> observations with more filled in (registry ids, artifacts, analysis, conditions).
+# Other parts append to this list at import time; each hook must not raise for an outage (it reports a condition).
+Observer = Callable[[DecisionModel, Observations], Awaitable[Observations]]
+OBSERVERS: list[Observer] = []
+
+
+def _owned(obj: dict[str, Any], dm: DecisionModel) -> bool:
+    """Owned by this very DecisionModel (not by a deleted one of the same name still being collected)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == dm.metadata.uid for r in refs)
+
+
+def observe_children(client: KubeClient, dm: DecisionModel) -> Observations:
+    ns, name = dm.metadata.namespace, dm.metadata.name
+    selector = f"{LABEL_DM}={name}"
+    isvcs = {
+        o["metadata"]["name"]: o
+        for o in client.list("serving.kserve.io/v1beta1", "InferenceService", ns, selector)
+        if _owned(o, dm)
+    }
+    cms = {
+        o["metadata"]["name"]: o
+        for o in client.list("v1", "ConfigMap", ns, f"{selector},{LABEL_COMPONENT}=decision-config")
+        if _owned(o, dm)
+    }
+    runtime = client.get("serving.kserve.io/v1alpha1", "ServingRuntime", ns, runtime_name(name))
+    route = client.get("route.openshift.io/v1", "Route", ns, name)
+    try:
+        namespace = client.get("v1", "Namespace", None, ns) or {}
+        ns_labels = (namespace.get("metadata") or {}).get("labels") or {}
+    except KubeError as exc:
+        # Without permission to read namespaces, `mesh.sidecar: auto` cannot see the injection label: say so.
+        log.warning("cannot read namespace %s labels (%s); mesh auto mode assumes no injection", ns, exc.reason)
+        ns_labels = {}
+    return Observations(
+        namespace_labels=ns_labels,
+        inferenceservices=isvcs,
+        configmaps=cms,
+        servingruntime=runtime,
+        route=route,
+    )
+
+
+async def run_observers(dm: DecisionModel, obs: Observations) -> Observations:
+    for hook in OBSERVERS:
+        try:
+            obs = await hook(dm, obs)
+        except Exception:  # a hook's bug must not stop serving: log it and carry on with what we have
+            log.exception("observer %s failed for %s/%s", getattr(hook, "__name__", hook), dm.metadata.namespace,
+                          dm.metadata.name)
+    return obs
+
+
+__all__ = ["OBSERVERS", "Observations", "observe_children", "replace", "run_observers"]

@@ -1,0 +1,53 @@
+"""Plain data in and out of the planner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from ..api.conditions import Condition
+from ..api.promotion import AnalysisRun
+
+
+@dataclass(frozen=True)
+class ArtifactObservation:
+    """Result of the artifact check on storage for one version (filled by the registry/S3 part)."""
+
+    valid: bool | None = True  # None: not checked yet (nothing is deployed for the version until it is known)
+    reason: str = ""
+    message: str = ""
+    digest: str | None = None
+    diffusion: bool = False
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What exists, as read by arbiter_operator.observe. Children are keyed by their name."""
+
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
+    inferenceservices: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    configmaps: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    servingruntime: dict[str, Any] | None = None
+    route: dict[str, Any] | None = None
+    # Filled by other parts (registry, artifact check, Prometheus analysis); neutral defaults keep serving going.
+    artifacts: Mapping[str, ArtifactObservation] = field(default_factory=dict)
+    registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    extra_conditions: tuple[Condition, ...] = ()  # e.g. Registered, ArtifactsValid, computed where they are observed
+    analysis: AnalysisRun | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    # None: leave every child as it is (the spec cannot be served as written; nothing that serves may change).
+    children: list[dict[str, Any]] | None
+    deletions: list[tuple[str, str, str]]  # (apiVersion, kind, name) of owned children no longer wanted
+    status: dict[str, Any]  # the whole .status, JSON-ready
+    events: list[Event]
+    requeue_after: float | None

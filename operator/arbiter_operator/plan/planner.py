@@ -1,0 +1,235 @@
+"""One reconcile, planned: see plan/__init__.py."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ..api import conditions as c
+from ..api.conditions import Condition, make_condition, set_condition
+from ..api.models import DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
+from ..api.promotion import ABORT_ANNOTATION, RETRY_ANNOTATION
+from ..promotion.machine import PromotionInputs, VersionObservation, advance
+from ..render import (
+    configmap_name,
+    render_configmap,
+    render_inferenceservice,
+    render_route,
+    render_servingruntime,
+)
+from ..render.common import LABEL_VERSION
+from .model import ArtifactObservation, Event, Observations, Plan
+from .validate import operator_side_problems
+
+INVALID_SPEC = "InvalidSpec"
+# KServe's model transition states that mean "this will not become ready without a change".
+FAILED_TRANSITIONS = {"BlockedByFailedLoad", "InvalidSpec"}
+
+
+def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
+    """(exists, ready, failed, message) from an InferenceService's KServe status."""
+    if isvc is None:
+        return False, False, False, ""
+    status = isvc.get("status") or {}
+    ready_cond = next((x for x in status.get("conditions") or [] if x.get("type") == "Ready"), None)
+    ready = bool(ready_cond and ready_cond.get("status") == "True")
+    model_status = status.get("modelStatus") or {}
+    failed = model_status.get("transitionStatus") in FAILED_TRANSITIONS
+    message = ""
+    if failed:
+        info = model_status.get("lastFailureInfo") or {}
+        message = info.get("message") or info.get("reason") or model_status.get("transitionStatus", "")
+    elif ready_cond and not ready:
+        message = ready_cond.get("message") or ready_cond.get("reason") or ""
+    return True, ready, failed, message
+
+
+def _route_url(dm: DecisionModel, route: dict[str, Any] | None) -> tuple[str | None, bool | None, str]:
+    """(url, admitted, message). admitted None: no router has answered yet."""
+    if route is None:
+        return None, None, ""
+    for ingress in (route.get("status") or {}).get("ingress") or []:
+        admitted = next((x for x in ingress.get("conditions") or [] if x.get("type") == "Admitted"), None)
+        if admitted is None:
+            continue
+        if admitted.get("status") == "True":
+            host = ingress.get("host") or (route.get("spec") or {}).get("host")
+            return (f"https://{host}" if host else None), True, ""
+        return None, False, admitted.get("message") or admitted.get("reason") or "rejected by the router"
+    host = (route.get("spec") or {}).get("host") or dm.spec.exposure.host
+    return (f"https://{host}" if host else None), None, ""
+
+
+def _phase(exists: bool, ready: bool, failed: bool, live: bool, art: ArtifactObservation) -> str:
+    if art.valid is False:
+        return "Invalid"
+    if failed:
+        return "Failed"
+    if ready and live:
+        return "Ready"
+    if exists:
+        return "Deploying" if live else "Stopped"
+    return "Pending" if live else "Stopped"
+
+
+def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
+    gen = dm.metadata.generation
+    old = dm.status
+    conditions: list[Condition] = list(old.conditions)
+
+    def cond(type_: str, status: str, reason: str, message: str) -> None:
+        nonlocal conditions
+        conditions = set_condition(conditions, make_condition(type_, status, reason, message, gen, now))  # type: ignore[arg-type]
+
+    events: list[Event] = []
+    old_ready = c.get_condition(old.conditions, c.READY)
+
+    problems = operator_side_problems(dm.spec)
+    if problems:
+        # What serves keeps serving: no child is touched, the promotion does not move; the user must fix the spec.
+        msg = "; ".join(problems) + ". Nothing was changed: fix the spec to continue."
+        cond(c.STALLED, "True", INVALID_SPEC, msg)
+        cond(c.RECONCILING, "False", INVALID_SPEC, msg)
+        cond(c.READY, "False", INVALID_SPEC, msg)
+        status = old.model_copy(update={"observedGeneration": gen, "conditions": conditions})
+        if old_ready is None or old_ready.status != "False" or old_ready.reason != INVALID_SPEC:
+            events.append(Event("Warning", INVALID_SPEC, msg))
+        return Plan(None, [], _dump(status), events, None)
+
+    versions = {v.name: v for v in dm.spec.versions}
+    names = tuple(versions)
+    isvc_by_version: dict[str, dict[str, Any]] = {}
+    for name, isvc in obs.inferenceservices.items():
+        label = ((isvc.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION)
+        if label:
+            isvc_by_version[label] = isvc
+
+    vobs: dict[str, VersionObservation] = {}
+    for v in set(names) | set(isvc_by_version):
+        exists, ready, failed, message = isvc_state(isvc_by_version.get(v))
+        art = obs.artifacts.get(v, ArtifactObservation())
+        vobs[v] = VersionObservation(
+            exists=exists, ready=ready, failed=failed, message=message, artifacts_valid=art.valid
+        )
+
+    promote = dm.spec.promote
+    target = versions.get(promote.version)
+    pplan = advance(
+        PromotionInputs(
+            spec=promote,
+            status=old.promotion,
+            versions=names,
+            observations=vobs,
+            candidate_sla_p95_ms=float(target.metadata.sla.p95LatencyMs) if target else None,
+            analysis=obs.analysis,
+            retry_annotation=dm.metadata.annotations.get(RETRY_ANNOTATION),
+            abort_annotation=dm.metadata.annotations.get(ABORT_ANNOTATION),
+            generation=gen,
+            now=now,
+        )
+    )
+    events.extend(Event(e.type, e.reason, e.message) for e in pplan.events)
+
+    # Desired children: the runtime, one ConfigMap + InferenceService per live version, the Route.
+    children: list[dict[str, Any]] = [render_servingruntime(dm)]
+    live = [v for v in names if v in pplan.live]  # spec order: stable rendering
+    for v in live:
+        art = obs.artifacts.get(v, ArtifactObservation())
+        cm = render_configmap(dm, versions[v], diffusion=art.diffusion)
+        children.append(cm)
+        children.append(
+            render_inferenceservice(
+                dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion
+            )
+        )
+    route = render_route(dm, pplan.traffic)
+    if route is not None:
+        children.append(route)
+    # No ready version: the Route is left as it is (it may point at a version coming back); never pointed at nothing.
+
+    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live}
+    wanted_cms = {configmap_name(dm.metadata.name, v) for v in live}
+    deletions = [("serving.kserve.io/v1beta1", "InferenceService", n) for n in sorted(obs.inferenceservices)
+                 if n not in wanted_isvcs]
+    deletions += [("v1", "ConfigMap", n) for n in sorted(obs.configmaps) if n not in wanted_cms]
+
+    # Conditions: promotion's three, then Serving / Exposed / Ready from what the user can reach.
+    for pc in (pplan.promoted, pplan.stalled, pplan.reconciling):
+        conditions = set_condition(conditions, pc)
+    traffic = dict(pplan.traffic)
+    if traffic:
+        share = ", ".join(f"{v} {w}%" for v, w in sorted(traffic.items(), key=lambda vw: (-vw[1], vw[0])))
+        cond(c.SERVING, "True", "VersionReady", f"Serving {share}")
+    else:
+        waiting = [f"{v}: {vobs[v].message}" for v in live if v in vobs and vobs[v].message]
+        msg = "No live version is ready yet" + (f" ({'; '.join(waiting)})" if waiting else "")
+        msg += "; check the InferenceService and predictor pods (oc describe isvc, oc logs)"
+        cond(c.SERVING, "False", "NoReadyVersion", msg)
+
+    url, admitted, route_msg = _route_url(dm, obs.route)
+    if admitted is False:
+        cond(c.EXPOSED, "False", "RouteNotAdmitted",
+             f"Route {dm.metadata.name} was not admitted: {route_msg}; fix spec.exposure.host or the router shard")
+    elif route is None:
+        cond(c.EXPOSED, "False", "NoReadyBackend", "The Route is created once a version is ready")
+    else:
+        # The Route is applied in this same reconcile (a failed apply fails the reconcile, which is retried).
+        where = url or "the router's default host"
+        reason = "RouteAdmitted" if admitted else "RouteConfigured"
+        cond(c.EXPOSED, "True", reason, f"Route {dm.metadata.name} sends traffic to ready backends at {where}")
+
+    for extra in obs.extra_conditions:
+        conditions = set_condition(conditions, extra)
+
+    serving = c.get_condition(conditions, c.SERVING)
+    exposed = c.get_condition(conditions, c.EXPOSED)
+    if pplan.ready.status == "True" and serving.status == "True" and exposed.status != "False":  # type: ignore[union-attr]
+        cond(c.READY, "True", pplan.ready.reason, pplan.ready.message)
+    elif pplan.ready.status == "False":
+        cond(c.READY, "False", pplan.ready.reason, pplan.ready.message)
+    elif serving.status != "True":  # type: ignore[union-attr]
+        cond(c.READY, "False", serving.reason, serving.message)  # type: ignore[union-attr]
+    else:
+        cond(c.READY, "False", exposed.reason, exposed.message)  # type: ignore[union-attr]
+
+    new_ready = c.get_condition(conditions, c.READY)
+    # Transitions only: becoming Ready, or losing it (the first Ready=False of a new resource is no news).
+    if new_ready and new_ready.status == "True" and (old_ready is None or old_ready.status != "True"):
+        events.append(Event("Normal", "Ready", new_ready.message))
+    elif new_ready and new_ready.status != "True" and old_ready is not None and old_ready.status == "True":
+        events.append(Event("Warning", "NotReady", new_ready.message))
+
+    vstatus: list[VersionStatus] = []
+    for v in list(names) + sorted(set(isvc_by_version) - set(names)):
+        o = vobs[v]
+        art = obs.artifacts.get(v, ArtifactObservation())
+        ids = obs.registry_ids.get(v, {})
+        message = art.message if art.valid is False else (o.message or None)
+        vstatus.append(
+            VersionStatus(
+                name=v,
+                phase=_phase(o.exists, o.ready, o.failed, v in pplan.live, art),  # type: ignore[arg-type]
+                inferenceService=isvc_name(dm.metadata.name, v) if o.exists or v in pplan.live else None,
+                ready=o.ready,
+                registeredModelId=ids.get("registeredModelId"),
+                modelVersionId=ids.get("modelVersionId"),
+                modelArtifactId=ids.get("modelArtifactId"),
+                artifactsDigest=art.digest,
+                message=message,
+            )
+        )
+
+    active = max(traffic, key=lambda v: (traffic[v], v)) if traffic else old.activeVersion
+    status = DecisionModelStatus(
+        observedGeneration=gen,
+        conditions=conditions,
+        activeVersion=active,
+        url=url,
+        versions=vstatus,
+        promotion=pplan.status,
+    )
+    return Plan(children, deletions, _dump(status), events, pplan.requeue_after)
+
+
+def _dump(status: DecisionModelStatus) -> dict[str, Any]:
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)

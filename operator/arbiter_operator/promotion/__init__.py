@@ -1,0 +1,43 @@
+"""Promotion: hot version switching with canary analysis and automatic rollback.
+
+The planner calls `advance(PromotionInputs) -> PromotionPlan` once per reconcile; before it, the observe layer asks
+`analysis_due(...)` whether an analysis must run and, if so, runs it with `run_analysis(prometheus, query)`.
+"""
+
+from arbiter_operator.promotion.analysis import (
+    DEFAULT_LABELS,
+    AnalysisQuery,
+    MetricLabels,
+    analysis_due,
+    build_queries,
+    judge,
+    next_analysis_at,
+    run_analysis,
+)
+from arbiter_operator.promotion.machine import (
+    HISTORY_LIMIT,
+    PromotionEvent,
+    PromotionInputs,
+    PromotionPlan,
+    ReadyVerdict,
+    VersionObservation,
+    advance,
+)
+
+__all__ = [
+    "DEFAULT_LABELS",
+    "HISTORY_LIMIT",
+    "AnalysisQuery",
+    "MetricLabels",
+    "PromotionEvent",
+    "PromotionInputs",
+    "PromotionPlan",
+    "ReadyVerdict",
+    "VersionObservation",
+    "advance",
+    "analysis_due",
+    "build_queries",
+    "judge",
+    "next_analysis_at",
+    "run_analysis",
+]

@@ -1,0 +1,62 @@
+"""One reconcile of one DecisionModel: observe -> plan -> apply. Used by every trigger (level-based)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from pydantic import ValidationError
+
+from .api.models import API_VERSION, KIND, DecisionModel
+from .apply import apply_plan
+from .clients.kube import KubeClient
+from .observe import observe_children, run_observers
+from .plan import plan as make_plan
+from .plan.model import Observations
+
+log = logging.getLogger("arbiter.reconcile")
+
+
+def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, o in obs.inferenceservices.items():
+        out[("InferenceService", name)] = o
+    for name, o in obs.configmaps.items():
+        out[("ConfigMap", name)] = o
+    if obs.servingruntime is not None:
+        out[("ServingRuntime", obs.servingruntime["metadata"]["name"])] = obs.servingruntime
+    if obs.route is not None:
+        out[("Route", obs.route["metadata"]["name"])] = obs.route
+    return out
+
+
+class Reconciler:
+    def __init__(self, client: KubeClient, clock: Callable[[], datetime] | None = None):
+        self.client = client
+        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self._seen: set[tuple[str, str]] = set()
+
+    async def reconcile(self, namespace: str, name: str) -> float | None:
+        """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
+        raw = await asyncio.to_thread(self.client.get, API_VERSION, KIND, namespace, name)
+        if raw is None or (raw.get("metadata") or {}).get("deletionTimestamp"):
+            return None
+        try:
+            dm = DecisionModel.model_validate(raw)
+        except ValidationError as exc:
+            # The apiserver validated it, so this means the CRD and the operator disagree (version skew).
+            log.error("%s/%s does not match this operator's API: %s", namespace, name, exc.errors()[:3])
+            return None
+        obs = await asyncio.to_thread(observe_children, self.client, dm)
+        obs = await run_observers(dm, obs)
+        p = make_plan(dm, obs, self.clock())
+        writes = await asyncio.to_thread(apply_plan, self.client, raw, dm, p, _live_children(obs))
+        # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);
+        # the polls in between stay at DEBUG.
+        first = (namespace, name) not in self._seen
+        self._seen.add((namespace, name))
+        log.log(logging.INFO if writes or first else logging.DEBUG, "reconciled %s/%s: %d writes, requeue %s",
+                namespace, name, writes, p.requeue_after)
+        return p.requeue_after

@@ -1,0 +1,24 @@
+"""Pure builders: (DecisionModel, observations) -> child manifests as plain dicts. No I/O here."""
+
+from .common import FIELD_MANAGER, configmap_name, predictor_service, runtime_name
+from .configmap import decision_config, effective_decision, render_configmap
+from .inferenceservice import render_inferenceservice, vllm_args
+from .mesh import namespace_injected, sidecar_settings
+from .route import render_route
+from .servingruntime import render_servingruntime
+
+__all__ = [
+    "FIELD_MANAGER",
+    "configmap_name",
+    "decision_config",
+    "effective_decision",
+    "namespace_injected",
+    "predictor_service",
+    "render_configmap",
+    "render_inferenceservice",
+    "render_route",
+    "render_servingruntime",
+    "runtime_name",
+    "sidecar_settings",
+    "vllm_args",
+]

@@ -1,0 +1,81 @@
+"""Names, labels and owner references shared by every child manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ..api.models import API_VERSION, KIND, DecisionModel, isvc_name
+
+FIELD_MANAGER = "arbiter-operator"
+
+LABEL_DM = "arbiter.dev/decision-model"
+LABEL_VERSION = "arbiter.dev/version"
+LABEL_COMPONENT = "arbiter.dev/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+MANAGED_BY = "arbiter-operator"
+
+ANN_CONFIG_CHECKSUM = "arbiter.dev/decision-config-checksum"
+
+# The runtime container: the decision server listens here (KServe's predictor Service targets it) and vLLM listens
+# on VLLM_PORT inside the pod only.
+SERVING_PORT = 8080
+VLLM_PORT = 8000
+CONFIG_DIR = "/etc/arbiter/decision"
+CONFIG_FILE = "decision.json"
+MODEL_DIR = "/mnt/models"  # where KServe's storage initializer (or modelcar) puts the weights
+
+
+def runtime_name(dm_name: str) -> str:
+    return f"{dm_name}-runtime"
+
+
+def configmap_name(dm_name: str, version: str) -> str:
+    return f"{isvc_name(dm_name, version)}-decision"
+
+
+def predictor_service(dm_name: str, version: str) -> str:
+    """KServe (RawDeployment) names the predictor Service `<isvc>-predictor`."""
+    return f"{isvc_name(dm_name, version)}-predictor"
+
+
+def base_labels(dm: DecisionModel, component: str, version: str | None = None) -> dict[str, str]:
+    labels = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_PART_OF: "arbiter",
+        LABEL_DM: dm.metadata.name,
+        LABEL_COMPONENT: component,
+    }
+    if version is not None:
+        labels[LABEL_VERSION] = version
+    return labels
+
+
+def owner_reference(dm: DecisionModel) -> dict[str, Any]:
+    # controller=true lets `kubectl get -o wide` and GC treat the DecisionModel as the one owner; blockOwnerDeletion
+    # is left out because it needs delete permission on the owner, which the operator's role need not have.
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": dm.metadata.name,
+        "uid": dm.metadata.uid,
+        "controller": True,
+    }
+
+
+def metadata(dm: DecisionModel, name: str, component: str, version: str | None = None, **extra: Any) -> dict:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": dm.metadata.namespace,
+        "labels": base_labels(dm, component, version),
+        "ownerReferences": [owner_reference(dm)],
+    }
+    meta.update(extra)
+    return meta
+
+
+def checksum(obj: Any) -> str:
+    """A stable digest of JSON-able data (sorted keys), used to roll pods when their config changes."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

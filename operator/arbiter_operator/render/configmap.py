@@ -1,0 +1,52 @@
+"""The per-version ConfigMap holding `decision.json`, the runtime's contract (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..api.models import DecisionModel, DecisionSpec, ModelVersion
+from .common import CONFIG_FILE, VLLM_PORT, configmap_name, metadata
+
+
+def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:
+    """spec.decision with the version's overrides applied (a field set on the version wins)."""
+    if version.decision is None:
+        return spec
+    override = version.decision.model_dump(exclude_none=True)
+    return spec.model_copy(update=override)
+
+
+def decision_config(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> dict[str, Any]:
+    d = effective_decision(dm.spec.decision, version)
+    meta = version.metadata
+    cfg: dict[str, Any] = {
+        "model": dm.spec.model.name,
+        "version": version.name,
+        "labels": list(d.labels),
+        "reasoningCodes": list(d.reasoningCodes),
+        "steps": d.steps,
+        "trajectoryMode": d.trajectoryMode,
+        "confidenceThreshold": d.confidenceThreshold,
+        "lowConfidencePolicy": d.lowConfidencePolicy,
+        "deadlineMs": d.deadlineMs,
+        "inputSchema": meta.inputSchema,
+        "outputSchema": meta.outputSchema,
+        "fallbackRules": [r.model_dump(exclude_none=True) for r in d.fallbackRules],
+        "sla": {"p95LatencyMs": meta.sla.p95LatencyMs},
+        "upstream": {"url": f"http://127.0.0.1:{VLLM_PORT}/v1", "servedModelName": dm.spec.model.name},
+    }
+    if diffusion:
+        cfg["diffusion"] = True
+    return cfg
+
+
+def render_configmap(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> dict[str, Any]:
+    cfg = decision_config(dm, version, diffusion)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(dm, configmap_name(dm.metadata.name, version.name), "decision-config", version.name),
+        # Sorted, indented JSON: stable bytes (so the checksum only moves when content does) and readable in `oc get`.
+        "data": {CONFIG_FILE: json.dumps(cfg, sort_keys=True, indent=2)},
+    }

@@ -1,0 +1,168 @@
+"""One InferenceService per live version (KServe RawDeployment, vLLM through the Arbiter runtime)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, isvc_name
+from .common import (
+    ANN_CONFIG_CHECKSUM,
+    CONFIG_DIR,
+    CONFIG_FILE,
+    MODEL_DIR,
+    SERVING_PORT,
+    VLLM_PORT,
+    base_labels,
+    checksum,
+    configmap_name,
+    metadata,
+    runtime_name,
+)
+from .mesh import sidecar_settings
+from .servingruntime import MODEL_FORMAT
+
+# Labels OpenShift AI uses to link a deployment to its Model Registry entry.
+REGISTERED_MODEL_ID = "modelregistry.opendatahub.io/registered-model-id"
+MODEL_VERSION_ID = "modelregistry.opendatahub.io/model-version-id"
+ENABLE_AUTH = "security.opendatahub.io/enable-auth"
+SHM_SIZE = "4Gi"  # NCCL's shared-memory transport between tensor-parallel ranks
+
+
+def vllm_args(dm: DecisionModel, diffusion: bool = False) -> list[str]:
+    s = dm.spec.serving
+    v = s.vllm
+    args = [
+        MODEL_DIR,
+        f"--served-model-name={dm.spec.model.name}",
+        f"--port={VLLM_PORT}",
+        f"--tensor-parallel-size={s.gpus}",
+        f"--dtype={v.dtype}",
+        f"--max-model-len={v.maxModelLen}",
+        f"--max-num-seqs={v.maxNumSeqs}",
+        f"--block-size={v.blockSize}",
+        f"--gpu-memory-utilization={v.gpuMemoryUtilization}",
+    ]
+    if s.nodes > 1:
+        args += [f"--pipeline-parallel-size={s.nodes}", "--distributed-executor-backend=ray"]
+    if v.enforceEager:
+        args.append("--enforce-eager")
+    if not diffusion:
+        # vLLM 0.26's diffusion models reject a seed and structured outputs; the runtime validates after generation.
+        args.append(f"--seed={v.seed}")
+        args.append(f"--structured-outputs-config.backend={v.structuredOutputsBackend}")
+    args += list(v.extraArgs)
+    return args
+
+
+def _probes() -> dict[str, Any]:
+    http = lambda path: {"httpGet": {"path": path, "port": SERVING_PORT, "scheme": "HTTP"}}  # noqa: E731
+    return {
+        # Loading tens of GB of weights into GPUs takes minutes: the startup probe allows 30 minutes before
+        # liveness starts counting, so a slow load is never killed half-way.
+        "startupProbe": {**http("/v2/health/live"), "periodSeconds": 10, "failureThreshold": 180, "timeoutSeconds": 5},
+        "livenessProbe": {**http("/v2/health/live"), "periodSeconds": 15, "failureThreshold": 4, "timeoutSeconds": 5},
+        "readinessProbe": {**http("/v2/health/ready"), "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5},
+    }
+
+
+def _container_security() -> dict[str, Any]:
+    # Fits OpenShift's restricted-v2 SCC: no user id is set, so the SCC assigns one from the namespace's range.
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def render_inferenceservice(
+    dm: DecisionModel,
+    version: ModelVersion,
+    configmap: Mapping[str, Any],
+    namespace_labels: Mapping[str, str],
+    registry_ids: Mapping[str, str] | None = None,
+    diffusion: bool = False,
+) -> dict[str, Any]:
+    s = dm.spec.serving
+    name = isvc_name(dm.metadata.name, version.name)
+    pod_annotations, pod_labels = sidecar_settings(dm.spec.mesh.sidecar, namespace_labels)
+    # A changed decision.json changes this annotation on the pod template, so the Deployment rolls the pods.
+    pod_annotations = {**pod_annotations, ANN_CONFIG_CHECKSUM: checksum(configmap.get("data", {}))}
+    pod_labels = {**base_labels(dm, "predictor", version.name), **pod_labels}
+
+    labels = base_labels(dm, "inferenceservice", version.name)
+    if registry_ids:
+        if registry_ids.get("registeredModelId"):
+            labels[REGISTERED_MODEL_ID] = registry_ids["registeredModelId"]
+        if registry_ids.get("modelVersionId"):
+            labels[MODEL_VERSION_ID] = registry_ids["modelVersionId"]
+    annotations = {
+        "serving.kserve.io/deploymentMode": "RawDeployment",
+        # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).
+        "serving.kserve.io/autoscalerClass": "none",
+        "openshift.io/display-name": f"{dm.metadata.name} {version.name}",
+    }
+    if dm.spec.exposure.auth:
+        annotations[ENABLE_AUTH] = "true"
+
+    gpu = str(s.gpus)
+    resources = {
+        "requests": {"cpu": s.resources.cpu, "memory": s.resources.memory, "nvidia.com/gpu": gpu},
+        "limits": {"cpu": s.resources.cpu, "memory": s.resources.memory, "nvidia.com/gpu": gpu},
+    }
+    volumes: list[dict[str, Any]] = [
+        {"name": "decision-config", "configMap": {"name": configmap_name(dm.metadata.name, version.name)}}
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "decision-config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    if s.gpus > 1:
+        volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}})
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+
+    model: dict[str, Any] = {
+        "modelFormat": {"name": MODEL_FORMAT},
+        "runtime": runtime_name(dm.metadata.name),
+        "storageUri": version.storageUri,
+        "args": vllm_args(dm, diffusion),
+        "env": [
+            {"name": "ARBITER_DECISION_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
+            {"name": "ARBITER_PORT", "value": str(SERVING_PORT)},
+            {"name": "ARBITER_AUTH", "value": "true" if dm.spec.exposure.auth else "false"},
+        ],
+        "resources": resources,
+        "volumeMounts": mounts,
+        "securityContext": _container_security(),
+        **_probes(),
+    }
+    predictor: dict[str, Any] = {
+        "minReplicas": s.replicas,
+        "maxReplicas": s.replicas,
+        "labels": pod_labels,
+        "annotations": pod_annotations,
+        "tolerations": [t.model_dump(exclude_none=True) for t in s.tolerations],
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": volumes,
+        "model": model,
+    }
+    if s.gpuProduct:
+        predictor["nodeSelector"] = {GPU_PRODUCT_LABEL: s.gpuProduct}
+    if s.nodes > 1:
+        predictor["workerSpec"] = {
+            "pipelineParallelSize": s.nodes,
+            "tensorParallelSize": s.gpus,
+            "containers": [
+                {
+                    "name": "worker-container",
+                    "resources": resources,
+                    "securityContext": _container_security(),
+                    "volumeMounts": [m for m in mounts if m["name"] == "shm"],
+                }
+            ],
+            # The worker is its own pod template: it needs its own /dev/shm volume.
+            "volumes": [v for v in volumes if v["name"] == "shm"],
+        }
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": metadata(dm, name, "inferenceservice", version.name, annotations=annotations) | {"labels": labels},
+        "spec": {"predictor": predictor},
+    }

@@ -1,0 +1,44 @@
+"""The Route, named after the DecisionModel.
+
+Never after an InferenceService: OpenShift AI's controller deletes Routes that carry an InferenceService's name.
+Traffic moves between versions by weights (`to` + `alternateBackends`), which is what promotion steps change.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..api.models import DecisionModel
+from .common import metadata, predictor_service
+
+TIMEOUT_ANNOTATION = "haproxy.router.openshift.io/timeout"
+
+
+def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any] | None:
+    """traffic: version -> percent (sums to 100). None when no version can take traffic yet."""
+    backends = [(v, w) for v, w in traffic.items() if w > 0]
+    if not backends:
+        return None
+    # The heaviest backend goes in `to` (ties: by name) so the Route reads naturally and stays stable across renders.
+    backends.sort(key=lambda vw: (-vw[1], vw[0]))
+    exposure = dm.spec.exposure
+    first, *rest = backends
+    spec: dict[str, Any] = {
+        "to": {"kind": "Service", "name": predictor_service(dm.metadata.name, first[0]), "weight": first[1]},
+        "tls": {"termination": exposure.tls, "insecureEdgeTerminationPolicy": "Redirect"},
+        "wildcardPolicy": "None",
+    }
+    if exposure.host:
+        spec["host"] = exposure.host
+    if rest:
+        spec["alternateBackends"] = [
+            {"kind": "Service", "name": predictor_service(dm.metadata.name, v), "weight": w} for v, w in rest
+        ]
+    return {
+        "apiVersion": "route.openshift.io/v1",
+        "kind": "Route",
+        "metadata": metadata(
+            dm, dm.metadata.name, "route", annotations={TIMEOUT_ANNOTATION: exposure.timeout}
+        ),
+        "spec": spec,
+    }

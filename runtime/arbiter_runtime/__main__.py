@@ -1,0 +1,94 @@
+"""`python -m arbiter_runtime serve|supervise|standin ...` (also the `arbiter-runtime` script)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+
+from .config import ConfigError, load_config
+
+
+def _fast(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def serve(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="arbiter-runtime serve", description="Run the decision server")
+    p.add_argument("--config", default=os.environ.get("ARBITER_DECISION_CONFIG"),
+                   help="decision.json (default: $ARBITER_DECISION_CONFIG)")
+    p.add_argument("--host", default=os.environ.get("ARBITER_HOST", "0.0.0.0"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("ARBITER_PORT", "8080")))
+    p.add_argument("--model-dir", default=os.environ.get("ARBITER_MODEL_DIR") or None,
+                   help="model directory with tokenizer.json (default: ask the upstream's /tokenize)")
+    p.add_argument("--upstream", default=os.environ.get("ARBITER_UPSTREAM_URL") or None,
+                   help="OpenAI-compatible base URL, overriding upstream.url of the config")
+    args = p.parse_args(argv)
+    import dataclasses
+
+    import uvicorn
+
+    from .server import RuntimeOptions, create_app
+
+    try:
+        cfg = load_config(args.config)
+        if args.upstream:
+            cfg = dataclasses.replace(cfg, upstream=dataclasses.replace(cfg.upstream, url=args.upstream.rstrip("/")))
+        options = RuntimeOptions(model_dir=args.model_dir)
+        app = create_app(cfg, options)
+    except (ConfigError, ValueError) as exc:
+        print(f"arbiter-runtime: {exc}", file=sys.stderr)
+        return 2
+    config = uvicorn.Config(app, host=args.host, port=args.port, lifespan="on", access_log=False,
+                            log_level="info", timeout_graceful_shutdown=20,
+                            loop="uvloop" if _fast("uvloop") else "asyncio",
+                            http="httptools" if _fast("httptools") else "h11")
+    server = uvicorn.Server(config)
+    options.on_fatal = lambda _msg: setattr(server, "should_exit", True)
+    server.run()
+    rt = app.state.runtime
+    if rt.fatal or not server.started:
+        return 3
+    return 0
+
+
+COMMANDS = ("serve", "supervise", "standin", "worker")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if argv and argv[0] in ("-h", "--help"):
+        print("usage: arbiter-runtime {serve|supervise|standin|worker} [options]  (each takes --help)\n"
+              "       arbiter-runtime VLLM_SERVE_ARGS...   (= supervise -- VLLM_SERVE_ARGS: the container's form)")
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        # The ServingRuntime's command is `arbiter-runtime` and KServe appends the `vllm serve` arguments.
+        from .supervisor import main as supervise
+
+        return supervise(["--", *argv] if argv else [])
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "serve":
+        return serve(rest)
+    if cmd == "supervise":
+        from .supervisor import main as supervise
+
+        return supervise(rest)
+    if cmd == "worker":
+        from .supervisor import worker
+
+        return worker(rest)
+    if cmd == "standin":
+        from .standin_upstream import main as standin
+
+        standin(rest)
+        return 0
+    print(f"arbiter-runtime: unknown command {cmd!r}; use serve, supervise or standin", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

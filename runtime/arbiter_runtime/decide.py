@@ -1,0 +1,326 @@
+"""The decision path: prompt -> constrained upstream call -> trajectory -> checks -> decision, or the rules.
+
+Two trajectory modes (docs/runtime.md):
+- scored: per step the model writes one line `CODE:LABEL` under a structured_outputs regex; each label's
+  probability is read from the label tokens' log-probabilities (`logprob_token_ids`) at the position where the
+  label is written, normalised over the labels. The runtime writes the trajectory JSON itself.
+- generated: the model writes the trajectory JSON (structured_outputs {"json": schema}); diffusion models get no
+  constraint and no seed (vLLM 0.26 rejects both) and are validated after generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import DecisionConfig
+from .fallback import RulesEngine
+from .jsonutil import loads
+from .metrics import Metrics
+from .tokens import LabelTokens
+from .upstream import UpstreamClient, UpstreamFailure
+from .trajectory import TrajectoryChecker, TrajectoryInvalid, derived_output_schema
+
+MASKED_AT = -9998.0  # vLLM writes -inf (a token the constraint masks) as -9999.0
+
+
+def canonical_json(document: Any) -> str:
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def input_digest(canonical: str) -> str:
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def derive_seed(cfg: DecisionConfig, canonical: str) -> int:
+    """Same model version + same input -> same seed -> same answer (vLLM takes a non-negative int)."""
+    h = hashlib.sha256(f"{cfg.model}\x00{cfg.version}\x00{canonical}".encode()).digest()
+    return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
+
+
+@dataclass
+class Outcome:
+    decision: str | None
+    confidence: float
+    trajectory: dict[str, Any]
+    source: str  # model | rules | none
+    outcome: str  # ok | low_confidence | fallback | error
+    flagged: bool = False
+    fallback_reason: str | None = None
+    rule: str | None = None
+    error: str | None = None
+    attempts: int = 0
+    upstream_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+DEFAULT_INSTRUCTIONS = ("You are a decision model. Read the case in the user message and decide it, reasoning in "
+                        "steps.")
+
+
+class ScoredMode:
+    def __init__(self, cfg: DecisionConfig, tokens: LabelTokens):
+        self.cfg = cfg
+        self.tokens = tokens
+        alt = lambda xs: "(?:" + "|".join(re.escape(x) for x in xs) + ")"  # noqa: E731
+        line = f"{alt(cfg.reasoning_codes)}:{alt(cfg.labels)}\n"
+        self.regex = f"(?:{line}){{{cfg.steps}}}"
+        self._line = re.compile(f"({alt(cfg.reasoning_codes)}):({alt(cfg.labels)})\n")
+        self._full = re.compile(self.regex)
+        # Every token is at least one byte, so this bounds a well-formed answer; +1 for the end-of-sequence token.
+        per_line = max(len(c.encode()) for c in cfg.reasoning_codes) + 1 + max(len(x.encode()) for x in cfg.labels) + 1
+        max_tokens = cfg.upstream.max_tokens or cfg.steps * per_line + 1
+        system = (f"{cfg.instructions or DEFAULT_INSTRUCTIONS}\n"
+                  f"Answer with exactly {cfg.steps} line(s), one per reasoning step. Each line is CODE:LABEL where "
+                  f"CODE is one of {', '.join(cfg.reasoning_codes)} and LABEL is one of {', '.join(cfg.labels)}. "
+                  f"The label on the last line is the decision.")
+        self._system = {"role": "system", "content": system}
+        self._label_ids = [tokens.label_ids[x] for x in cfg.labels]
+        self._label_set = frozenset(cfg.labels)
+        self._label_by_bytes = {tuple(x.encode()): x for x in cfg.labels}
+        self._base = {
+            "model": cfg.upstream.served_model_name,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "logprobs": True,
+            "logprob_token_ids": self._label_ids,
+            "structured_outputs": {"regex": self.regex},
+        }
+
+    def request(self, canonical: str, seed: int) -> dict[str, Any]:
+        body = dict(self._base)
+        body["messages"] = [self._system, {"role": "user", "content": canonical}]
+        body["seed"] = seed
+        return body
+
+    def parse(self, response: dict[str, Any]) -> dict[str, Any]:
+        choice = _first_choice(response)
+        content = choice["message"].get("content")
+        if choice.get("finish_reason") == "length":
+            raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
+        if not isinstance(content, str) or not self._full.fullmatch(content):
+            raise TrajectoryInvalid("format", f"answer does not follow the {self.cfg.steps}-line CODE:LABEL format "
+                                              f"(was the structured_outputs regex applied?): {str(content)[:120]!r}")
+        entries = (choice.get("logprobs") or {}).get("content")
+        if not isinstance(entries, list):
+            raise TrajectoryInvalid("logprobs", "the answer carries no logprobs (request asked for logprobs: true)")
+        labels = self.cfg.labels
+        steps = []
+        # Walk the tokens by byte offset to the position where each step's label starts.
+        offset = 0
+        index = 0
+        line_start = 0
+        for n, m in enumerate(self._line.finditer(content), start=1):
+            code, label = m.group(1), m.group(2)
+            label_at = line_start + len(code.encode()) + 1
+            while index < len(entries) and offset < label_at:
+                offset += _token_len(entries[index])
+                index += 1
+            if offset != label_at or index >= len(entries):
+                raise TrajectoryInvalid("logprobs", f"step {n}: no token starts where the label is written; the "
+                                                    "label was merged with the text before it")
+            found: dict[str, float] = {}
+            for alt in entries[index].get("top_logprobs") or ():
+                tok = alt.get("token")
+                if tok not in self._label_set:
+                    # A server that writes tokens in vocabulary form (e.g. with a word-boundary marker) still
+                    # sends the bytes: match on them.
+                    tok = self._label_by_bytes.get(tuple(alt.get("bytes") or ()))
+                if tok is not None and tok not in found:
+                    found[tok] = float(alt.get("logprob", -math.inf))
+            missing = [x for x in labels if x not in found]
+            if missing:
+                raise TrajectoryInvalid("logprobs", f"step {n}: no log-probability for label(s) {missing}; does the "
+                                                    "upstream honour logprob_token_ids?")
+            live = {x: lp for x, lp in found.items() if lp > MASKED_AT and math.isfinite(lp)}
+            if not live:
+                raise TrajectoryInvalid("logprobs", f"step {n}: every label is masked at the label position")
+            top = max(live.values())
+            weights = {x: (math.exp(live[x] - top) if x in live else 0.0) for x in labels}
+            total = sum(weights.values())
+            probs = {x: w / total for x, w in weights.items()}
+            best = max(labels, key=lambda x: probs[x])
+            steps.append({"step": n, "reasoningCode": code, "label": label, "probabilities": probs,
+                          "confidence": probs[best]})
+            line_start = m.end()
+        return {"steps": steps}
+
+
+class GeneratedMode:
+    def __init__(self, cfg: DecisionConfig):
+        self.cfg = cfg
+        schema = cfg.output_schema or derived_output_schema(cfg)
+        system = (f"{cfg.instructions or DEFAULT_INSTRUCTIONS}\n"
+                  f"Write the decision trajectory as one JSON document with exactly {cfg.steps} step(s): for each "
+                  f"step its number, a reasoning code, the probability of each label, and a confidence.\n"
+                  f"Trajectory JSON Schema:\n{json.dumps(schema, separators=(',', ':'))}\n")
+        self._system = {"role": "system", "content": system}
+        self._base: dict[str, Any] = {"model": cfg.upstream.served_model_name,
+                                      "max_tokens": cfg.upstream.max_tokens or 1024}
+        if not cfg.diffusion:
+            # Diffusion models in vLLM 0.26 reject structured outputs, seed and temperature != 1.0.
+            self._base["temperature"] = 0.0
+            self._base["structured_outputs"] = {"json": schema}
+
+    def request(self, canonical: str, seed: int) -> dict[str, Any]:
+        body = dict(self._base)
+        body["messages"] = [self._system, {"role": "user", "content": canonical}]
+        if not self.cfg.diffusion:
+            body["seed"] = seed
+        return body
+
+    def parse(self, response: dict[str, Any]) -> dict[str, Any]:
+        choice = _first_choice(response)
+        if choice.get("finish_reason") == "length":
+            raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
+        content = choice["message"].get("content")
+        if not isinstance(content, str):
+            raise TrajectoryInvalid("json", "the answer has no text content")
+        try:
+            # Strict: no lenient repair of a half-written document.
+            return json.loads(content, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise TrajectoryInvalid("json", f"the answer is not one JSON document: {exc}") from None
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _first_choice(response: Any) -> dict[str, Any]:
+    try:
+        choice = response["choices"][0]
+        if not isinstance(choice["message"], dict):
+            raise TypeError
+        return choice
+    except (KeyError, IndexError, TypeError):
+        raise TrajectoryInvalid("protocol", "upstream response has no choices[0].message") from None
+
+
+def _token_len(entry: dict[str, Any]) -> int:
+    b = entry.get("bytes")
+    if isinstance(b, list):
+        return len(b)
+    return len(str(entry.get("token", "")).encode())
+
+
+class Decider:
+    """Decides one input document. Shared by the V2 and the plain JSON endpoints."""
+
+    def __init__(self, cfg: DecisionConfig, client: UpstreamClient, rules: RulesEngine, metrics: Metrics):
+        self.cfg = cfg
+        self.client = client
+        self.rules = rules
+        self.metrics = metrics
+        self.checker = TrajectoryChecker(cfg)
+        self.mode: ScoredMode | GeneratedMode | None = None
+        self._url = cfg.upstream.url + "/chat/completions"
+
+    def load(self, tokens: LabelTokens | None) -> None:
+        if self.cfg.trajectory_mode == "scored":
+            assert tokens is not None
+            self.mode = ScoredMode(self.cfg, tokens)
+        else:
+            self.mode = GeneratedMode(self.cfg)
+
+    async def _call(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        status, content = await self.client.post(self._url, body, timeout)
+        if status >= 500 or status == 429:
+            raise UpstreamFailure("http_5xx" if status >= 500 else "http_4xx", f"upstream answered {status}",
+                                  retryable=True)
+        if status != 200:
+            raise UpstreamFailure("http_4xx", f"upstream answered {status}: {content[:200]!r}", retryable=False)
+        try:
+            return loads(content)
+        except ValueError:
+            raise UpstreamFailure("protocol", "upstream answered 200 with a body that is not JSON",
+                                  retryable=True) from None
+
+    async def _model(self, canonical: str, out: Outcome) -> tuple[dict, str, float] | str:
+        """Try the model within the attempts allowed; returns (trajectory, decision, confidence) or a reason."""
+        assert self.mode is not None
+        body = self.mode.request(canonical, derive_seed(self.cfg, canonical))
+        reason = "invalid"
+        started = time.perf_counter()
+        for attempt in range(self.cfg.upstream.max_retries + 1):
+            out.attempts = attempt + 1
+            remaining = self.cfg.deadline_s - (time.perf_counter() - started)
+            if remaining <= 0:
+                return "deadline"
+            t0 = time.perf_counter()
+            try:
+                response = await self._call(body, remaining)
+            except UpstreamFailure as failure:
+                self.metrics.upstream_error(failure.kind)
+                out.notes.append(str(failure))
+                reason = {"connect": "upstream_down", "timeout": "deadline"}.get(failure.kind, "upstream_error")
+                if not failure.retryable:
+                    return reason
+                await asyncio.sleep(min(0.01 * 2 ** attempt, 0.2))
+                continue
+            finally:
+                out.upstream_s += time.perf_counter() - t0
+            try:
+                trajectory = self.mode.parse(response)
+                self.checker.check(trajectory)
+            except TrajectoryInvalid as invalid:
+                self.metrics.violation(invalid.kind)
+                out.notes.append(f"attempt {attempt + 1}: {invalid}")
+                reason = "invalid"
+                continue
+            decision, confidence = self.checker.decide(trajectory)
+            return trajectory, decision, confidence
+        return reason
+
+    async def decide(self, document: Any, canonical: str | None = None) -> Outcome:
+        canonical = canonical or canonical_json(document)
+        out = Outcome(None, 0.0, {}, "none", "error")
+        try:
+            # asyncio.timeout, not wait_for: no extra task per decision.
+            async with asyncio.timeout(self.cfg.deadline_s):
+                result = await self._model(canonical, out)
+        except TimeoutError:
+            result = "deadline"
+        if isinstance(result, tuple):
+            trajectory, decision, confidence = result
+            out.trajectory, out.decision, out.confidence, out.source = trajectory, decision, confidence, "model"
+            if confidence >= self.cfg.confidence_threshold:
+                out.outcome = "ok"
+                return out
+            if self.cfg.low_confidence_policy == "flag":
+                out.outcome, out.flagged = "low_confidence", True
+                return out
+            reason = "low_confidence"
+        else:
+            reason = result
+        return self._fallback(document, reason, out)
+
+    def _fallback(self, document: Any, reason: str, out: Outcome) -> Outcome:
+        self.metrics.fallback(reason)
+        out.fallback_reason = reason
+        model = ({"decision": out.decision, "confidence": out.confidence, "trajectory": out.trajectory}
+                 if out.source == "model" else None)
+        ruled = self.rules.decide(document, model, reason)
+        if ruled is None:
+            if out.source == "model":
+                # Low confidence and no rule applies: the model's decision stands, flagged.
+                out.outcome, out.flagged = "low_confidence", True
+                out.notes.append("no fallback rule matched; the model's low-confidence decision is kept")
+                return out
+            out.outcome, out.source = "error", "none"
+            out.error = f"no decision: the model could not decide ({reason}) and no fallback rule matched"
+            return out
+        model_trajectory = out.trajectory or None
+        out.decision, out.confidence, out.source, out.outcome = ruled.decision, 1.0, "rules", "fallback"
+        out.rule = ruled.rule
+        out.flagged = False
+        out.trajectory = {"rule": ruled.rule, "reasoningCode": ruled.reasoning_code, "fallbackReason": reason}
+        if model_trajectory:
+            out.trajectory["modelTrajectory"] = model_trajectory
+        return out

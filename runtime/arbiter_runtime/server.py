@@ -1,0 +1,333 @@
+"""The decision server: KServe V2 REST + POST /v1/decisions + /metrics, one code path per decision."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import __version__
+from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso, trace_from_header
+from .config import DecisionConfig
+from .decide import Decider, Outcome, canonical_json, input_digest
+from .fallback import RulesEngine
+from .jsonutil import dumps_bytes
+from .metrics import Metrics
+from .protocol import OUTPUT_METADATA, BadRequest, infer_response, loads_strict, parse_infer
+from .tokens import TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
+from .trajectory import InputInvalid, InputValidator
+from .upstream import UpstreamClient, UpstreamFailure
+
+log = logging.getLogger("arbiter.runtime")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class RuntimeOptions:
+    model_dir: str | None = None  # read tokenizer.json here; otherwise ask the upstream's /tokenize
+    audit_sinks: list | None = None  # default: stdout (+ S3 when ARBITER_AUDIT_S3_BUCKET is set)
+    s3_settings: S3Settings | None = None
+    upstream_poll_s: float = 0.5
+    on_fatal: Callable[[str], None] | None = None  # called when the model is refused after start-up
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+class Runtime:
+    """State shared by the handlers: config, decider, audit, metrics, readiness."""
+
+    def __init__(self, cfg: DecisionConfig, options: RuntimeOptions):
+        self.cfg = cfg
+        self.options = options
+        self.rules = RulesEngine(cfg.fallback_rules)  # CEL compiled now: a bad rule stops start-up
+        if not self.rules.has_default:
+            log.warning("no catch-all fallback rule (when: \"true\") at the end of fallbackRules: an input no rule "
+                        "matches gets a 503 when the model cannot decide it")
+        self.metrics = Metrics(cfg.model, cfg.version)
+        self.validator = InputValidator(cfg.input_schema)
+        self.ready = False
+        self.not_ready_reason = "starting"
+        self.fatal: str | None = None
+        self.client: UpstreamClient | None = None
+        self.decider: Decider | None = None
+        self.audit: AuditLog | None = None
+        self._loader: asyncio.Task | None = None
+        root = cfg.upstream.url
+        self.upstream_root = root[:-3] if root.endswith("/v1") else root
+
+    def _headers(self) -> dict[str, str]:
+        name = self.cfg.upstream.api_key_env
+        if name and self.options.env.get(name):
+            return {"Authorization": f"Bearer {self.options.env[name]}"}
+        return {}
+
+    async def start(self) -> None:
+        self.client = UpstreamClient(self._headers())
+        await self.client.start()
+        self.decider = Decider(self.cfg, self.client, self.rules, self.metrics)
+        sinks = self.options.audit_sinks
+        if sinks is None:
+            sinks = [StdoutSink()]
+            s3 = self.options.s3_settings or S3Settings.from_env(self.options.env)
+            if s3 is not None:
+                sink = S3BatchSink(s3, self.cfg.model, self.cfg.version)
+                await sink.start()
+                sinks.append(sink)
+        else:
+            for sink in sinks:
+                if hasattr(sink, "start"):
+                    await sink.start()
+        self.audit = AuditLog(sinks)
+        tokens = None
+        if self.cfg.trajectory_mode == "scored" and self.options.model_dir:
+            # Fail before listening: a refused tokenizer is a deployment error, not a runtime state.
+            source = TokenizerJsonSource(self.options.model_dir)
+            tokens = await resolve(source, self.cfg.labels, self.cfg.reasoning_codes, source.description)
+            log.info("label tokens resolved: %s", describe(tokens))
+        self._loader = asyncio.create_task(self._load(tokens), name="load")
+
+    async def _upstream_healthy(self) -> bool:
+        assert self.client is not None
+        for url in (self.upstream_root + "/health", self.cfg.upstream.url + "/models"):
+            status = await self.client.get_status(url)
+            if status is None:
+                return False
+            if status == 200:
+                return True
+        return False
+
+    async def _load(self, tokens) -> None:
+        waited = 0.0
+        while not await self._upstream_healthy():
+            self.not_ready_reason = f"waiting for the upstream at {self.upstream_root}"
+            if waited % 10 < self.options.upstream_poll_s:
+                log.info("%s", self.not_ready_reason)
+            await asyncio.sleep(self.options.upstream_poll_s)
+            waited += self.options.upstream_poll_s
+        assert self.decider is not None and self.client is not None
+        if self.cfg.trajectory_mode == "scored" and tokens is None:
+            source = UpstreamTokenizeSource(self.client, self.cfg.upstream.url, self.cfg.upstream.served_model_name)
+            try:
+                tokens = await resolve(source, self.cfg.labels, self.cfg.reasoning_codes, source.description)
+            except (TokenizerRefused, UpstreamFailure, ValueError) as exc:
+                self.fatal = str(exc) if isinstance(exc, TokenizerRefused) else f"/tokenize failed: {exc}"
+                self.not_ready_reason = self.fatal
+                log.error("%s", self.fatal)
+                if self.options.on_fatal:
+                    self.options.on_fatal(self.fatal)
+                return
+            log.info("label tokens resolved: %s", describe(tokens))
+        self.decider.load(tokens)
+        self.ready = True
+        self.not_ready_reason = ""
+        log.info("ready: model %s version %s, %s mode, upstream %s", self.cfg.model, self.cfg.version,
+                 self.cfg.trajectory_mode, self.cfg.upstream.url)
+
+    async def stop(self) -> None:
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loader
+        if self.audit is not None:
+            await self.audit.close()  # flushes the S3 batch: no record lost on a clean shutdown
+        if self.client is not None:
+            await self.client.close()
+
+    async def decide_rows(self, documents: list[Any], trace: Trace, started: float,
+                          request_id: str | None) -> list[Outcome]:
+        """Validate every row first (no token is spent on a bad batch), then decide them concurrently."""
+        canonicals = []
+        for i, doc in enumerate(documents):
+            try:
+                self.validator.check(doc)
+            except InputInvalid as exc:
+                raise BadRequest(f"row {i}: {exc}" if len(documents) > 1 else str(exc)) from None
+            canonicals.append(canonical_json(doc))
+        if len(documents) == 1:
+            return [await self._decide_one(documents[0], canonicals[0], trace, started, 0, request_id)]
+        return list(await asyncio.gather(*(self._decide_one(d, c, trace, started, i, request_id)
+                                           for i, (d, c) in enumerate(zip(documents, canonicals)))))
+
+    async def _decide_one(self, document: Any, canonical: str, trace: Trace, started: float, row: int,
+                          request_id: str | None) -> Outcome:
+        assert self.decider is not None and self.audit is not None
+        out = await self.decider.decide(document, canonical)
+        latency = time.perf_counter() - started
+        self.metrics.decision(out.outcome, out.source, latency)
+        record = {
+            "kind": "arbiter.decision", "time": now_iso(), "traceId": trace.trace_id, "spanId": trace.span_id,
+            "parentSpanId": trace.parent_id, "requestId": request_id, "row": row, "model": self.cfg.model,
+            "version": self.cfg.version, "inputDigest": input_digest(canonical), "decision": out.decision,
+            "confidence": out.confidence, "source": out.source, "outcome": out.outcome, "lowConfidence": out.flagged,
+            "fallbackReason": out.fallback_reason, "rule": out.rule, "trajectory": out.trajectory,
+            "attempts": out.attempts, "latencyMs": round(latency * 1000, 3),
+        }
+        if out.error:
+            record["error"] = out.error
+        if out.notes:
+            record["notes"] = out.notes  # why attempts failed: what an auditor asks when the rules decided
+        self.audit.record(record)
+        return out
+
+
+class FastJSONResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return dumps_bytes(content)
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return FastJSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def _timing(outcomes: list[Outcome], started: float) -> str:
+    upstream = max((o.upstream_s for o in outcomes), default=0.0)
+    total = time.perf_counter() - started
+    return f"upstream;dur={upstream * 1000:.3f}, total;dur={total * 1000:.3f}"
+
+
+async def _read_json(request: Request) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+        raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes") if length.isdigit() else \
+            BadRequest("invalid Content-Length")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes")
+    if not body:
+        raise BadRequest("request body is empty; send a JSON document")
+    try:
+        return loads_strict(body)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"request body is not JSON: {exc}") from None
+
+
+def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> Starlette:
+    rt = Runtime(cfg, options or RuntimeOptions())
+    model, version = cfg.model, cfg.version
+
+    def check_model(request: Request) -> JSONResponse | None:
+        name = request.path_params["name"]
+        v = request.path_params.get("version")
+        if name != model:
+            return _error(404, f"unknown model {name!r}; this server serves {model!r}")
+        if v is not None and v != version:
+            return _error(404, f"unknown version {v!r} of model {model!r}; this server serves version {version!r}")
+        return None
+
+    async def live(_: Request) -> Response:
+        return JSONResponse({"live": True})
+
+    async def ready(_: Request) -> Response:
+        if rt.ready:
+            return JSONResponse({"ready": True})
+        return JSONResponse({"ready": False, "error": rt.not_ready_reason}, status_code=503)
+
+    async def server_meta(_: Request) -> Response:
+        return JSONResponse({"name": "arbiter-runtime", "version": __version__, "extensions": []})
+
+    async def model_meta(request: Request) -> Response:
+        if (err := check_model(request)) is not None:
+            return err
+        return JSONResponse({
+            "name": model, "versions": [version], "platform": "arbiter-vllm",
+            "inputs": [{"name": "input", "datatype": "BYTES", "shape": [-1]}],
+            "outputs": OUTPUT_METADATA,
+            "parameters": {"labels": list(cfg.labels), "reasoningCodes": list(cfg.reasoning_codes),
+                           "steps": cfg.steps, "trajectoryMode": cfg.trajectory_mode},
+        })
+
+    async def model_ready(request: Request) -> Response:
+        if (err := check_model(request)) is not None:
+            return err
+        if rt.ready:
+            return JSONResponse({"name": model, "ready": True})
+        return JSONResponse({"name": model, "ready": False, "error": rt.not_ready_reason}, status_code=503)
+
+    async def infer(request: Request) -> Response:
+        started = time.perf_counter()
+        if (err := check_model(request)) is not None:
+            return err
+        trace = trace_from_header(request.headers.get("traceparent"))
+        headers = {"traceparent": trace.traceparent}
+        if not rt.ready:
+            return _error(503, f"model {model} is not ready: {rt.not_ready_reason}", headers)
+        try:
+            documents, req_id, wanted = parse_infer(await _read_json(request))
+            outcomes = await rt.decide_rows(documents, trace, started, req_id)
+        except BadRequest as exc:
+            return _error(400, str(exc), headers)
+        failed = [i for i, o in enumerate(outcomes) if o.decision is None]
+        if failed:
+            return _error(503, f"no decision for row(s) {failed}: {outcomes[failed[0]].error}", headers)
+        params = {"trace_id": trace.trace_id, "traceparent": trace.traceparent}
+        headers["server-timing"] = _timing(outcomes, started)
+        return FastJSONResponse(infer_response(model, version, req_id, outcomes, params, wanted), headers=headers)
+
+    async def decisions(request: Request) -> Response:
+        started = time.perf_counter()
+        trace = trace_from_header(request.headers.get("traceparent"))
+        headers = {"traceparent": trace.traceparent}
+        if not rt.ready:
+            return _error(503, f"model {model} is not ready: {rt.not_ready_reason}", headers)
+        try:
+            document = await _read_json(request)
+            (out,) = await rt.decide_rows([document], trace, started, None)
+        except BadRequest as exc:
+            return _error(400, str(exc), headers)
+        if out.decision is None:
+            return _error(503, out.error or "no decision", headers)
+        headers["server-timing"] = _timing([out], started)
+        return FastJSONResponse({
+            "model": model, "version": version, "decision": out.decision, "confidence": out.confidence,
+            "source": out.source, "lowConfidence": out.flagged, "fallbackReason": out.fallback_reason,
+            "trajectory": out.trajectory, "traceId": trace.trace_id,
+        }, headers=headers)
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def http_error(_: Request, exc: HTTPException) -> Response:
+        return _error(exc.status_code, exc.detail if isinstance(exc.detail, str) else "error",
+                      getattr(exc, "headers", None))
+
+    async def internal_error(_: Request, exc: Exception) -> Response:
+        log.exception("internal error: %s", type(exc).__name__)
+        return _error(500, "internal error; see the server log")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app):
+        await rt.start()
+        try:
+            yield
+        finally:
+            await rt.stop()
+
+    routes = [
+        Route("/v2/health/live", live, methods=["GET"]),
+        Route("/v2/health/ready", ready, methods=["GET"]),
+        Route("/v2", server_meta, methods=["GET"]),
+        Route("/v2/models/{name}", model_meta, methods=["GET"]),
+        Route("/v2/models/{name}/versions/{version}", model_meta, methods=["GET"]),
+        Route("/v2/models/{name}/ready", model_ready, methods=["GET"]),
+        Route("/v2/models/{name}/versions/{version}/ready", model_ready, methods=["GET"]),
+        Route("/v2/models/{name}/infer", infer, methods=["POST"]),
+        Route("/v2/models/{name}/versions/{version}/infer", infer, methods=["POST"]),
+        Route("/v1/decisions", decisions, methods=["POST"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan,
+                    exception_handlers={HTTPException: http_error, Exception: internal_error})
+    app.state.runtime = rt
+    return app
+

@@ -1,0 +1,232 @@
+"""One container, two processes: `vllm serve` and the decision server.
+
+The supervisor starts both, forwards SIGTERM/SIGINT to both, and exits as soon as either one exits (killing the
+other), so the kubelet restarts the container instead of leaving a half-working pod. Readiness is the decision
+server's /v2/health/ready, which turns true only after the upstream's /health answers and the label tokens are
+resolved: ready only when both are.
+
+    python -m arbiter_runtime supervise [--config decision.json] [--port 8000] -- <vllm serve arguments>
+    python -m arbiter_runtime supervise --upstream http://host:port/v1      # no vLLM child: any OpenAI server
+
+The vLLM arguments come after `--` or from $ARBITER_VLLM_ARGS (a JSON list, or a shell-quoted string), as the
+operator renders them; the command is `python3 -m vllm.entrypoints.cli.main serve` unless $ARBITER_VLLM_COMMAND
+(shell-quoted) replaces it. The first argument that is a directory with tokenizer.json is the model directory the
+decision server reads label tokens from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+log = logging.getLogger("arbiter.supervisor")
+
+DEFAULT_VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+
+
+def vllm_args_from_env(env: dict[str, str]) -> list[str]:
+    raw = env.get("ARBITER_VLLM_ARGS", "").strip()
+    if not raw:
+        return []
+    if raw.startswith("["):
+        value = json.loads(raw)
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise ValueError("ARBITER_VLLM_ARGS must be a JSON list of strings or a shell-quoted string")
+        return value
+    return shlex.split(raw)
+
+
+def find_model_dir(args: list[str]) -> str | None:
+    for arg in args:
+        if not arg.startswith("-") and (Path(arg) / "tokenizer.json").is_file():
+            return arg
+    return None
+
+
+def upstream_url_from_args(args: list[str]) -> str:
+    """vllm serve's --host/--port as the decision server must reach them."""
+    host, port = "127.0.0.1", "8000"
+    for i, arg in enumerate(args):
+        for flag in ("--port", "--host"):
+            value = None
+            if arg == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+            if value is not None:
+                if flag == "--port":
+                    port = value
+                elif value not in ("0.0.0.0", "::", ""):
+                    host = value
+    return f"http://{host}:{port}/v1"
+
+
+def build_commands(opts: argparse.Namespace, vllm_args: list[str], env: dict[str, str]):
+    children: list[tuple[str, list[str]]] = []
+    upstream = opts.upstream
+    model_dir = opts.model_dir
+    if not upstream:
+        command = shlex.split(env["ARBITER_VLLM_COMMAND"]) if env.get("ARBITER_VLLM_COMMAND") else \
+            list(DEFAULT_VLLM_COMMAND)
+        vllm_args = list(vllm_args)
+        # vLLM stays private to the pod (only the decision server is exposed) and off the server's port.
+        if not any(a == "--host" or a.startswith("--host=") for a in vllm_args):
+            vllm_args += ["--host", "127.0.0.1"]
+        if not any(a == "--port" or a.startswith("--port=") for a in vllm_args):
+            vllm_args += ["--port", "8000"]
+        children.append(("vllm", command + vllm_args))
+        upstream = upstream_url_from_args(vllm_args)
+        model_dir = model_dir or find_model_dir(vllm_args)
+    server = [sys.executable, "-m", "arbiter_runtime", "serve", "--port", str(opts.port), "--host", opts.host,
+              "--upstream", upstream]
+    if opts.config:
+        server += ["--config", opts.config]
+    if model_dir:
+        server += ["--model-dir", model_dir]
+    children.append(("decision-server", server))
+    return children
+
+
+def ray_head_address(env: dict[str, str]) -> str | None:
+    """Where a multi-node worker finds the head's Ray: $RAY_ADDRESS, or KServe's $HEAD_SVC in $POD_NAMESPACE."""
+    if env.get("RAY_ADDRESS"):
+        return env["RAY_ADDRESS"]
+    if env.get("HEAD_SVC"):
+        ns = env.get("POD_NAMESPACE")
+        host = f"{env['HEAD_SVC']}.{ns}.svc.cluster.local" if ns else env["HEAD_SVC"]
+        return f"{host}:{env.get('RAY_PORT', '6379')}"
+    return None
+
+
+def worker(argv: list[str]) -> int:
+    """`arbiter-runtime worker`: a multi-node worker pod joins the head's Ray cluster and stays there."""
+    address = ray_head_address(dict(os.environ))
+    if not address:
+        print("arbiter-runtime worker: set RAY_ADDRESS (host:port of the head's Ray) or HEAD_SVC/POD_NAMESPACE",
+              file=sys.stderr)
+        return 2
+    os.execvp("ray", ["ray", "start", "--block", f"--address={address}", *argv])
+    return 127  # not reached
+
+
+def uses_ray(args: list[str]) -> bool:
+    return any(a in ("--distributed-executor-backend=ray",) for a in args) or any(
+        a == "--distributed-executor-backend" and i + 1 < len(args) and args[i + 1] == "ray"
+        for i, a in enumerate(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    vllm_cli: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, vllm_cli = argv[:cut], argv[cut + 1:]
+    p = argparse.ArgumentParser(prog="arbiter-runtime supervise",
+                                description="Run vllm serve and the decision server in one container")
+    p.add_argument("--config", default=os.environ.get("ARBITER_DECISION_CONFIG"))
+    p.add_argument("--host", default=os.environ.get("ARBITER_HOST", "0.0.0.0"))
+    p.add_argument("--port", type=int, default=int(os.environ.get("ARBITER_PORT", "8080")))
+    p.add_argument("--model-dir", default=os.environ.get("ARBITER_MODEL_DIR") or None)
+    p.add_argument("--upstream", default=os.environ.get("ARBITER_UPSTREAM_URL") or None,
+                   help="use this OpenAI-compatible server instead of starting vllm serve")
+    p.add_argument("--grace-s", type=float, default=float(os.environ.get("ARBITER_SHUTDOWN_GRACE_S", "25")),
+                   help="how long children get to exit after SIGTERM before SIGKILL")
+    opts = p.parse_args(argv)
+    env = dict(os.environ)
+    try:
+        vllm_args = vllm_cli or vllm_args_from_env(env)
+    except ValueError as exc:
+        print(f"arbiter-runtime supervise: {exc}", file=sys.stderr)
+        return 2
+    if not opts.upstream and not vllm_args:
+        print("arbiter-runtime supervise: no vllm serve arguments (after --, or $ARBITER_VLLM_ARGS) and no "
+              "--upstream: nothing to serve", file=sys.stderr)
+        return 2
+    if not opts.upstream and uses_ray(vllm_args) and not env.get("ARBITER_VLLM_COMMAND"):
+        # Multi-node: the head starts Ray first so that the worker pods (`arbiter-runtime worker`) can join it.
+        rc = subprocess.call(["ray", "start", "--head", f"--port={env.get('RAY_PORT', '6379')}"])
+        if rc != 0:
+            log.error("ray start --head failed with code %s", rc)
+            return rc
+    children = build_commands(opts, vllm_args, env)
+    return Supervisor(children, opts.grace_s).run()
+
+
+class Supervisor:
+    def __init__(self, children: list[tuple[str, list[str]]], grace_s: float):
+        self.children = children
+        self.grace_s = grace_s
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.stopping: int | None = None
+
+    def _signal(self, signum, _frame) -> None:
+        if self.stopping is None:
+            self.stopping = signum
+            log.info("received %s: stopping children", signal.Signals(signum).name)
+            for name, proc in self.procs.items():
+                if proc.poll() is None:
+                    proc.send_signal(signum)
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._signal)
+        signal.signal(signal.SIGINT, self._signal)
+        for name, cmd in self.children:
+            log.info("starting %s: %s", name, shlex.join(cmd))
+            self.procs[name] = subprocess.Popen(cmd)
+        code = 0
+        while True:
+            if os.getpid() == 1:
+                self._reap_orphans()
+            exited = [(n, p.returncode) for n, p in self.procs.items() if p.poll() is not None]
+            if exited:
+                name, rc = exited[0]
+                if self.stopping is None:
+                    log.error("%s exited with code %s: stopping the container", name, rc)
+                    code = rc if rc else 1
+                self._stop_all()
+                break
+            if self.stopping is not None and all(p.poll() is not None for p in self.procs.values()):
+                break
+            time.sleep(0.1)
+        if self.stopping is not None and code == 0:
+            # Clean stop on request: exit 0 when every child stopped cleanly.
+            code = max((abs(p.returncode or 0) for p in self.procs.values()), default=0)
+            code = 0 if all(p.returncode in (0, -signal.SIGTERM, -signal.SIGINT) for p in self.procs.values()) \
+                else code
+        return code
+
+    def _reap_orphans(self) -> None:
+        """As PID 1 (no init in the image) collect exited orphans, e.g. vLLM's worker processes, so no zombies
+        pile up; an exit of one of our own children is handed to its Popen."""
+        ours = {p.pid: p for p in self.procs.values()}
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in ours and ours[pid].returncode is None:
+                ours[pid].returncode = os.waitstatus_to_exitcode(status)
+
+    def _stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for proc in self.procs.values():
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                proc.wait(remaining)
+            except subprocess.TimeoutExpired:
+                log.error("pid %s did not stop within %.0f s: killing it", proc.pid, self.grace_s)
+                proc.kill()
+                proc.wait()

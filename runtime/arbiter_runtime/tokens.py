@@ -1,0 +1,117 @@
+"""Resolve the token ids of labels (and codes) from the model's tokenizer at start-up.
+
+Scored mode reads each label's probability from `logprob_token_ids` at the position where the label is written,
+so each label must be exactly one token *in the context it is written in* (after "code:"). A label is therefore
+resolved by tokenizing "code:" and "code:label" and requiring the second to be the first plus one token; a model
+whose labels do not pass, or whose labels share a token, is refused before the server reports ready.
+
+Two sources give the same answer: the model directory's tokenizer.json (the `tokenizers` library, no network),
+or the upstream's `/tokenize` endpoint, which `vllm serve` has (and so does the stand-in).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable, Protocol
+
+
+
+class TokenizerRefused(RuntimeError):
+    """The model cannot serve this config in scored mode; the message says why and what to change."""
+
+
+class TokenSource(Protocol):
+    async def encode(self, text: str) -> list[int]: ...
+
+
+class TokenizerJsonSource:
+    """tokenizer.json from a model directory (as `vllm serve MODEL_DIR` loads it)."""
+
+    def __init__(self, model_dir: str | Path):
+        from tokenizers import Tokenizer  # only needed on this path
+
+        path = Path(model_dir) / "tokenizer.json"
+        if not path.is_file():
+            raise TokenizerRefused(f"no tokenizer.json in model directory {model_dir}; pass the directory that "
+                                   "vllm serve loads, or leave --model-dir out to ask the upstream's /tokenize")
+        self._tok = Tokenizer.from_file(str(path))
+        self.description = str(path)
+
+    async def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
+
+
+class UpstreamTokenizeSource:
+    """vLLM's `POST /tokenize` (served at the root, beside /v1)."""
+
+    def __init__(self, client, base_url: str, model: str):
+        """`client`: an upstream.UpstreamClient (started)."""
+        root = base_url.rstrip("/")
+        if root.endswith("/v1"):
+            root = root[:-3]
+        self._url = root + "/tokenize"
+        self._client = client
+        self._model = model
+        self.description = self._url
+
+    async def encode(self, text: str) -> list[int]:
+        status, content = await self._client.post(self._url, {"model": self._model, "prompt": text,
+                                                               "add_special_tokens": False}, timeout=30.0)
+        if status != 200:
+            raise TokenizerRefused(f"{self._url} answered {status}: {content[:200]!r}")
+        body = json.loads(content)
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list):
+            raise TokenizerRefused(f"{self._url} answered without a 'tokens' list")
+        return [int(t) for t in tokens]
+
+
+@dataclass(frozen=True)
+class LabelTokens:
+    label_ids: dict[str, int]
+    code_ids: dict[str, list[int]]
+    source: str
+
+
+async def resolve(source: TokenSource, labels: tuple[str, ...], codes: tuple[str, ...],
+                  description: str = "") -> LabelTokens:
+    label_ids: dict[str, int] = {}
+    problems: list[str] = []
+    for label in labels:
+        seen: set[int] = set()
+        for code in codes:
+            prefix = await source.encode(f"{code}:")
+            full = await source.encode(f"{code}:{label}")
+            if len(full) != len(prefix) + 1 or full[:len(prefix)] != prefix:
+                problems.append(f"label {label!r} after {code + ':'!r} tokenizes as {len(full) - len(prefix)} "
+                                f"tokens ({full[len(prefix):] if full[:len(prefix)] == prefix else full})")
+                break
+            seen.add(full[-1])
+        else:
+            if len(seen) != 1:
+                problems.append(f"label {label!r} maps to different tokens {sorted(seen)} depending on the code")
+            else:
+                label_ids[label] = seen.pop()
+    if problems:
+        raise TokenizerRefused(
+            "this model cannot run in scored mode: each label must be exactly one token where it is written; "
+            + "; ".join(problems) + ". Choose labels that are single tokens of this tokenizer (short words or "
+            "letters), or use trajectoryMode: generated")
+    by_id: dict[int, list[str]] = {}
+    for label, tid in label_ids.items():
+        by_id.setdefault(tid, []).append(label)
+    shared = [names for names in by_id.values() if len(names) > 1]
+    if shared:
+        raise TokenizerRefused(f"this model cannot run in scored mode: labels {shared} map to the same token; "
+                               "choose labels that are distinct tokens")
+    code_ids = {code: await source.encode(code) for code in codes}
+    return LabelTokens(label_ids=label_ids, code_ids=code_ids, source=description)
+
+
+def describe(tokens: LabelTokens) -> str:
+    return json.dumps({"labelTokenIds": tokens.label_ids, "source": tokens.source})
+
+
+EncodeFn = Callable[[str], Awaitable[list[int]]]

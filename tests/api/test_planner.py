@@ -1,0 +1,145 @@
+"""The pure planner: first deployment to Ready, idempotence, invalid specs, drift, removed versions."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from api_helpers import example, make_dm
+from arbiter_operator.api.models import DecisionModel
+from arbiter_operator.apply import merge_patch
+from arbiter_operator.plan import ArtifactObservation, Observations, plan
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _ready(isvc: dict) -> dict:
+    return {**isvc, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def _kinds(p) -> list[tuple[str, str]]:
+    return [(c["kind"], c["metadata"]["name"]) for c in p.children]
+
+
+def _with_status(dm: DecisionModel, status: dict) -> DecisionModel:
+    raw = dm.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["status"] = status
+    return DecisionModel.model_validate(raw)
+
+
+def _cond(p, type_):
+    return next(c for c in p.status["conditions"] if c["type"] == type_)
+
+
+def _converge(dm, obs_for, now=T0, rounds=6):
+    """Feed the plan's status back until it stops changing (what repeated reconciles do)."""
+    p = None
+    for i in range(rounds):
+        p = plan(dm, obs_for(p), now + timedelta(seconds=i))
+        if merge_patch(dm.status.model_dump(mode="json", by_alias=True, exclude_none=True), p.status) is None:
+            return dm, p
+        dm = _with_status(dm, p.status)
+    raise AssertionError("status did not converge")
+
+
+def test_first_deployment_then_ready():
+    dm = make_dm()
+    p = plan(dm, Observations(), T0)
+    assert _kinds(p) == [("ServingRuntime", "credit-limit-runtime"), ("ConfigMap", "credit-limit-1-0-0-decision"),
+                         ("InferenceService", "credit-limit-1-0-0")]
+    assert _cond(p, "Ready")["status"] == "False"
+    assert _cond(p, "Reconciling")["status"] == "True"
+    assert p.status["observedGeneration"] == 1
+    assert all(c["observedGeneration"] == 1 for c in p.status["conditions"])
+    assert p.requeue_after is not None
+
+    isvc = next(c for c in p.children if c["kind"] == "InferenceService")
+    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)})
+    dm, p = _converge(_with_status(dm, p.status), lambda _: obs)
+    route = next(c for c in p.children if c["kind"] == "Route")
+    assert route["spec"]["to"] == {"kind": "Service", "name": "credit-limit-1-0-0-predictor", "weight": 100}
+    assert _cond(p, "Ready")["status"] == "True"
+    assert _cond(p, "Serving")["status"] == "True"
+    assert _cond(p, "Promoted")["status"] == "True"
+    assert _cond(p, "Stalled")["status"] == "False"
+    assert p.status["activeVersion"] == "1.0.0"
+    assert p.status["promotion"]["stable"] == "1.0.0"
+    assert p.status["versions"][0]["phase"] == "Ready"
+
+
+def test_converged_plan_is_stable_over_time():
+    dm = make_dm()
+    first = plan(dm, Observations(), T0)
+    isvc = next(c for c in first.children if c["kind"] == "InferenceService")
+    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)})
+    dm, p = _converge(_with_status(dm, first.status), lambda _: obs)
+    later = plan(dm, obs, T0 + timedelta(hours=3))
+    assert merge_patch(dm.status.model_dump(mode="json", by_alias=True, exclude_none=True), later.status) is None
+    assert later.children == p.children
+    assert later.events == []
+
+
+def test_invalid_fallback_cel_stalls_and_touches_nothing():
+    raw = example()
+    raw["spec"]["decision"]["fallbackRules"][0]["when"] = "input.requestedLimit >"
+    p = plan(make_dm(raw), Observations(), T0)
+    assert p.children is None and p.deletions == []
+    stalled = _cond(p, "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "InvalidSpec"
+    assert "large-request-needs-review" in stalled["message"] and "not valid CEL" in stalled["message"]
+    assert _cond(p, "Ready")["reason"] == "InvalidSpec"
+    assert [e.reason for e in p.events] == ["InvalidSpec"]
+
+
+def test_invalid_json_schema_stalls():
+    raw = example()
+    raw["spec"]["versions"][0]["metadata"]["inputSchema"] = {"type": "objekt"}
+    p = plan(make_dm(raw), Observations(), T0)
+    assert p.children is None
+    assert "inputSchema is not a valid JSON Schema" in _cond(p, "Stalled")["message"]
+
+
+def test_failed_isvc_reports_why():
+    dm = make_dm()
+    p = plan(dm, Observations(), T0)
+    isvc = next(c for c in p.children if c["kind"] == "InferenceService")
+    failed = {**isvc, "status": {"conditions": [{"type": "Ready", "status": "False"}],
+                                 "modelStatus": {"transitionStatus": "BlockedByFailedLoad",
+                                                 "lastFailureInfo": {"message": "CUDA out of memory"}}}}
+    p2 = plan(_with_status(dm, p.status), Observations(inferenceservices={isvc["metadata"]["name"]: failed}), T0)
+    assert p2.status["versions"][0]["phase"] == "Failed"
+    assert "CUDA out of memory" in p2.status["versions"][0]["message"]
+    assert _cond(p2, "Ready")["status"] == "False"
+
+
+def test_version_not_live_is_deleted():
+    dm = make_dm()
+    stray = {"metadata": {"name": "credit-limit-0-9-0", "labels": {"arbiter.dev/version": "0.9.0"}}}
+    stray_cm = {"metadata": {"name": "credit-limit-0-9-0-decision"}}
+    p = plan(dm, Observations(inferenceservices={"credit-limit-0-9-0": stray},
+                              configmaps={"credit-limit-0-9-0-decision": stray_cm}), T0)
+    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-0-9-0") in p.deletions
+    assert ("v1", "ConfigMap", "credit-limit-0-9-0-decision") in p.deletions
+
+
+def test_invalid_artifacts_deploy_nothing_for_the_version():
+    obs = Observations(artifacts={"1.0.0": ArtifactObservation(valid=False, reason="TensorParallelMismatch",
+                                                               message="tensor parallel 3 does not divide 32")})
+    p = plan(make_dm(), obs, T0)
+    assert not any(c["kind"] == "InferenceService" for c in p.children)
+    assert p.status["versions"][0]["phase"] == "Invalid"
+
+
+def test_route_admission_failure_is_reported():
+    dm = make_dm()
+    first = plan(dm, Observations(), T0)
+    isvc = next(c for c in first.children if c["kind"] == "InferenceService")
+    route = {"metadata": {"name": "credit-limit"}, "spec": {},
+             "status": {"ingress": [{"host": "x", "conditions": [{"type": "Admitted", "status": "False",
+                                                                 "reason": "HostAlreadyClaimed",
+                                                                 "message": "host claimed by another namespace"}]}]}}
+    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)}, route=route)
+    _, p = _converge(_with_status(dm, first.status), lambda _: obs)
+    exposed = _cond(p, "Exposed")
+    assert (exposed["status"], exposed["reason"]) == ("False", "RouteNotAdmitted")
+    assert "host claimed" in exposed["message"]
+    assert _cond(p, "Ready")["status"] == "False"

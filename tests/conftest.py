@@ -1,0 +1,177 @@
+"""Shared fixtures: a real control plane (etcd + kube-apiserver) with the upstream CRDs installed, a fresh namespace
+per test, and a real S3 server (MinIO). See docs/devenv.md.
+
+Cluster choice, in order: ARBITER_TEST_KUBECONFIG (an existing cluster; nothing is started), ``--kind`` (a kind
+cluster through pytest-kind, needs Docker), else the local control plane built from hack/tools.
+S3 choice: ARBITER_TEST_S3_ENDPOINT_URL (+ _ACCESS_KEY, _SECRET_KEY, _REGION) for an existing S3, else local MinIO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from arbiter_operator.devenv import crds
+from arbiter_operator.devenv.controlplane import ControlPlane, ExistingCluster
+from arbiter_operator.devenv.s3server import S3Server
+from arbiter_operator.devenv.tools import ensure_tool, load_tool
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("arbiter")
+    group.addoption(
+        "--kind",
+        action="store_true",
+        default=False,
+        help="run cluster tests on a kind cluster (pytest-kind, Docker) instead of the local control plane",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Whatever uses the control plane is a cluster test, marked or not, so `-m "not cluster"` is reliable.
+    for item in items:
+        if "control_plane" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Build missing binaries before the first test, outside any per-test timeout: a cold kube-apiserver build takes
+    # about ten minutes on a small machine. Cached binaries make this a few stat() calls.
+    if session.config.option.collectonly:
+        return
+    used = set()
+    for item in session.items:
+        used.update(getattr(item, "fixturenames", ()))
+    needed = []
+    local_cluster = not os.environ.get("ARBITER_TEST_KUBECONFIG") and not session.config.getoption("--kind")
+    if "control_plane" in used and local_cluster:
+        needed += ["etcd", "kube-apiserver"]
+    if "s3_server" in used and not os.environ.get("ARBITER_TEST_S3_ENDPOINT_URL"):
+        needed.append("minio")
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for name in needed:
+        tool = load_tool(name)
+        if not tool.cache_path.is_file() and reporter is not None:
+            reporter.write_line(f"arbiter: building {name} {tool.version} with go build (first run only; minutes)")
+        ensure_tool(name, quiet=True)
+
+
+def _docker_works() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A cluster with KServe, OpenShift Route, ModelRegistry and Arbiter's CRDs Established.
+
+    Local default: ``ControlPlane`` (``.kubeconfig``, ``.server``, ``.api_client()``, ``.write_kubeconfig()``).
+    """
+    kind_cluster = None
+    existing = os.environ.get("ARBITER_TEST_KUBECONFIG")
+    if existing:
+        cluster: Any = ExistingCluster(existing)
+    elif request.config.getoption("--kind"):
+        if not _docker_works():
+            pytest.fail("--kind needs a working Docker daemon (`docker info` failed)")
+        try:
+            from pytest_kind import KindCluster
+        except ImportError:
+            pytest.fail("--kind needs pytest-kind: .venv/bin/pip install -e '.[kind]'")
+        kind_cluster = KindCluster("arbiter-test")
+        kind_cluster.create()
+        cluster = ExistingCluster(kind_cluster.kubeconfig_path)
+    else:
+        cluster = ControlPlane().start()
+    try:
+        api = cluster.api_client()
+        try:
+            ours = not existing
+            # Upstream CRDs on somebody else's cluster are theirs: create missing ones, never replace.
+            crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths(), replace=ours)
+            crds.install_crds(api, crds.arbiter_crd_paths())
+        finally:
+            api.close()
+        yield cluster
+    finally:
+        cluster.stop()
+        if kind_cluster is not None:
+            kind_cluster.delete()
+
+
+@pytest.fixture
+def namespace(control_plane: Any) -> Iterator[str]:
+    """A fresh namespace with a ``default`` ServiceAccount; deleted afterwards without waiting.
+
+    Without a controller-manager nothing creates the ``default`` ServiceAccount, and the ServiceAccount admission
+    plugin rejects pods without one; nothing finalizes namespaces either, so waiting for deletion would hang.
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    api = control_plane.api_client()
+    core = client.CoreV1Api(api)
+    try:
+        meta = client.V1ObjectMeta(name=name, labels={"arbiter.dev/test": "true"})
+        core.create_namespace(client.V1Namespace(metadata=meta))
+        try:
+            default_sa = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
+            core.create_namespaced_service_account(name, default_sa)
+        except ApiException as exc:
+            if exc.status != 409:  # a real cluster's controller may have been first
+                raise
+        yield name
+    finally:
+        try:
+            core.delete_namespace(name, propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        finally:
+            api.close()
+
+
+@dataclasses.dataclass
+class ExternalS3:
+    endpoint_url: str
+    access_key: str
+    secret_key: str = dataclasses.field(repr=False)
+    region: str = "us-east-1"
+
+    def client(self) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint_url, aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key, region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}),
+        )
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """A real S3 endpoint: ``.endpoint_url``, ``.access_key``, ``.secret_key``, ``.region``, ``.client()``."""
+    url = os.environ.get("ARBITER_TEST_S3_ENDPOINT_URL")
+    if url:
+        yield ExternalS3(
+            url,
+            os.environ["ARBITER_TEST_S3_ACCESS_KEY"],
+            os.environ["ARBITER_TEST_S3_SECRET_KEY"],
+            os.environ.get("ARBITER_TEST_S3_REGION", "us-east-1"),
+        )
+        return
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()

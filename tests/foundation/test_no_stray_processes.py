@@ -1,0 +1,62 @@
+"""Servers started by the development environment die with the Python process that started them, however it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from arbiter_operator.devenv._procs import pid_alive, wait_gone
+
+# Starts a control plane and MinIO, reports their pids and work dirs, then idles until it is signalled.
+CHILD = r"""
+import json, sys, time
+from arbiter_operator.devenv.controlplane import ControlPlane
+from arbiter_operator.devenv.s3server import S3Server
+cp = ControlPlane().start()
+s3 = S3Server().start()
+print(json.dumps({"pids": [*cp.pids.values(), s3.pid], "dirs": [str(cp.workdir), str(s3.workdir)]}), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_servers_do_not_outlive_their_owner(sig):
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line, f"child exited early with {child.wait()}"
+        started = json.loads(line)
+        pids = started["pids"]
+        assert len(pids) == 3 and all(pid_alive(p) for p in pids)
+
+        child.send_signal(sig)
+        child.wait(timeout=60)
+        # SIGKILL gives Python no chance to clean up; the watchdog does it.
+        assert wait_gone(pids, timeout=30) == []
+        # The throwaway certificates, keys and data go too (after SIGKILL, the watchdog removes them).
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(d) for d in started["dirs"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [d for d in started["dirs"] if os.path.exists(d)] == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_stop_ends_every_process_and_is_idempotent():
+    from arbiter_operator.devenv.s3server import S3Server
+
+    server = S3Server().start()
+    pid = server.pid
+    assert pid_alive(pid)
+    server.stop()
+    server.stop()
+    assert not pid_alive(pid)

@@ -1,0 +1,67 @@
+"""Talking to the real apiserver the way `kubectl apply --server-side` does."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client, dynamic
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "arbiter-chart-test"
+
+
+def dynamic_client(api_client: client.ApiClient) -> dynamic.DynamicClient:
+    return dynamic.DynamicClient(api_client)
+
+
+def server_side_apply(
+    dyn: dynamic.DynamicClient, obj: Mapping[str, Any], *, dry_run: bool = False, manager: str = FIELD_MANAGER
+) -> dict[str, Any]:
+    """PATCH application/apply-patch+yaml, force on conflicts (what helm and Argo CD's ServerSideApply do)."""
+    resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    kwargs: dict[str, Any] = {}
+    if dry_run:
+        kwargs["dry_run"] = "All"
+    result = resource.server_side_apply(
+        body=dict(obj),
+        name=obj["metadata"]["name"],
+        namespace=obj["metadata"].get("namespace") if resource.namespaced else None,
+        field_manager=manager,
+        force_conflicts=True,
+        **kwargs,
+    )
+    return result.to_dict()
+
+
+def delete_quietly(dyn: dynamic.DynamicClient, obj: Mapping[str, Any]) -> None:
+    resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    try:
+        resource.delete(
+            name=obj["metadata"]["name"],
+            namespace=obj["metadata"].get("namespace") if resource.namespaced else None,
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def wait_established(api_client: client.ApiClient, name: str, timeout: float = 60.0) -> None:
+    ext = client.ApiextensionsV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        crd = ext.read_custom_resource_definition(name)
+        conds = {c.type: c.status for c in (crd.status.conditions or [])}
+        if conds.get("Established") == "True":
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"CRD {name} not Established after {timeout}s")
+
+
+def api_error(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body).get("message", exc.body)
+    except (TypeError, ValueError):
+        return str(exc.body)

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from arbiter_operator.devenv.kserve_standin import KServeStandIn
+from arbiter_operator.devenv.operator_process import OperatorProcess
+
+
+@pytest.fixture
+def operator_process(control_plane: Any) -> Iterator[Any]:
+    """Factory: operator_process(kubeconfig=None, namespaces=[...], env=..., extra_args=...) -> OperatorProcess.
+
+    Each call starts `python -m arbiter_operator` watching only the given namespaces (tests in one session must not
+    reconcile each other's DecisionModels); all are stopped at teardown.
+    """
+    started: list[OperatorProcess] = []
+
+    def start(kubeconfig: Any = None, namespaces: list[str] | tuple[str, ...] = (), **kw: Any) -> OperatorProcess:
+        op = OperatorProcess(kubeconfig or control_plane.kubeconfig, list(namespaces), **kw).start()
+        started.append(op)
+        return op
+
+    try:
+        yield start
+    finally:
+        for op in started:
+            op.stop()
+
+
+@pytest.fixture
+def model_storage(s3_server: Any, control_plane: Any, namespace: str) -> Any:
+    """Artifacts for examples/ on the real S3 server, and the namespace's storage-config Secret."""
+    from operator_kit import seed_model_storage
+
+    api = control_plane.api_client()
+    try:
+        seed_model_storage(s3_server, api, namespace)
+    finally:
+        api.close()
+    return s3_server
+
+
+@pytest.fixture
+def kserve_standin(control_plane: Any, namespace: str, model_storage: Any) -> Iterator[KServeStandIn]:
+    # Every test that expects a version to serve needs its artifacts on storage first (the operator checks them).
+    api = control_plane.api_client()
+    standin = KServeStandIn(api, [namespace]).start()
+    try:
+        yield standin
+    finally:
+        standin.stop()
+        api.close()
+
+
+@pytest.fixture
+def api(control_plane: Any) -> Iterator[Any]:
+    client = control_plane.api_client()
+    try:
+        yield client
+    finally:
+        client.close()

@@ -1,0 +1,188 @@
+"""The operator on the real apiserver: from `kubectl apply` to Ready, zero writes when converged, drift restored."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from kubernetes import client
+
+from operator_kit import condition, create_dm, eventually, example, get, kubectl
+
+DM = "credit-limit"
+ISVC = "credit-limit-1-0-0"
+
+
+def _dm(api, ns):
+    return get(api, "arbiter.dev/v1alpha1", "decisionmodels", ns, DM)
+
+
+def _ready(api, ns):
+    dm = _dm(api, ns)
+    c = condition(dm, "Ready")
+    return dm if c and c["status"] == "True" and dm["status"]["observedGeneration"] == dm["metadata"]["generation"] \
+        else None
+
+
+def _versions(api, ns) -> dict[str, str]:
+    objs = {
+        "dm": _dm(api, ns),
+        "isvc": get(api, "serving.kserve.io/v1beta1", "inferenceservices", ns, ISVC),
+        "runtime": get(api, "serving.kserve.io/v1alpha1", "servingruntimes", ns, "credit-limit-runtime"),
+        "route": get(api, "route.openshift.io/v1", "routes", ns, DM),
+        "configmap": get(api, "v1", "configmaps", ns, "credit-limit-1-0-0-decision"),
+    }
+    return {k: o["metadata"]["resourceVersion"] for k, o in objs.items()}
+
+
+def test_apply_example_to_ready(control_plane, namespace, api, operator_process, kserve_standin):
+    operator_process(namespaces=[namespace])
+    applied = kubectl(control_plane.kubeconfig, "-n", namespace, "apply", "-f", "examples/decisionmodel.yaml")
+    assert applied.returncode == 0, applied.stderr
+
+    waited = kubectl(control_plane.kubeconfig, "-n", namespace, "wait", "--for=condition=Ready", f"dm/{DM}",
+                     "--timeout=90s")
+    assert waited.returncode == 0, waited.stderr + json.dumps(_dm(api, namespace).get("status"), indent=1)
+
+    isvc = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC)
+    pred = isvc["spec"]["predictor"]
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    assert pred["model"]["modelFormat"]["name"] == "vLLM"
+    assert pred["model"]["runtime"] == "credit-limit-runtime"
+    assert pred["model"]["storageUri"] == "s3://models/credit-limit/1.0.0"
+    assert pred["model"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert "--tensor-parallel-size=1" in pred["model"]["args"]
+    assert pred["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    dm = _dm(api, namespace)
+    owner = isvc["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("DecisionModel", dm["metadata"]["uid"])
+
+    runtime = get(api, "serving.kserve.io/v1alpha1", "servingruntimes", namespace, "credit-limit-runtime")
+    assert runtime["spec"]["supportedModelFormats"][0]["name"] == "vLLM"
+    cm = get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")
+    assert json.loads(cm["data"]["decision.json"])["labels"] == ["approved", "rejected", "review"]
+    route = get(api, "route.openshift.io/v1", "routes", namespace, DM)
+    assert route["spec"]["to"] == {"kind": "Service", "name": f"{ISVC}-predictor", "weight": 100}
+    assert route["spec"]["tls"] == {"termination": "edge", "insecureEdgeTerminationPolicy": "Redirect"}
+    assert route["metadata"]["annotations"]["haproxy.router.openshift.io/timeout"] == "30s"
+
+    status = dm["status"]
+    assert status["activeVersion"] == "1.0.0"
+    assert status["versions"][0]["phase"] == "Ready"
+    assert status["promotion"]["stable"] == "1.0.0"
+    for c in status["conditions"]:
+        assert c["observedGeneration"] == dm["metadata"]["generation"]
+    assert condition(dm, "Serving")["status"] == "True"
+    assert condition(dm, "Stalled")["status"] == "False"
+
+    listed = kubectl(control_plane.kubeconfig, "-n", namespace, "get", "dm")
+    assert "1.0.0" in listed.stdout and "True" in listed.stdout  # printer columns Active, Ready
+
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={DM}")
+    assert "Ready" in {e.reason for e in events.items}
+
+
+def test_converged_reconcile_writes_nothing_and_drift_is_restored(
+    control_plane, namespace, api, operator_process, kserve_standin
+):
+    op = operator_process(namespaces=[namespace])
+    create_dm(api, namespace, example())
+    eventually(lambda: _ready(api, namespace), 90, "Ready")
+    eventually(lambda: f"reconciled {namespace}/{DM}: 0 writes" in op.log() or None, 30, "converged")
+    op.stop()
+    before = _versions(api, namespace)
+
+    # A fresh operator reconciles everything on start; the world already matches, so it must write nothing.
+    again = operator_process(namespaces=[namespace])
+    eventually(lambda: f"reconciled {namespace}/{DM}" in again.log(), 30, "the restarted operator's reconcile")
+    time.sleep(2)  # let any late write show up in the log
+    assert again.writes() == [], "\n".join(again.writes())  # our client's write calls, counted
+    assert f"reconciled {namespace}/{DM}: 0 writes" in again.log()
+    # ...and nothing else (kopf included) wrote to the DecisionModel or its children: no resourceVersion moved.
+    assert _versions(api, namespace) == before
+
+    custom = client.CustomObjectsApi(api)
+    # Deleted children come back.
+    custom.delete_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", ISVC)
+    custom.delete_namespaced_custom_object("route.openshift.io", "v1", namespace, "routes", DM)
+    client.CoreV1Api(api).delete_namespaced_config_map("credit-limit-1-0-0-decision", namespace)
+    eventually(lambda: get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC), 30, "ISVC back")
+    eventually(lambda: get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision"), 30, "ConfigMap back")
+    eventually(lambda: _ready(api, namespace), 30, "Ready again")
+    eventually(lambda: get(api, "route.openshift.io/v1", "routes", namespace, DM), 30, "Route back")
+
+    # An edited child is put back.
+    custom.patch_namespaced_custom_object(
+        "route.openshift.io", "v1", namespace, "routes", DM,
+        {"spec": {"to": {"kind": "Service", "name": "somewhere-else", "weight": 100}}},
+    )
+    eventually(
+        lambda: get(api, "route.openshift.io/v1", "routes", namespace, DM)["spec"]["to"]["name"] == f"{ISVC}-predictor",
+        30, "Route restored",
+    )
+    # The operator never writes spec.
+    assert _dm(api, namespace)["metadata"]["generation"] == 1
+
+
+def test_mesh_auto_excludes_serving_port_in_injected_namespace(
+    control_plane, namespace, api, operator_process, kserve_standin
+):
+    client.CoreV1Api(api).patch_namespace(namespace, {"metadata": {"labels": {"istio-injection": "enabled"}}})
+    operator_process(namespaces=[namespace])
+    create_dm(api, namespace, example())
+    isvc = eventually(lambda: get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC), 60, "ISVC")
+    assert isvc["spec"]["predictor"]["annotations"]["traffic.sidecar.istio.io/excludeInboundPorts"] == "8080"
+
+
+def test_operator_side_invalid_spec_stalls_without_touching_serving(
+    control_plane, namespace, api, operator_process, kserve_standin
+):
+    operator_process(namespaces=[namespace])
+    create_dm(api, namespace, example())
+    eventually(lambda: _ready(api, namespace), 90, "Ready")
+    before = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC)
+
+    rules = example()["spec"]["decision"]["fallbackRules"]
+    rules[0]["when"] = "input.requestedLimit >"  # not CEL: only the operator can tell
+    rules[0]["decision"] = "rejected"
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "arbiter.dev", "v1alpha1", namespace, "decisionmodels", DM, {"spec": {"decision": {"fallbackRules": rules}}}
+    )
+
+    def stalled():
+        dm = _dm(api, namespace)
+        c = condition(dm, "Stalled")
+        return dm if c and c["status"] == "True" and c["observedGeneration"] == 2 else None
+
+    dm = eventually(stalled, 30, "Stalled=True")
+    assert condition(dm, "Stalled")["reason"] == "InvalidSpec"
+    assert "not valid CEL" in condition(dm, "Stalled")["message"]
+    assert condition(dm, "Ready")["status"] == "False"
+    after = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    cm = get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")
+    assert json.loads(cm["data"]["decision.json"])["fallbackRules"][0]["decision"] == "review"
+
+
+def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
+    control_plane, namespace, api, operator_process, kserve_standin
+):
+    operator_process(namespaces=[namespace])
+    create_dm(api, namespace, example())
+    eventually(lambda: _ready(api, namespace), 90, "Ready")
+    key = "arbiter.dev/decision-config-checksum"
+    before = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC)
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "arbiter.dev", "v1alpha1", namespace, "decisionmodels", DM, {"spec": {"decision": {"confidenceThreshold": 0.9}}}
+    )
+    eventually(
+        lambda: json.loads(get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")["data"]
+                           ["decision.json"])["confidenceThreshold"] == 0.9,
+        30, "ConfigMap updated",
+    )
+    after = eventually(
+        lambda: (i := get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC))["spec"]["predictor"]
+        ["annotations"][key] != before["spec"]["predictor"]["annotations"][key] and i,
+        30, "pod template annotation changed",
+    )
+    assert after["spec"]["predictor"]["model"]["storageUri"] == before["spec"]["predictor"]["model"]["storageUri"]

@@ -1,0 +1,184 @@
+"""End-to-end harness: the real operator process, the real apiserver, the KServe stand-in, a real Prometheus scraping
+workload stand-ins. Used by tests/promotion/test_promotion_e2e.py and benchmarks/promotion_overhead.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from arbiter_operator.devenv.kserve_standin import STATE_ANNOTATION, KServeStandIn
+from plannerdrive import two_versions
+from promstack import PromStack, Target
+
+G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
+ROOT = Path(__file__).resolve().parents[2]
+SNAPSHOTS = Path(__file__).with_name("snapshots")
+V1, V2 = "1.0.0", "1.1.0"
+
+# The operator, plus the promotion analysis hook (until handlers import it themselves, importing it here is harmless).
+LAUNCH = (
+    "import sys, arbiter_operator.promotion.observer; from arbiter_operator.__main__ import main; "
+    "sys.exit(main(sys.argv[1:]))"
+)
+
+
+def fast_canary(**promote: Any) -> dict[str, Any]:
+    """Short holds and windows so a promotion takes seconds (the bounds of the API allow it)."""
+    base = {
+        "strategy": "Canary",
+        "steps": [{"weight": 10, "holdSeconds": 6}, {"weight": 50, "holdSeconds": 6}],
+        "progressDeadlineSeconds": 60,
+        "rollbackWindowSeconds": 600,
+        "analysis": {"intervalSeconds": 5, "maxErrorRate": 0.05, "minRequests": 20, "insufficientTraffic": "Wait"},
+    }
+    base.update(promote)
+    return base
+
+
+class E2E:
+    def __init__(self, control_plane: Any, namespace: str, stack: PromStack, workdir: Path, name: str = "credit"):
+        self.cp, self.ns, self.stack, self.workdir, self.name = control_plane, namespace, stack, workdir, name
+        self.api = control_plane.api_client()
+        self.objs = client.CustomObjectsApi(self.api)
+        self.standin = KServeStandIn(control_plane.api_client(), namespaces=[namespace], default_state="pending")
+        self.standin.start()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = workdir / f"operator-{namespace}.log"
+        self.pods: dict[str, Target] = {}
+
+    # -- processes ---------------------------------------------------------------------------------------------------
+    def start_operator(self) -> None:
+        env = dict(os.environ, ARBITER_PROMETHEUS_URL=self.stack.url, ARBITER_RESYNC_SECONDS="30",
+                   KUBECONFIG=str(self.cp.kubeconfig))
+        log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", LAUNCH, "--kubeconfig", str(self.cp.kubeconfig), "-n", self.ns, "--liveness", ""],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+
+    def kill_operator(self) -> None:
+        """SIGKILL: no cleanup, no final status write, like a node loss."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.standin.stop()
+        self.api.close()
+
+    def operator_log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    # -- the DecisionModel ------------------------------------------------------------------------------------------
+    def create(self, promote_version: str = V1, **promote: Any) -> None:
+        body = two_versions(promote_version, **promote)
+        body["metadata"] = {"name": self.name, "namespace": self.ns}
+        self.objs.create_namespaced_custom_object(G, V, self.ns, P, body)
+        for v in (V1, V2):
+            if v not in self.pods:
+                self.pods[v] = self.stack.add_workload(self.ns, self.name, v)
+                self.pods[v].control(rps=40, latency_ms=40, error_rate=0.0)
+
+    def dm(self) -> dict[str, Any]:
+        return self.objs.get_namespaced_custom_object(G, V, self.ns, P, self.name)
+
+    def patch_promote(self, **promote: Any) -> None:
+        self.objs.patch_namespaced_custom_object(
+            G, V, self.ns, P, self.name, {"spec": {"promote": promote}}, _content_type="application/merge-patch+json"
+        )
+
+    def annotate(self, key: str, value: str) -> None:
+        self.objs.patch_namespaced_custom_object(
+            G, V, self.ns, P, self.name, {"metadata": {"annotations": {key: value}}},
+            _content_type="application/merge-patch+json",
+        )
+
+    def promotion(self) -> dict[str, Any]:
+        return (self.dm().get("status") or {}).get("promotion") or {}
+
+    def condition(self, type_: str, dm: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        dm = dm or self.dm()
+        return next((c for c in (dm.get("status") or {}).get("conditions") or [] if c["type"] == type_), None)
+
+    # -- children ---------------------------------------------------------------------------------------------------
+    def isvcs(self) -> dict[str, dict[str, Any]]:
+        """version -> InferenceService, for those that exist and are not being deleted."""
+        items = self.objs.list_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", self.ns, "inferenceservices",
+            label_selector=f"arbiter.dev/decision-model={self.name}",
+        )["items"]
+        return {
+            i["metadata"]["labels"]["arbiter.dev/version"]: i
+            for i in items
+            if not i["metadata"].get("deletionTimestamp")
+        }
+
+    def set_state(self, version: str, state: str) -> None:
+        """Steer the KServe stand-in for this version's InferenceService (ready | pending | failed)."""
+        name = f"{self.name}-{version.replace('.', '-')}"
+        self.objs.patch_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", self.ns, "inferenceservices", name,
+            {"metadata": {"annotations": {STATE_ANNOTATION: state}}}, _content_type="application/merge-patch+json",
+        )
+
+    def route_weights(self) -> dict[str, int]:
+        """version -> weight, as the Route says (to + alternateBackends), by the predictor Service names."""
+        try:
+            route = self.objs.get_namespaced_custom_object("route.openshift.io", "v1", self.ns, "routes", self.name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return {}
+            raise
+        spec = route["spec"]
+        backends = [spec["to"], *(spec.get("alternateBackends") or [])]
+        by_service = {f"{self.name}-{v.replace('.', '-')}-predictor": v for v in (V1, V2)}
+        return {by_service[b["name"]]: b.get("weight", 100) for b in backends if b.get("weight", 100) > 0}
+
+    # -- waiting ----------------------------------------------------------------------------------------------------
+    def wait(self, pred: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = pred()
+                if last:
+                    return last
+            except (KeyError, TypeError, IndexError, ApiException) as exc:
+                last = exc
+            time.sleep(0.2)
+        tail = "\n".join(self.operator_log().splitlines()[-40:])
+        raise AssertionError(f"timed out waiting for {what}; last: {last!r}\noperator log tail:\n{tail}")
+
+    def wait_phase(self, *phases: str, timeout: float = 90.0) -> dict[str, Any]:
+        return self.wait(lambda: self.promotion().get("phase") in phases and self.promotion(),
+                         f"phase in {phases}", timeout)
+
+    def snapshot(self, label: str, health: str) -> None:
+        """Record the live object for the Argo CD health-check tests (only with ARBITER_RECORD_SNAPSHOTS=1)."""
+        if os.environ.get("ARBITER_RECORD_SNAPSHOTS") != "1":
+            return
+        obj = copy.deepcopy(self.dm())
+        meta = obj["metadata"]
+        obj["metadata"] = {k: meta[k] for k in ("name", "namespace", "generation") if k in meta}
+        SNAPSHOTS.mkdir(exist_ok=True)
+        (SNAPSHOTS / f"{label}.json").write_text(json.dumps({"health": health, "object": obj}, indent=1) + "\n")

@@ -1,0 +1,164 @@
+"""A real Prometheus (Debian's `prometheus` package) scraping workload stand-ins every second.
+
+Each stand-in is a target with the labels OpenShift user-workload monitoring attaches to a predictor pod's target
+(`namespace`, `pod`, `container`) plus the pod labels the PodMonitor copies with `podTargetLabels`
+(`arbiter.dev/decision-model` -> `arbiter_dev_decision_model`, `arbiter.dev/version` -> `arbiter_dev_version`,
+`serving.kserve.io/inferenceservice` -> `serving_kserve_io_inferenceservice`).
+Used by tests/promotion and benchmarks/promotion_overhead.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+WORKLOAD = Path(__file__).with_name("prom_workload.py")
+
+
+def prometheus_binary() -> str | None:
+    return os.environ.get("ARBITER_PROMETHEUS") or shutil.which("prometheus")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer within {timeout}s")
+        time.sleep(0.1)
+
+
+@dataclass
+class Target:
+    namespace: str
+    model: str
+    version: str
+    port: int
+
+    def control(self, **settings: float) -> None:
+        """Set the stand-in pod's traffic: rps, latency_ms, error_rate."""
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/control",
+            data=json.dumps(settings).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(req, timeout=5).close()
+
+    def labels(self) -> dict[str, str]:
+        isvc = f"{self.model}-{self.version.replace('.', '-')}"
+        return {
+            "namespace": self.namespace,
+            "pod": f"{isvc}-predictor-5d9f7c-abcde",
+            "container": "kserve-container",
+            "arbiter_dev_decision_model": self.model,
+            "arbiter_dev_version": self.version,
+            "serving_kserve_io_inferenceservice": isvc,
+        }
+
+
+@dataclass
+class PromStack:
+    """Start with start(); add stand-in pods any time with add_workload() (Prometheus picks them up through
+    file-based service discovery within a second or two)."""
+
+    workdir: Path
+    targets: dict[str, Target] = field(default_factory=dict)
+    prometheus: subprocess.Popen | None = None
+    workloads: subprocess.Popen | None = None
+    control_port: int = 0
+    url: str = ""
+
+    def add_workload(self, namespace: str, model: str, version: str) -> Target:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.control_port}/targets",
+            data=json.dumps({"model": model, "version": version}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            port = json.load(resp)["port"]
+        target = Target(namespace, model, version, port)
+        self.targets[f"{namespace}/{model}/{version}"] = target
+        self._write_sd()
+        return target
+
+    def target(self, namespace: str, model: str, version: str) -> Target:
+        return self.targets[f"{namespace}/{model}/{version}"]
+
+    def _write_sd(self) -> None:
+        groups = [{"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels()} for t in self.targets.values()]
+        tmp = self.workdir / "targets.json.tmp"
+        tmp.write_text(json.dumps(groups))
+        tmp.replace(self.workdir / "targets.json")  # atomic: Prometheus never reads half a file
+
+    def start(self) -> "PromStack":
+        binary = prometheus_binary()
+        if binary is None:
+            raise RuntimeError("prometheus not found: apt-get install prometheus (hack/setup.sh does)")
+        self.workloads = subprocess.Popen([sys.executable, str(WORKLOAD)], stdout=subprocess.PIPE, text=True)
+        assert self.workloads.stdout is not None
+        self.control_port = int(self.workloads.stdout.readline().split()[0])
+        self._write_sd()
+        port = _free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [
+                {
+                    "job_name": "arbiter-predictors",
+                    "scrape_interval": "1s",
+                    "file_sd_configs": [{"files": [str(self.workdir / "targets.json")], "refresh_interval": "1s"}],
+                }
+            ],
+        }
+        cfg = self.workdir / "prometheus.yml"
+        cfg.write_text(yaml.safe_dump(config))
+        log = open(self.workdir / "prometheus.log", "w")
+        self.prometheus = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={self.workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1h",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{self.url}/-/ready")
+        return self
+
+    def stop(self) -> None:
+        for p in (self.prometheus, self.workloads):
+            if p is not None:
+                p.terminate()
+        for p in (self.prometheus, self.workloads):
+            if p is None:
+                continue
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()

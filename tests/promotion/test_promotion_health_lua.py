@@ -1,0 +1,129 @@
+"""The Argo CD health check (helm/arbiter/health/decisionmodel.lua), run by a real Lua interpreter (lupa) against
+DecisionModel snapshots produced by the operator's planner at each phase of a promotion."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from lupa import LuaRuntime
+
+from plannerdrive import Driver, two_versions
+
+LUA = Path(__file__).resolve().parents[2] / "helm" / "arbiter" / "health" / "decisionmodel.lua"
+SNAPSHOTS = Path(__file__).with_name("snapshots")
+
+
+def health(obj: dict) -> tuple[str, str]:
+    """Run the check the way Argo CD does: the resource as global `obj`, the script's return value is the health."""
+    lua = LuaRuntime(unpack_returned_tuples=True)
+    to_lua = lua.eval(
+        """
+        function(py)
+          local function conv(v)
+            if python.builtins.isinstance(v, python.builtins.dict) then
+              local t = {}
+              for k in python.iter(v) do t[k] = conv(v[k]) end
+              return t
+            elseif python.builtins.isinstance(v, python.builtins.list) then
+              local t = {}
+              for i = 0, python.builtins.len(v) - 1 do t[i + 1] = conv(v[i]) end
+              return t
+            end
+            return v
+          end
+          return conv(py)
+        end
+        """
+    )
+    lua.globals().obj = to_lua(json.loads(json.dumps(obj)))
+    hs = lua.execute(LUA.read_text())
+    return hs["status"], hs["message"]
+
+
+def test_health_follows_a_promotion_through_every_phase():
+    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
+                            progressDeadlineSeconds=300, rollbackWindowSeconds=120,
+                            analysis={"intervalSeconds": 30, "minRequests": 50}))
+    seen: dict[str, dict] = {}
+
+    s = d.reconcile()
+    assert health(s)[0] == "Progressing"  # first deployment, nothing ready
+    d.set_ready("1.0.0")
+    s = d.reconcile(5)
+    status, message = health(s)
+    assert status == "Healthy" and "1.0.0" in message
+    seen["idle"] = s
+
+    # Git changes spec.promote; until the operator writes status for the new generation, never "Healthy".
+    d.edit_spec(version="1.1.0")
+    status, message = health(d.body)
+    assert status == "Progressing" and "generation 2" in message
+    seen["unobserved"] = copy.deepcopy(d.body)
+
+    s = d.reconcile(1)
+    assert health(s)[0] == "Progressing"
+    seen["deploying"] = s
+    d.set_ready("1.1.0")
+    s = d.reconcile(2)
+    assert s["status"]["promotion"]["phase"] == "Progressing" and health(s)[0] == "Progressing"
+    seen["canary"] = s
+
+    # Hold over, too little traffic: held, shown as Suspended with the numbers.
+    d.now += timedelta(seconds=60)
+    s = d.reconcile(0, d.analysis(0.05, 0, 3))
+    status, message = health(s)
+    assert status == "Suspended" and "fewer than minRequests=50" in message
+    seen["waiting-for-traffic"] = s
+
+    # Traffic arrives and the step passes: promoted, previous warm: Healthy.
+    d.now += timedelta(seconds=30)
+    s = d.reconcile(0, d.analysis(0.05, 0, 500))
+    assert s["status"]["promotion"]["phase"] == "Cooling"
+    assert health(s)[0] == "Healthy"
+    seen["cooling"] = s
+
+
+def test_failed_promotion_is_degraded_while_stable_serves():
+    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
+                            analysis={"intervalSeconds": 30, "minRequests": 50}))
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(5)
+    d.edit_spec(version="1.1.0")
+    d.reconcile(1)
+    d.set_ready("1.1.0")
+    d.reconcile(1)
+    d.now += timedelta(seconds=30)
+    s = d.reconcile(0, d.analysis(0.4, 0, 500))
+    status, message = health(s)
+    assert status == "Degraded" and message.startswith("AnalysisFailed:") and "400.0ms" in message
+    serving = next(c for c in s["status"]["conditions"] if c["type"] == "Serving")
+    assert serving["status"] == "True"
+    s = d.reconcile(1)
+    assert s["status"]["promotion"]["phase"] == "Failed" and health(s)[0] == "Degraded"
+
+
+def test_stable_down_is_degraded_not_progressing():
+    d = Driver(two_versions("1.0.0"))
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(5)
+    d.set_ready("1.0.0", False)
+    s = d.reconcile(5)
+    assert health(s)[0] == "Degraded"
+
+
+def test_no_status_yet_is_progressing():
+    assert health(two_versions())[0] == "Progressing"
+
+
+@pytest.mark.parametrize("path", sorted(SNAPSHOTS.glob("*.json")), ids=lambda p: p.stem)
+def test_snapshots_from_the_real_operator(path):
+    """Snapshots recorded by the end-to-end tests (tests/promotion/test_promotion_e2e.py) from the real operator:
+    each file holds the object and the health Argo CD must show for it."""
+    case = json.loads(path.read_text())
+    assert health(case["object"])[0] == case["health"]

@@ -1,0 +1,148 @@
+"""Canary analysis against a real Prometheus scraping workload stand-ins that carry real pods' target labels."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+import pytest
+
+from arbiter_operator.api.promotion import Analysis, AnalysisRun, CanaryStep, PromoteSpec, PromotionStatus
+from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
+from arbiter_operator.promotion import AnalysisQuery, analysis_due, run_analysis
+
+from promstack import PromStack, prometheus_binary
+
+NS = "fraud"
+MODEL = "claims"
+
+pytestmark = pytest.mark.skipif(prometheus_binary() is None, reason="needs Debian's prometheus (hack/setup.sh)")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = PromStack(tmp_path_factory.mktemp("prom"))
+    try:
+        s.start()
+        stable = s.add_workload(NS, MODEL, "v1")
+        cand = s.add_workload(NS, MODEL, "v2")
+        # Same model and version name in another namespace, doing badly: must never leak into our numbers.
+        other = s.add_workload("other-team", MODEL, "v2")
+        stable.control(rps=40, latency_ms=900, error_rate=0.5)  # the stable is terrible: candidate-only queries
+        cand.control(rps=40, latency_ms=40, error_rate=0.0)
+        other.control(rps=40, latency_ms=900, error_rate=0.5)
+        yield s
+    finally:
+        s.stop()
+
+
+def query_for(version: str, sla_ms: float = 150.0, min_requests: int = 20, interval: int = 5) -> AnalysisQuery:
+    spec = PromoteSpec(
+        version=version,
+        strategy="Canary",
+        steps=[CanaryStep(weight=10, holdSeconds=0)],
+        analysis=Analysis(intervalSeconds=interval, minRequests=min_requests),
+    )
+    now = datetime.now(timezone.utc)
+    started = (now - timedelta(seconds=60)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    status = PromotionStatus(phase="Progressing", stable="v1", candidate=version, step=0, weight=10, stepStartedAt=started)
+    q = analysis_due(spec, status, now, namespace=NS, model=MODEL, sla_p95_ms=sla_ms)
+    assert q is not None
+    return q
+
+
+async def until(make: Callable[[], AnalysisQuery], client: PrometheusClient, ok: Callable[[AnalysisRun], bool]):
+    """Poll until Prometheus has scraped enough for the verdict to settle; return the last run."""
+    run = None
+    for _ in range(60):
+        run = await run_analysis(client, make())
+        if ok(run):
+            return run
+        await asyncio.sleep(0.5)
+    pytest.fail(f"verdict never settled; last run: {run}")
+
+
+async def test_pass_fail_and_no_data_from_real_metrics(stack):
+    cand = stack.target(NS, MODEL, "v2")
+    async with PrometheusClient(PrometheusConfig(url=stack.url)) as prom:
+        # Healthy candidate (while the stable and the other namespace's pods are awful): Pass with its own numbers.
+        run = await until(lambda: query_for("v2"), prom, lambda r: r.verdict == "Pass")
+        assert 25 <= run.p95LatencyMs <= 50, run  # 40 ms observations, decision buckets 25..50 ms
+        assert run.errorRate == 0 and run.requests >= 20 and run.p95BoundMs == 150 and run.windowSeconds == 5
+
+        # Latency breach: p95 above the SLA bound fails, and says by how much.
+        cand.control(latency_ms=400)
+        run = await until(lambda: query_for("v2"), prom, lambda r: r.verdict == "Fail")
+        assert run.p95LatencyMs > 150 and "p95 latency above bound" in run.message and "bound 150.0ms" in run.message
+
+        # Error-rate breach with good latency.
+        cand.control(latency_ms=40, error_rate=0.2)
+        run = await until(
+            lambda: query_for("v2"), prom, lambda r: r.verdict == "Fail" and (r.p95LatencyMs or 999) < 150
+        )
+        assert 0.1 <= run.errorRate <= 0.3 and "error rate above maxErrorRate" in run.message
+
+        # Traffic stops: too few requests is NoData, never a pass.
+        cand.control(rps=0, error_rate=0.0)
+        run = await until(lambda: query_for("v2"), prom, lambda r: r.verdict != "Fail" and r.requests is not None)
+        assert run.verdict == "NoData" and run.requests < 20 and "fewer than minRequests=20" in run.message
+        cand.control(rps=40)
+
+
+async def test_a_version_without_any_series_is_no_data(stack):
+    async with PrometheusClient(PrometheusConfig(url=stack.url)) as prom:
+        run = await run_analysis(prom, query_for("v7"))
+    assert run.verdict == "NoData" and run.requests is None and "no decision metrics" in run.message
+
+
+async def test_unreachable_prometheus_is_inconclusive():
+    async with PrometheusClient(PrometheusConfig(url="http://127.0.0.1:9", timeout_seconds=2)) as prom:
+        run = await run_analysis(prom, query_for("v2"))
+    assert run.verdict == "Inconclusive" and "127.0.0.1:9" in run.message
+
+
+def test_rejected_token_is_explained_without_leaking_it():
+    seen: dict[str, str] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            seen["auth"] = self.headers.get("Authorization", "")
+            self.send_response(403)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"status":"error","error":"forbidden"}')
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    secret = "sha256~very-secret-token"
+    cfg = PrometheusConfig(url=f"http://127.0.0.1:{server.server_address[1]}", token=secret)
+    assert secret not in repr(cfg)
+
+    async def go():
+        async with PrometheusClient(cfg) as prom:
+            with pytest.raises(PrometheusError) as err:
+                await prom.query("up")
+            return str(err.value)
+
+    try:
+        message = asyncio.run(go())
+    finally:
+        server.shutdown()
+    assert seen["auth"] == f"Bearer {secret}"
+    assert "HTTP 403" in message and "cluster-monitoring-view" in message and secret not in message
+
+
+def test_config_from_secret_defaults_to_thanos_querier():
+    import base64
+
+    b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
+    cfg = PrometheusConfig.from_secret_data({"token": b64("abc\n")})
+    assert cfg.url == "https://thanos-querier.openshift-monitoring.svc:9091" and cfg.token == "abc" and cfg.verify
+    cfg = PrometheusConfig.from_secret_data({"url": b64("http://prom:9090"), "token": b64("t")})
+    assert cfg.url == "http://prom:9090"

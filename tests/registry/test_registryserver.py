@@ -1,0 +1,50 @@
+"""The development Model Registry (PostgreSQL + registry server): runs as root too, and never outlives its owner."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from arbiter_operator.devenv._procs import pid_alive, wait_gone
+
+CHILD = r"""
+import json, time
+from arbiter_operator.devenv.registryserver import start_model_registry
+with start_model_registry() as mr:
+    print(json.dumps({"pids": [mr.proc.pid, mr.postgres.proc.pid], "dir": str(mr.workdir), "url": mr.url}), flush=True)
+    time.sleep(600)
+"""
+
+
+def uid_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("Uid:")).split()[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_registry_and_database_die_with_their_owner(sig):
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line, f"child exited early with {child.wait()}"
+        started = json.loads(line)
+        registry_pid, postgres_pid = started["pids"]
+        assert pid_alive(registry_pid) and pid_alive(postgres_pid)
+        if os.geteuid() == 0:
+            assert uid_of(postgres_pid) != 0  # PostgreSQL refuses root; it runs as the postgres user
+
+        child.send_signal(sig)
+        child.wait(timeout=60)
+        assert wait_gone([registry_pid, postgres_pid], timeout=30) == []
+        if sig != signal.SIGKILL:
+            assert not os.path.exists(started["dir"])  # database files removed on an orderly exit
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

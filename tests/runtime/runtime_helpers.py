@@ -1,0 +1,106 @@
+"""Runtime test helpers: the decision server as a real HTTP server on loopback, configs, V2 bodies."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import uvicorn
+
+from arbiter_runtime.audit import StdoutSink
+from arbiter_runtime.config import parse_config
+from arbiter_runtime.server import RuntimeOptions, create_app
+from arbiter_runtime.standin_upstream import free_port
+
+LABELS = ["approve", "deny", "review"]
+CODES = ["income_ok", "debt_high", "thin_file"]
+
+
+def base_config(upstream_url: str, **overrides: Any) -> dict[str, Any]:
+    cfg = {
+        "model": "credit",
+        "version": "v1",
+        "labels": LABELS,
+        "reasoningCodes": CODES,
+        "steps": 2,
+        "trajectoryMode": "scored",
+        "confidenceThreshold": 0.5,
+        "lowConfidencePolicy": "flag",
+        "deadlineMs": 3000,
+        "inputSchema": {
+            "type": "object",
+            "properties": {"amount": {"type": "number", "minimum": 0},
+                           "country": {"type": "string", "minLength": 2, "maxLength": 2},
+                           "applicant": {"type": "object", "properties": {"age": {"type": "integer"}},
+                                         "required": ["age"]}},
+            "required": ["amount", "country"],
+            "additionalProperties": False,
+        },
+        "outputSchema": {},
+        "fallbackRules": [
+            {"name": "large-amount", "when": "input.amount > 10000.0", "decision": "deny",
+             "reasoningCode": "debt_high"},
+            {"name": "default", "when": "true", "decision": "review", "reasoningCode": "thin_file"},
+        ],
+        "sla": {"p95LatencyMs": 150},
+        "diffusion": False,
+        "upstream": {"url": upstream_url, "servedModelName": "credit-v1", "maxRetries": 2},
+    }
+    cfg.update(overrides)
+    return cfg
+
+
+class RuntimeServer:
+    """create_app() behind a real uvicorn on a free port, in a thread; the audit goes to an in-memory stream."""
+
+    def __init__(self, raw_cfg: dict[str, Any], options: RuntimeOptions | None = None):
+        self.stdout = io.StringIO()
+        self.options = options or RuntimeOptions()
+        if self.options.audit_sinks is None:
+            self.options.audit_sinks = [StdoutSink(self.stdout)]
+        self.options.upstream_poll_s = 0.05
+        self.app = create_app(parse_config(raw_cfg), self.options)
+        self.runtime = self.app.state.runtime
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, lifespan="on",
+                                                     log_level="warning", access_log=False))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+
+    def start(self, wait_ready: bool = True) -> "RuntimeServer":
+        self._thread.start()
+        deadline = time.monotonic() + 15
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise RuntimeError("decision server failed to start")
+            if time.monotonic() > deadline:
+                raise RuntimeError("decision server did not start")
+            time.sleep(0.01)
+        while wait_ready and not self.runtime.ready:
+            if time.monotonic() > deadline or self.runtime.fatal:
+                raise RuntimeError(f"decision server not ready: {self.runtime.not_ready_reason}")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(15)
+
+    def records(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.stdout.getvalue().splitlines() if line]
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=30)
+
+
+def v2_body(*documents: Any, **extra: Any) -> dict[str, Any]:
+    data = [json.dumps(d) for d in documents]
+    return {"inputs": [{"name": "input", "shape": [len(data)], "datatype": "BYTES", "data": data}], **extra}
+
+
+def outputs(body: dict[str, Any]) -> dict[str, Any]:
+    return {o["name"]: o for o in body["outputs"]}
