@@ -58,7 +58,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for name in needed:
         tool = load_tool(name)
-        if not tool.cache_path.is_file() and reporter is not None:
+        if not tool.is_cached() and reporter is not None:
             reporter.write_line(f"arbiter: building {name} {tool.version} with go build (first run only; minutes)")
         ensure_tool(name, quiet=True)
 

@@ -30,7 +30,10 @@ def serve(argv: list[str]) -> int:
 
     import uvicorn
 
-    from .server import RuntimeOptions, create_app
+    import asyncio
+
+    from .server import RuntimeOptions, create_app, resolve_from_model_dir
+    from .tokens import TokenizerRefused
 
     try:
         cfg = load_config(args.config)
@@ -41,6 +44,12 @@ def serve(argv: list[str]) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"arbiter-runtime: {exc}", file=sys.stderr)
         return 2
+    if cfg.trajectory_mode == "scored" and args.model_dir:
+        try:
+            options.tokens = asyncio.run(resolve_from_model_dir(cfg, args.model_dir))
+        except TokenizerRefused as exc:
+            print(f"arbiter-runtime: {exc}", file=sys.stderr)
+            return 3
     config = uvicorn.Config(app, host=args.host, port=args.port, lifespan="on", access_log=False,
                             log_level="info", timeout_graceful_shutdown=20,
                             loop="uvloop" if _fast("uvloop") else "asyncio",

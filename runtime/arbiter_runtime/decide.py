@@ -68,11 +68,14 @@ class ScoredMode:
     def __init__(self, cfg: DecisionConfig, tokens: LabelTokens):
         self.cfg = cfg
         self.tokens = tokens
+        # The regex sent upstream keeps to syntax every structured-outputs backend (xgrammar, guidance, outlines)
+        # reads: plain groups, `\.` as the only escape (names are [A-Za-z0-9_.-]), `\n`, and the line written out
+        # K times rather than a `{K}` quantifier.
+        wire = lambda xs: "(" + "|".join(x.replace(".", "\\.") for x in xs) + ")"  # noqa: E731
+        self.regex = f"{wire(cfg.reasoning_codes)}:{wire(cfg.labels)}\\n" * cfg.steps
         alt = lambda xs: "(?:" + "|".join(re.escape(x) for x in xs) + ")"  # noqa: E731
-        line = f"{alt(cfg.reasoning_codes)}:{alt(cfg.labels)}\n"
-        self.regex = f"(?:{line}){{{cfg.steps}}}"
         self._line = re.compile(f"({alt(cfg.reasoning_codes)}):({alt(cfg.labels)})\n")
-        self._full = re.compile(self.regex)
+        self._full = re.compile(f"(?:{alt(cfg.reasoning_codes)}:{alt(cfg.labels)}\n){{{cfg.steps}}}")
         # Every token is at least one byte, so this bounds a well-formed answer; +1 for the end-of-sequence token.
         per_line = max(len(c.encode()) for c in cfg.reasoning_codes) + 1 + max(len(x.encode()) for x in cfg.labels) + 1
         max_tokens = cfg.upstream.max_tokens or cfg.steps * per_line + 1

@@ -25,7 +25,7 @@ from .fallback import RulesEngine
 from .jsonutil import dumps_bytes
 from .metrics import Metrics
 from .protocol import OUTPUT_METADATA, BadRequest, infer_response, loads_strict, parse_infer
-from .tokens import TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
+from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
 from .trajectory import InputInvalid, InputValidator
 from .upstream import UpstreamClient, UpstreamFailure
 
@@ -37,11 +37,19 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 @dataclass
 class RuntimeOptions:
     model_dir: str | None = None  # read tokenizer.json here; otherwise ask the upstream's /tokenize
+    tokens: LabelTokens | None = None  # already resolved (the CLI checks the model before it starts the server)
     audit_sinks: list | None = None  # default: stdout (+ S3 when ARBITER_AUDIT_S3_BUCKET is set)
     s3_settings: S3Settings | None = None
     upstream_poll_s: float = 0.5
     on_fatal: Callable[[str], None] | None = None  # called when the model is refused after start-up
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+
+async def resolve_from_model_dir(cfg: DecisionConfig, model_dir: str) -> LabelTokens:
+    source = TokenizerJsonSource(model_dir)
+    tokens = await resolve(source, cfg.labels, cfg.reasoning_codes, source.description)
+    log.info("label tokens resolved: %s", describe(tokens))
+    return tokens
 
 
 class Runtime:
@@ -73,6 +81,10 @@ class Runtime:
         return {}
 
     async def start(self) -> None:
+        tokens = self.options.tokens
+        if self.cfg.trajectory_mode == "scored" and tokens is None and self.options.model_dir:
+            # Fail before listening: a refused tokenizer is a deployment error, not a runtime state.
+            tokens = await resolve_from_model_dir(self.cfg, self.options.model_dir)
         self.client = UpstreamClient(self._headers())
         await self.client.start()
         self.decider = Decider(self.cfg, self.client, self.rules, self.metrics)
@@ -89,12 +101,6 @@ class Runtime:
                 if hasattr(sink, "start"):
                     await sink.start()
         self.audit = AuditLog(sinks)
-        tokens = None
-        if self.cfg.trajectory_mode == "scored" and self.options.model_dir:
-            # Fail before listening: a refused tokenizer is a deployment error, not a runtime state.
-            source = TokenizerJsonSource(self.options.model_dir)
-            tokens = await resolve(source, self.cfg.labels, self.cfg.reasoning_codes, source.description)
-            log.info("label tokens resolved: %s", describe(tokens))
         self._loader = asyncio.create_task(self._load(tokens), name="load")
 
     async def _upstream_healthy(self) -> bool:

@@ -43,8 +43,17 @@ def test_builds_once_into_the_versioned_cache(hello_repo, monkeypatch, capsys):
     monkeypatch.setenv("PATH", "/nonexistent")
     assert tools.ensure_tool("hello") == path
     assert "building" not in capsys.readouterr().err
-    # No temporary build output is left beside the binary.
-    assert os.listdir(path.parent) == ["hello"]
+    # No temporary build output is left beside the binary (only the record of what it was built from).
+    assert sorted(os.listdir(path.parent)) == [".hello.inputs", "hello"]
+
+
+def test_changed_inputs_rebuild_without_a_version_bump(hello_repo, capsys):
+    path = tools.ensure_tool("hello")
+    spec = hello_repo / "repo" / "hack" / "tools" / "hello" / "tool.json"
+    spec.write_text(spec.read_text().replace("main.version=v1.2.3", "main.version=v1.2.3-patched"))
+    assert tools.ensure_tool("hello") == path
+    assert subprocess.run([path], capture_output=True, text=True).stdout == "hello v1.2.3-patched\n"
+    assert capsys.readouterr().err.count("building hello") == 2
 
 
 def test_parallel_callers_build_once(hello_repo, capsys):

@@ -88,7 +88,10 @@ def test_converged_reconcile_writes_nothing_and_drift_is_restored(
     op = operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
     eventually(lambda: _ready(api, namespace), 90, "Ready")
-    eventually(lambda: f"reconciled {namespace}/{DM}: 0 writes" in op.log() or None, 30, "converged")
+    settled = lambda: (d := _ready(api, namespace)) and condition(d, "Exposed")["status"] == "True" and \
+        condition(d, "Reconciling")["status"] == "False"  # noqa: E731
+    eventually(settled, 30, "converged")
+    time.sleep(1)
     op.stop()
     before = _versions(api, namespace)
 
@@ -186,3 +189,37 @@ def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
         30, "pod template annotation changed",
     )
     assert after["spec"]["predictor"]["model"]["storageUri"] == before["spec"]["predictor"]["model"]["storageUri"]
+
+
+def test_failed_inferenceservice_is_reported_and_recovery_noticed(
+    control_plane, namespace, api, operator_process, kserve_standin
+):
+    operator_process(namespaces=[namespace])
+    create_dm(api, namespace, example())
+    eventually(lambda: _ready(api, namespace), 90, "Ready")
+    custom = client.CustomObjectsApi(api)
+
+    def set_state(state):
+        custom.patch_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", namespace, "inferenceservices", ISVC,
+            {"metadata": {"annotations": {"standin.arbiter.dev/state": state}}},
+        )
+
+    set_state("failed")  # KServe's BlockedByFailedLoad, as after a crash-looping load
+
+    def down():
+        dm = _dm(api, namespace)
+        serving = condition(dm, "Serving")
+        return dm if serving and serving["status"] == "False" else None
+
+    dm = eventually(down, 30, "Serving=False")
+    assert condition(dm, "Ready")["status"] == "False"
+    assert dm["status"]["versions"][0]["phase"] == "Failed"
+    assert "exited with code 1" in dm["status"]["versions"][0]["message"]
+    # The Route is not pointed at nothing: it stays where it was.
+    assert get(api, "route.openshift.io/v1", "routes", namespace, DM)["spec"]["to"]["name"] == f"{ISVC}-predictor"
+
+    set_state("ready")
+    eventually(lambda: _ready(api, namespace), 30, "Ready again")
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={DM}")
+    assert "NotReady" in {e.reason for e in events.items}

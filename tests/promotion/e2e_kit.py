@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,19 +15,18 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.devenv.kserve_standin import STATE_ANNOTATION, KServeStandIn
+from arbiter_operator.devenv.operator_process import OperatorProcess
 from plannerdrive import two_versions
 from promstack import PromStack, Target
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+from operator_kit import seed_model_storage  # noqa: E402  (the examples' weights on S3, shared with tests/operator)
 
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOTS = Path(__file__).with_name("snapshots")
 V1, V2 = "1.0.0", "1.1.0"
 
-# The operator, plus the promotion analysis hook (until handlers import it themselves, importing it here is harmless).
-LAUNCH = (
-    "import sys, arbiter_operator.promotion.observer; from arbiter_operator.__main__ import main; "
-    "sys.exit(main(sys.argv[1:]))"
-)
 
 
 def fast_canary(**promote: Any) -> dict[str, Any]:
@@ -46,48 +43,37 @@ def fast_canary(**promote: Any) -> dict[str, Any]:
 
 
 class E2E:
-    def __init__(self, control_plane: Any, namespace: str, stack: PromStack, workdir: Path, name: str = "credit"):
+    def __init__(self, control_plane: Any, namespace: str, stack: PromStack, workdir: Path, s3: Any,
+                 name: str = "credit"):
         self.cp, self.ns, self.stack, self.workdir, self.name = control_plane, namespace, stack, workdir, name
         self.api = control_plane.api_client()
         self.objs = client.CustomObjectsApi(self.api)
+        seed_model_storage(s3, self.api, namespace)  # the operator deploys a version only once its artifacts check
         self.standin = KServeStandIn(control_plane.api_client(), namespaces=[namespace], default_state="pending")
         self.standin.start()
-        self.proc: subprocess.Popen | None = None
-        self.log_path = workdir / f"operator-{namespace}.log"
+        self.operator = OperatorProcess(
+            control_plane.kubeconfig, [namespace], log_dir=workdir / f"operator-{namespace}",
+            env={"ARBITER_PROMETHEUS_URL": stack.url, "ARBITER_RESYNC_SECONDS": "30"},
+        )
         self.pods: dict[str, Target] = {}
 
     # -- processes ---------------------------------------------------------------------------------------------------
     def start_operator(self) -> None:
-        env = dict(os.environ, ARBITER_PROMETHEUS_URL=self.stack.url, ARBITER_RESYNC_SECONDS="30",
-                   KUBECONFIG=str(self.cp.kubeconfig))
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", LAUNCH, "--kubeconfig", str(self.cp.kubeconfig), "-n", self.ns, "--liveness", ""],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-        )
+        self.operator.start()
 
     def kill_operator(self) -> None:
         """SIGKILL: no cleanup, no final status write, like a node loss."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-        self.proc = None
+        self.operator.kill()
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        self.operator.stop()
         self.standin.stop()
         self.api.close()
 
     def operator_log(self) -> str:
-        return self.log_path.read_text() if self.log_path.exists() else ""
+        """Every run's log, in order (the operator may have been killed and restarted)."""
+        logs = sorted(self.operator.log_dir.glob("operator-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        return "".join(p.read_text(errors="replace") for p in logs)
 
     # -- the DecisionModel ------------------------------------------------------------------------------------------
     def create(self, promote_version: str = V1, **promote: Any) -> None:

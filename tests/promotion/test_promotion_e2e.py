@@ -28,8 +28,8 @@ def stack(tmp_path_factory):
 
 
 @pytest.fixture
-def e2e(control_plane, namespace, stack, tmp_path):
-    env = E2E(control_plane, namespace, stack, tmp_path)
+def e2e(control_plane, namespace, stack, tmp_path, s3_server):
+    env = E2E(control_plane, namespace, stack, tmp_path, s3_server)
     env.start_operator()
     try:
         yield env

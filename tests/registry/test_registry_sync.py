@@ -171,6 +171,22 @@ async def test_delete_archives_every_version_and_the_model(registry_client):
     assert again.ok and again.archived == []
 
 
+async def test_recreated_decision_model_takes_its_archived_entries_back(registry_client):
+    model = model_name()
+    old = make_dm(model, ["1.0.0"], uid="uid-old")
+    first = await sync_registry(registry_client, old)
+    await archive_all(registry_client, old)
+
+    new = make_dm(model, ["1.0.0"], uid="uid-new")  # same namespace/name, new object
+    result = await sync_registry(registry_client, new)
+
+    assert result.ok and result.created == []
+    assert result.versions["1.0.0"].model_version_id == first.versions["1.0.0"].model_version_id
+    rm, versions = await entries(registry_client, model)
+    assert rm.state == "LIVE" and versions["1.0.0"].state == "LIVE"
+    assert versions["1.0.0"].custom_properties[KEY_UID] == "uid-new"
+
+
 async def test_other_decision_models_versions_are_left_alone(registry_client):
     model = model_name()
     team_a = make_dm(model, ["1.0.0"], namespace="team-a", uid="uid-a")

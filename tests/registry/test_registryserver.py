@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ def uid_of(pid: int) -> int:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
 def test_registry_and_database_die_with_their_owner(sig):
     child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    started: dict = {}
     try:
         line = child.stdout.readline()
         assert line, f"child exited early with {child.wait()}"
@@ -48,3 +50,5 @@ def test_registry_and_database_die_with_their_owner(sig):
         if child.poll() is None:
             child.kill()
             child.wait()
+        if started.get("dir"):
+            shutil.rmtree(started["dir"], ignore_errors=True)  # after SIGKILL nobody else can

@@ -172,3 +172,19 @@ def test_rules_see_the_model_result_and_the_reason():
         "keep-model"
     assert engine.decide(doc, None, "deadline").rule == "late"
     assert engine.decide(doc, None, "upstream_down").rule == "default"
+
+
+def test_cli_refuses_a_bad_config_and_a_bad_model_with_clear_exit_codes(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "decision.json"
+    cfg.write_text(json.dumps(base_config(URL, labels=["approve"])))
+    proc = subprocess.run([sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(cfg)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "labels: at least two labels" in proc.stderr
+    cfg.write_text(json.dumps(base_config(URL)))
+    model = write_model_dir(tmp_path / "model", words=["approve"])
+    proc = subprocess.run([sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(cfg),
+                           "--model-dir", str(model)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "label 'deny'" in proc.stderr and "Traceback" not in proc.stderr

@@ -235,3 +235,33 @@ def test_label_tokens_are_matched_by_bytes_when_the_token_text_differs():
         for alt in entry["top_logprobs"]:
             alt["token"] = "\u2581" + alt["token"]  # vocabulary form, bytes unchanged
     assert example_mode().parse(response) == example_mode().parse(EXAMPLE)
+
+
+def test_standin_answers_in_the_shape_real_vllm_does(standin):
+    import httpx
+
+    ids = standin.state.tokenizer.get_vocab()
+    body = {"model": "credit-v1", "messages": [{"role": "user", "content": "x"}], "temperature": 0, "seed": 7,
+            "logprobs": True, "logprob_token_ids": [ids["approve"], ids["deny"]],
+            "structured_outputs": {"regex": "(ok|no):(approve|deny)\\n(ok|no):(approve|deny)\\n"}}
+    ours = httpx.post(standin.url + "/chat/completions", json=body, timeout=30).json()
+    real = EXAMPLE
+    assert set(ours) == set(real)
+    assert set(ours["choices"][0]) == set(real["choices"][0])
+    assert set(ours["choices"][0]["message"]) == set(real["choices"][0]["message"])
+    entries = ours["choices"][0]["logprobs"]["content"]
+    assert set(entries[0]) == set(real["choices"][0]["logprobs"]["content"][0])
+    assert entries[-1]["token"] == "<eos>" and ours["choices"][0]["finish_reason"] == "stop"
+    # the sampled token first, then the requested ids; where the regex forbids a label it reads -9999.0
+    first = entries[0]["top_logprobs"]
+    assert first[0]["token"] == entries[0]["token"] and {t["token"] for t in first[1:]} == {"approve", "deny"}
+    assert all(t["logprob"] == -9999.0 for t in first[1:])
+    content = ours["choices"][0]["message"]["content"]
+    assert content.count("\n") == 2 and len(entries) == ours["usage"]["completion_tokens"]
+    # max_tokens cuts the answer: finish_reason length
+    short = httpx.post(standin.url + "/chat/completions", json=dict(body, max_tokens=2), timeout=30).json()
+    assert short["choices"][0]["finish_reason"] == "length"
+    # guided_json is not a field vLLM 0.26 reads: it changes nothing
+    plain = dict(body, guided_json={"type": "object"})
+    assert httpx.post(standin.url + "/chat/completions", json=plain, timeout=30).json()["choices"][0]["message"][
+        "content"] == content

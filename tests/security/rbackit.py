@@ -150,8 +150,23 @@ def describe(ev: Mapping[str, Any]) -> str:
     return f"{ev.get('verb')} {group}/{res}{name}{where} -> {ev.get('responseStatus', {}).get('code')} {reason}".strip()
 
 
+def _code(ev: Mapping[str, Any]) -> int:
+    return int((ev.get("responseStatus") or {}).get("code") or 0)
+
+
 def forbidden(events: Iterable[Mapping[str, Any]]) -> list[str]:
-    return [describe(ev) for ev in events if _decision(ev) == "forbid"]
+    """Requests the authorizer refused. A 403 with decision `allow` counts too: the apiserver authorizes some
+    requests twice, e.g. a server-side apply (`patch`) that creates the object also needs `create`, and only the
+    first decision is annotated."""
+    return [describe(ev) for ev in events if _decision(ev) == "forbid" or _code(ev) == 403]
+
+
+def _verbs(ev: Mapping[str, Any]) -> set[str]:
+    """The RBAC verbs an allowed request used: a server-side apply that created its object (201) used `create`."""
+    verbs = {ev.get("verb", "")}
+    if ev.get("verb") == "patch" and _code(ev) == 201:
+        verbs.add("create")
+    return verbs
 
 
 Grant = tuple[str | None, str, str, str]  # (namespace or None, apiGroup, resource[/subresource], verb)
@@ -173,7 +188,7 @@ def _covers(grant: Grant, ev: Mapping[str, Any]) -> bool:
     if not ref:
         return False
     res = ref.get("resource", "") + (("/" + ref["subresource"]) if ref.get("subresource") else "")
-    if (ref.get("apiGroup") or "") != group or res != resource or ev.get("verb") != verb:
+    if (ref.get("apiGroup") or "") != group or res != resource or verb not in _verbs(ev):
         return False
     return ns is None or ref.get("namespace") == ns
 
@@ -181,7 +196,7 @@ def _covers(grant: Grant, ev: Mapping[str, Any]) -> bool:
 def unused_grants(
     rules: Sequence[tuple[str | None, Mapping[str, Any]]], events: Sequence[Mapping[str, Any]]
 ) -> set[Grant]:
-    allowed = [ev for ev in events if _decision(ev) == "allow"]
+    allowed = [ev for ev in events if _decision(ev) == "allow" and _code(ev) != 403]
     return {g for g in expand(rules) if not any(_covers(g, ev) for ev in allowed)}
 
 
@@ -190,8 +205,8 @@ def used_grants(events: Sequence[Mapping[str, Any]]) -> set[tuple[str, str, str]
     out = set()
     for ev in events:
         ref = ev.get("objectRef") or {}
-        if _decision(ev) != "allow" or not ref:
+        if _decision(ev) != "allow" or _code(ev) == 403 or not ref:
             continue
         res = ref.get("resource", "") + (("/" + ref["subresource"]) if ref.get("subresource") else "")
-        out.add((ref.get("apiGroup") or "", res, ev["verb"]))
+        out |= {(ref.get("apiGroup") or "", res, verb) for verb in _verbs(ev)}
     return out

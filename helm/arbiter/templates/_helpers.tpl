@@ -52,30 +52,37 @@ Every rule is exercised by the reconcile and promotion scenarios run as this Ser
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}
-# The DecisionModel itself: kopf watches it and patches its finalizer and progress annotations.
+# The DecisionModel: kopf lists and watches it; the reconcile reads it. The operator never writes its spec or
+# metadata (no kopf progress annotations, no finalizer), so there is no patch/update on it.
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch"]
 # Status is the only thing the operator writes about a DecisionModel (conditions, promotion progress).
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels/status"]
   verbs: ["patch"]
-# Children, written by server-side apply (patch; create when new) and deleted when a version is retired.
+# Children are written by server-side apply: a `patch`, which needs `create` too when the object is new. They are
+# watched (kopf, by the arbiter.dev/decision-model label) and listed to see drift; InferenceServices and decision
+# ConfigMaps of retired versions are deleted (everything else goes with the DecisionModel through owner references).
 - apiGroups: ["serving.kserve.io"]
-  resources: ["inferenceservices", "servingruntimes"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  resources: ["inferenceservices"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# One ServingRuntime and one Route per DecisionModel, read by name.
+- apiGroups: ["serving.kserve.io"]
+  resources: ["servingruntimes"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["route.openshift.io"]
   resources: ["routes"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # OpenShift checks this virtual subresource before it accepts a Route with spec.host set (spec.exposure.host).
 - apiGroups: ["route.openshift.io"]
   resources: ["routes/custom-host"]
   verbs: ["create"]
-- apiGroups: [""]
-  resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
-# Read only, by name: the S3 storage-config / data-connection Secret a version's storageUri needs for validation.
-# No list or watch: the operator never sees Secrets it was not pointed at.
+# Read only, by name: the S3 storage-config Secret (spec.storage.secretName) and the registry token Secret
+# (spec.registry.tokenSecretRef). No list or watch: the operator never sees Secrets it was not pointed at.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import hashlib
 import json
 import os
 import pathlib
@@ -45,6 +46,25 @@ class Tool:
     @property
     def cache_path(self) -> pathlib.Path:
         return cache_root() / f"{self.name}-{self.version}" / self.binary
+
+    @property
+    def stamp_path(self) -> pathlib.Path:
+        return self.cache_path.with_name(f".{self.binary}.inputs")
+
+    def inputs_digest(self) -> str:
+        """Digest of what the build depends on here: a go.mod or ldflags change without a version bump still
+        rebuilds instead of serving a stale binary."""
+        h = hashlib.sha256()
+        for path in sorted(self.module_dir.iterdir()):
+            if path.is_file() and (path.suffix in (".go", ".mod", ".sum", ".json")):
+                h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        return h.hexdigest()
+
+    def is_cached(self) -> bool:
+        try:
+            return self.cache_path.is_file() and self.stamp_path.read_text().strip() == self.inputs_digest()
+        except FileNotFoundError:
+            return False
 
 
 def cache_root() -> pathlib.Path:
@@ -134,14 +154,15 @@ def ensure_tool(name: str, *, quiet: bool = False) -> pathlib.Path:
         return override
     tool = load_tool(name)
     target = tool.cache_path
-    if target.is_file():
+    if tool.is_cached():
         return target
     # One builder per tool and version; parallel callers (pytest-xdist workers, two terminals) wait here and find
     # the binary when they get the lock.
     with _locked(cache_root() / ".locks" / f"{tool.name}-{tool.version}.lock"):
-        if target.is_file():
+        if tool.is_cached():
             return target
         _build(tool, target, quiet=quiet)
+        tool.stamp_path.write_text(tool.inputs_digest() + "\n")
     return target
 
 
@@ -218,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             for name in tool_names():
                 tool = load_tool(name)
-                state = "cached" if tool.cache_path.is_file() else "not built"
+                state = "cached" if tool.is_cached() else "not built"
                 print(f"{name}\t{tool.version}\t{state}\t{tool.cache_path}")
     except ToolError as exc:
         print(f"error: {exc}", file=sys.stderr)
