@@ -10,6 +10,12 @@ validates after generation instead. `listing_digest` fingerprints the listing fo
 `check_version_artifacts` (async) reads from S3 through `clients.s3.S3Storage`; `artifacts_condition` folds the
 per-version reports into the `ArtifactsValid` condition.
 
+Unknown means "will be known after a retry" and holds only versions that have not passed yet (nothing is deployed
+for them; the reconcile comes back with a bounded backoff, see recheck.py): S3 unreachable, and every credential
+problem (Secret or entry missing, not in storage-config form, access denied). Those are fixed outside the
+DecisionModel, often after it was applied, and must not send a promotion into its sticky Failed state the way a real
+defect of the artifacts does (False: only a spec change or the retry annotation starts it again).
+
 pvc:// and oci:// cannot be read by the operator (the volume is mounted only into the predictor pod, the image is
 pulled by the node). Such a version is reported valid with reason `NotCheckable`, not Unknown: Unknown means "will be
 known after a retry", which never happens here, and it would hold the version back forever. vLLM checks those
@@ -49,6 +55,7 @@ WEIGHTS_MISSING = "WeightsMissing"
 STORAGE_UNREACHABLE = "StorageUnreachable"
 STORAGE_ACCESS_DENIED = "StorageAccessDenied"
 STORAGE_CREDENTIALS_INVALID = "StorageCredentialsInvalid"
+RECHECKED = "; checked again with backoff, the version is deployed once it passes"
 
 DIFFUSION_ARCHITECTURES = frozenset({"DiffusionGemmaForBlockDiffusion"})
 TENSOR_PARALLEL_CHOICES = (1, 2, 4, 8)  # what spec.serving.gpus allows
@@ -302,7 +309,7 @@ async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, a
         return not_checkable(storage_uri)
     if storage is None:
         return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID,
-                              f"no S3 credentials to read {storage_uri}; check spec.storage.secretName")
+                              f"no S3 credentials to read {storage_uri}; check spec.storage.secretName{RECHECKED}")
     base = f"{prefix}/" if prefix else ""
     try:
         listing = await storage.list_objects(bucket, prefix)
@@ -315,9 +322,11 @@ async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, a
     except StorageUnreachable as exc:
         return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"{exc}; nothing that serves is touched")
     except StorageRejected as exc:
-        hint = ("check the bucket name in storageUri" if exc.code == "NoSuchBucket"
-                else "check the credentials in spec.storage.secretName and the bucket policy")
-        return ArtifactReport("False", STORAGE_ACCESS_DENIED, f"{exc}; {hint}")
+        if exc.code == "NoSuchBucket":  # the URI names a bucket that does not exist: a defect of the spec
+            return ArtifactReport("False", STORAGE_ACCESS_DENIED, f"{exc}; check the bucket name in storageUri")
+        # Credentials or bucket policy: fixed outside the DecisionModel, so checked again until it passes.
+        return ArtifactReport("Unknown", STORAGE_ACCESS_DENIED, f"{exc}; check the credentials in "
+                              f"spec.storage.secretName and the bucket policy{RECHECKED}")
     config, config_error = _parse_json(config_raw)
     index, index_error = _parse_json(index_raw)
     if index_error:
@@ -375,9 +384,9 @@ async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactR
         secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, st.secretName)
         if secret is None:
             return ArtifactReport(
-                "False", STORAGE_CREDENTIALS_INVALID,
+                "Unknown", STORAGE_CREDENTIALS_INVALID,
                 f"Secret {st.secretName} not found in namespace {ns}; create it in KServe's storage-config form or "
-                "set spec.storage.secretName",
+                f"set spec.storage.secretName{RECHECKED}",
             )
         ca_pem = None
         if st.caBundleConfigMapRef is not None:
@@ -385,14 +394,14 @@ async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactR
             key = st.caBundleConfigMapRef.key or "ca.crt"
             ca_pem = ((cm or {}).get("data") or {}).get(key)
             if ca_pem is None:
-                return ArtifactReport("False", STORAGE_CREDENTIALS_INVALID, f"ConfigMap {st.caBundleConfigMapRef.name} "
-                                      f"(key {key}) with the S3 CA bundle not found in namespace {ns}")
+                return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"ConfigMap {st.caBundleConfigMapRef.name} "
+                                      f"(key {key}) with the S3 CA bundle not found in namespace {ns}{RECHECKED}")
         creds = credentials_from_secret(
             decode_secret_data(secret.get("data")), secret_name=st.secretName, bucket=bucket, key=st.key,
             endpoint=st.endpoint, region=st.region, ca_bundle_pem=ca_pem,
         )
     except CredentialsInvalid as exc:
-        return ArtifactReport("False", STORAGE_CREDENTIALS_INVALID, str(exc))
+        return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"{exc}{RECHECKED}")
     except KubeError as exc:
         return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"cannot read spec.storage references ({exc})")
     return S3Storage(creds)
@@ -424,18 +433,32 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
 # ---------------------------------------------------------------- the operator's observer hook
 
 
-def to_observation(report: ArtifactReport, previous: Any = None) -> Any:
-    """`plan.model.ArtifactObservation` for the planner. When storage is unreachable but the version passed before
-    (its status has a digest and is not Invalid), the earlier verdict stands: an S3 outage must not take a serving
-    version down."""
+def to_observation(report: ArtifactReport, previous: Any = None, previous_diffusion: bool = False) -> Any:
+    """`plan.model.ArtifactObservation` for the planner. When storage cannot be read but the version passed before
+    (its status has a digest and is not Invalid), the earlier verdict stands, diffusion flag included (it shapes the
+    vLLM args and the runtime's config): an S3 outage or a broken Secret must not change a serving version."""
     from .plan.model import ArtifactObservation
 
     if report.status == "Unknown" and previous is not None and previous.artifactsDigest and previous.phase != "Invalid":
         return ArtifactObservation(valid=True, reason=report.reason, message=report.message,
-                                   digest=previous.artifactsDigest, diffusion=False)
+                                   digest=previous.artifactsDigest, diffusion=previous_diffusion)
     valid = {"True": True, "False": False}.get(report.status)
     return ArtifactObservation(valid=valid, reason=report.reason, message=report.message, digest=report.digest,
                                diffusion=report.diffusion)
+
+
+def _deployed_as_diffusion(obs: Any, version: str) -> bool:
+    """Whether the version's deployed decision config (its ConfigMap, render.configmap) says diffusion."""
+    from .render.common import CONFIG_FILE, LABEL_VERSION
+
+    for cm in (getattr(obs, "configmaps", None) or {}).values():
+        if ((cm.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION) != version:
+            continue
+        try:
+            return json.loads((cm.get("data") or {}).get(CONFIG_FILE) or "{}").get("diffusion") is True
+        except (ValueError, AttributeError):
+            return False
+    return False
 
 
 async def observe_artifacts(kube: Any, dm: Any, obs: Any) -> Any:
@@ -447,6 +470,6 @@ async def observe_artifacts(kube: Any, dm: Any, obs: Any) -> Any:
     previous = {v.name: v for v in dm.status.versions}
     return replace(
         obs,
-        artifacts={v: to_observation(r, previous.get(v)) for v, r in reports.items()},
+        artifacts={v: to_observation(r, previous.get(v), _deployed_as_diffusion(obs, v)) for v, r in reports.items()},
         extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation),),
     )

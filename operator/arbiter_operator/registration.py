@@ -549,6 +549,35 @@ async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -
     return target
 
 
+# ---------------------------------------------------------------- one writer per DecisionModel
+
+# The reconcile (observe_registry) and the delete finalizer (registry_handlers) run in the same process on different
+# triggers. A reconcile that read the DecisionModel just before it was deleted would otherwise set versions LIVE again
+# right after the finalizer archived them. Per DecisionModel (uid): one lock around every registry write, and a mark
+# the finalizer sets before it waits for the lock, so any sync that gets the lock after it writes nothing.
+_LOCKS: dict[str, asyncio.Lock] = {}
+_DELETING: dict[str, None] = {}  # insertion-ordered set of uids, bounded
+_DELETING_MAX = 10_000
+
+
+def registry_lock(uid: str) -> asyncio.Lock:
+    lock = _LOCKS.get(uid)
+    if lock is None:
+        lock = _LOCKS[uid] = asyncio.Lock()
+    return lock
+
+
+def mark_deleting(uid: str) -> None:
+    _DELETING[uid] = None
+    while len(_DELETING) > _DELETING_MAX:
+        _DELETING.pop(next(iter(_DELETING)))
+
+
+def forget(uid: str) -> None:
+    """The DecisionModel is archived and gone: drop its lock (the deleting mark stays, bounded)."""
+    _LOCKS.pop(uid, None)
+
+
 # ---------------------------------------------------------------- the operator's observer hook
 
 
@@ -571,7 +600,10 @@ async def observe_registry(kube: Any, dm: DecisionModel, obs: Any) -> Any:
     }
     if target.error is not None:
         return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (target.error,))
-    async with target.client() as client:
-        result = await sync_registry(client, dm)
+    async with registry_lock(dm.metadata.uid):
+        if dm.metadata.uid in _DELETING:  # the finalizer is archiving: write nothing, say nothing new
+            return replace(obs, registry_ids=ids)
+        async with target.client() as client:
+            result = await sync_registry(client, dm)
     ids.update(registry_ids(result))
     return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (result.condition,))

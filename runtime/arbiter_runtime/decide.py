@@ -265,7 +265,8 @@ class Decider:
                 reason = {"connect": "upstream_down", "timeout": "deadline"}.get(failure.kind, "upstream_error")
                 if not failure.retryable:
                     return reason
-                await asyncio.sleep(min(0.01 * 2 ** attempt, 0.2))
+                if attempt < self.cfg.upstream.max_retries:
+                    await asyncio.sleep(min(0.01 * 2 ** attempt, 0.2))
                 continue
             finally:
                 out.upstream_s += time.perf_counter() - t0
@@ -289,6 +290,8 @@ class Decider:
             async with asyncio.timeout(self.cfg.deadline_s):
                 result = await self._model(canonical, out)
         except TimeoutError:
+            self.metrics.upstream_error("timeout")
+            out.notes.append(f"no valid answer within deadlineMs ({self.cfg.deadline_ms} ms)")
             result = "deadline"
         if isinstance(result, tuple):
             trajectory, decision, confidence = result

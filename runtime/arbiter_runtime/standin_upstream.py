@@ -242,7 +242,7 @@ def _trajectory_doc(shape, key: str, dist: dict[str, float] | None, invalid: boo
         probs = [round(v / total, 4) for v in raw]
         probs[-1] = round(1.0 - sum(probs[:-1]), 4)
         if invalid:
-            probs[0] = round(probs[0] + 0.5, 4)
+            probs = [round(p / 2, 4) for p in probs]  # each in [0, 1], the sum 0.5: only the sum check catches it
         best = max(range(len(labels)), key=lambda i: probs[i])
         steps.append({"step": n, "reasoningCode": codes[int(_unit(key, n, "code") * len(codes))],
                       "label": labels[best], "probabilities": dict(zip(labels, probs)),

@@ -143,3 +143,31 @@ def test_route_admission_failure_is_reported():
     assert (exposed["status"], exposed["reason"]) == ("False", "RouteNotAdmitted")
     assert "host claimed" in exposed["message"]
     assert _cond(p, "Ready")["status"] == "False"
+
+
+def test_every_condition_carries_the_current_generation():
+    dm = make_dm()
+    first = plan(dm, Observations(), T0)
+    raw = example()
+    raw["spec"]["decision"]["fallbackRules"][0]["when"] = "input.x >"
+    bad = _with_status(make_dm(raw, generation=2), first.status)
+    p = plan(bad, Observations(), T0)
+    assert p.status["observedGeneration"] == 2
+    assert {c["observedGeneration"] for c in p.status["conditions"]} == {2}
+    serving = _cond(p, "Serving")  # kept from before, not recomputed, but current
+    assert serving["lastTransitionTime"] == next(
+        c for c in first.status["conditions"] if c["type"] == "Serving")["lastTransitionTime"]
+
+
+def test_admitted_route_gives_the_url():
+    dm = make_dm()
+    first = plan(dm, Observations(), T0)
+    isvc = next(c for c in first.children if c["kind"] == "InferenceService")
+    route = {"metadata": {"name": "credit-limit"}, "spec": {},
+             "status": {"ingress": [{"host": "credit-limit-team-a.apps.example.com",
+                                     "conditions": [{"type": "Admitted", "status": "True"}]}]}}
+    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)}, route=route)
+    _, p = _converge(_with_status(dm, first.status), lambda _: obs)
+    assert p.status["url"] == "https://credit-limit-team-a.apps.example.com"
+    assert _cond(p, "Exposed")["reason"] == "RouteAdmitted"
+    assert _cond(p, "Ready")["status"] == "True"

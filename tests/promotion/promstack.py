@@ -35,11 +35,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_http(url: str, timeout: float = 30.0) -> None:
+def _wait_http(url: str, timeout: float = 30.0, insecure: bool = False) -> None:
+    import ssl
+
+    ctx = ssl._create_unverified_context() if insecure else None  # readiness only; the tests verify TLS themselves
     deadline = time.monotonic() + timeout
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as resp:
                 if resp.status == 200:
                     return
         except OSError:
@@ -89,6 +92,8 @@ class PromStack:
     workloads: subprocess.Popen | None = None
     control_port: int = 0
     url: str = ""
+    tls: tuple[Path, Path] | None = None  # (cert, key): serve HTTPS, as Thanos Querier does
+
 
     def add_workload(self, namespace: str, model: str, version: str) -> Target:
         req = urllib.request.Request(
@@ -134,21 +139,23 @@ class PromStack:
         }
         cfg = self.workdir / "prometheus.yml"
         cfg.write_text(yaml.safe_dump(config))
+        argv = [
+            binary,
+            f"--config.file={cfg}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+            "--log.level=warn",
+        ]
+        if self.tls:
+            web = self.workdir / "web.yml"
+            web.write_text(yaml.safe_dump({"tls_server_config": {"cert_file": str(self.tls[0]),
+                                                                  "key_file": str(self.tls[1])}}))
+            argv.append(f"--web.config.file={web}")
         log = open(self.workdir / "prometheus.log", "w")
-        self.prometheus = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={cfg}",
-                f"--storage.tsdb.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--storage.tsdb.retention.time=1h",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.url = f"http://127.0.0.1:{port}"
-        _wait_http(f"{self.url}/-/ready")
+        self.prometheus = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{port}"
+        _wait_http(f"{self.url}/-/ready", insecure=bool(self.tls))
         return self
 
     def stop(self) -> None:

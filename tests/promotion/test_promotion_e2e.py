@@ -41,8 +41,8 @@ def stable_on_v1(e: E2E, **promote) -> None:
     """First deployment of 1.0.0: deployed, no traffic until ready, then 100%."""
     e.create(V1, **fast_canary(**promote))
     e.wait(lambda: V1 in e.isvcs(), "1.0.0 InferenceService")
-    assert e.route_weights() == {}  # not ready: never traffic to nothing
-    assert e.condition("Ready")["status"] == "False"
+    ready = e.wait(lambda: e.condition("Ready"), "status written")
+    assert ready["status"] == "False" and e.route_weights() == {}  # not ready: never traffic to nothing
     e.set_state(V1, "ready")
     p = e.wait_phase("Idle")
     assert p["stable"] == V1

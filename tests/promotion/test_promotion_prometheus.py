@@ -146,3 +146,58 @@ def test_config_from_secret_defaults_to_thanos_querier():
     assert cfg.url == "https://thanos-querier.openshift-monitoring.svc:9091" and cfg.token == "abc" and cfg.verify
     cfg = PrometheusConfig.from_secret_data({"url": b64("http://prom:9090"), "token": b64("t")})
     assert cfg.url == "http://prom:9090"
+
+
+def _self_signed(tmp_path):
+    """A CA and a server certificate for 127.0.0.1 signed by it (what the OpenShift service CA does for services)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test service CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(1).not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "thanos-querier")]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+        .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    (tmp_path / "tls.crt").write_bytes(cert.public_bytes(pem))
+    (tmp_path / "tls.key").write_bytes(
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return ca.public_bytes(pem).decode(), tmp_path / "tls.crt", tmp_path / "tls.key"
+
+
+async def test_tls_is_verified_against_the_configured_ca(tmp_path):
+    ca_pem, cert, key = _self_signed(tmp_path)
+    s = PromStack(tmp_path, tls=(cert, key))
+    s.start()
+    try:
+        async with PrometheusClient(PrometheusConfig(url=s.url, ca_pem=ca_pem)) as prom:
+            assert await prom.query("vector(1)") == [({}, 1.0)]
+        # Without the CA the server is not trusted: no numbers, an Inconclusive analysis that says why.
+        async with PrometheusClient(PrometheusConfig(url=s.url)) as prom:
+            run = await run_analysis(prom, query_for("v2"))
+        assert run.verdict == "Inconclusive" and "CERTIFICATE_VERIFY_FAILED" in run.message
+        ca_file = tmp_path / "service-ca.crt"
+        ca_file.write_text(ca_pem)
+        cfg = PrometheusConfig.from_env({"ARBITER_PROMETHEUS_URL": s.url, "ARBITER_PROMETHEUS_CA_FILE": str(ca_file)})
+        async with PrometheusClient(cfg) as prom:
+            assert await prom.query("vector(2)") == [({}, 2.0)]
+    finally:
+        s.stop()

@@ -171,10 +171,12 @@ async def test_s3_down_is_unknown_and_retried(s3_server, bucket):
     assert (report.status, report.reason) == ("Unknown", "StorageUnreachable")
 
 
-async def test_wrong_credentials_fail_without_showing_them(s3_server, bucket):
+async def test_wrong_credentials_are_unknown_and_rechecked_without_showing_them(s3_server, bucket):
+    # Credentials are fixed outside the DecisionModel: Unknown (checked again), not False (a sticky failed promotion).
     secret = "not-the-secret-" + uuid.uuid4().hex
     report = await check(s3_server, bucket, {"config.json": QWEN_LIKE}, secret_access_key=secret)
-    assert (report.status, report.reason) == ("False", "StorageAccessDenied")
+    assert (report.status, report.reason) == ("Unknown", "StorageAccessDenied")
+    assert "checked again" in report.message
     assert secret not in report.message and s3_server.secret_key not in report.message
 
 

@@ -177,7 +177,7 @@ async def test_missing_storage_secret_says_which(kube, namespace, model_dirs):
     dm = make_dm("m", {"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace)
     obs = await observe_artifacts(kube, dm, Observations())
     [cond] = conditions(obs, "ArtifactsValid")
-    assert (cond.status, cond.reason) == ("False", "StorageCredentialsInvalid")
+    assert (cond.status, cond.reason) == ("Unknown", "StorageCredentialsInvalid")
     assert "Secret storage-config not found" in cond.message
 
 

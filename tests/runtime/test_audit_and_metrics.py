@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import time
 import uuid
 
 import pytest
@@ -104,11 +105,8 @@ def test_s3_batches_upload_while_running_with_object_lock_retention(s3_server, s
     with server.client() as c:
         for n in range(4):
             c.post("/v1/decisions", json={"amount": n, "country": "US"}).raise_for_status()
-    for _ in range(100):
-        if len(_lines(s3, bucket)) == 4:
-            break
-        import time
-
+    deadline = time.monotonic() + 30
+    while len(_lines(s3, bucket)) < 4 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sink.object_lock is True
     assert len(_lines(s3, bucket)) == 4  # uploaded before any shutdown

@@ -55,12 +55,17 @@ def fuzz_server():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(body=bodies, raw=st.one_of(st.none(), st.binary(max_size=64)),
+       traceparent=st.one_of(st.none(), st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=60),
+                             st.from_regex(r"\A[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")),
        path=st.sampled_from(["/v2/models/credit/infer", "/v2/models/credit/versions/v1/infer", "/v1/decisions",
                              "/v2/models/nope/infer"]))
-def test_malformed_bodies_never_500(fuzz_server, body, raw, path):
+def test_malformed_bodies_never_500(fuzz_server, body, raw, traceparent, path):
     content = raw if raw is not None else json.dumps(body).encode()
+    headers = {"content-type": "application/json"}
+    if traceparent is not None:
+        headers["traceparent"] = traceparent
     with httpx.Client(base_url=fuzz_server.url, timeout=10) as c:
-        r = c.post(path, content=content, headers={"content-type": "application/json"})
+        r = c.post(path, content=content, headers=headers)
     assert r.status_code in (200, 400, 404, 503), (r.status_code, r.text)
     assert isinstance(r.json(), dict)
     if r.status_code != 200:

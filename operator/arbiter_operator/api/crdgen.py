@@ -90,17 +90,15 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     return out
 
 
-def _attach_extra_validations(schema: dict[str, Any], model: type[BaseModel]) -> None:
+def _attach_extra_validations(schema: dict[str, Any]) -> None:
     """Attach EXTRA_VALIDATIONS to every place a class from another module appears (matched by its properties)."""
     for cls, rules in EXTRA_VALIDATIONS.items():
-        fields = set(cls.model_fields)
+        names = {field.alias or name for name, field in cls.model_fields.items()}
 
         def walk(node: Any) -> None:
             if isinstance(node, dict):
                 props = node.get("properties")
-                if isinstance(props, dict) and set(props) == {
-                    (f.alias or name) for name, f in cls.model_fields.items()
-                } and set(props) >= fields - {n for n, f in cls.model_fields.items() if f.alias}:
+                if isinstance(props, dict) and set(props) == names:
                     node.setdefault("x-kubernetes-validations", []).extend(copy.deepcopy(rules))
                 for v in node.values():
                     walk(v)
@@ -158,7 +156,7 @@ def _object_schema(model: type[BaseModel]) -> dict[str, Any]:
     defs = raw.get("$defs", {})
     schema = _resolve(raw, defs)
     _fill_factory_defaults(schema, model)
-    _attach_extra_validations(schema, model)
+    _attach_extra_validations(schema)
     return schema
 
 

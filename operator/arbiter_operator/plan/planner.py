@@ -17,6 +17,7 @@ from ..render import (
     render_route,
     render_servingruntime,
 )
+from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
 from .model import ArtifactObservation, Event, Observations, Plan
 from .validate import operator_side_problems
@@ -91,7 +92,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         cond(c.STALLED, "True", INVALID_SPEC, msg)
         cond(c.RECONCILING, "False", INVALID_SPEC, msg)
         cond(c.READY, "False", INVALID_SPEC, msg)
-        status = old.model_copy(update={"observedGeneration": gen, "conditions": conditions})
+        status = old.model_copy(update={"observedGeneration": gen, "conditions": _at_generation(conditions, gen)})
         if old_ready is None or old_ready.status != "False" or old_ready.reason != INVALID_SPEC:
             events.append(Event("Warning", INVALID_SPEC, msg))
         return Plan(None, [], _dump(status), events, None)
@@ -222,13 +223,18 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     active = max(traffic, key=lambda v: (traffic[v], v)) if traffic else old.activeVersion
     status = DecisionModelStatus(
         observedGeneration=gen,
-        conditions=conditions,
+        conditions=_at_generation(conditions, gen),
         activeVersion=active,
         url=url,
         versions=vstatus,
         promotion=pplan.status,
     )
-    return Plan(children, deletions, _dump(status), events, pplan.requeue_after)
+    return Plan(children, deletions, _dump(status), events, sooner(pplan.requeue_after, recheck_after(conditions, now)))
+
+
+def _at_generation(conditions: list[Condition], gen: int) -> list[Condition]:
+    """Every condition was (re)considered against this generation; kstatus and `kubectl wait` compare them to it."""
+    return [x if x.observedGeneration == gen else x.model_copy(update={"observedGeneration": gen}) for x in conditions]
 
 
 def _dump(status: DecisionModelStatus) -> dict[str, Any]:

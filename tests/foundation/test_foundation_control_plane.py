@@ -244,3 +244,13 @@ def test_a_forged_token_is_rejected(control_plane, tmp_path):
         assert err.value.status == 401
     finally:
         forged.close()
+
+
+def test_installing_crds_again_replaces_them_in_place(api):
+    from arbiter_operator.devenv import crds
+
+    # Arbiter's own CRD: replacing it is safe on any cluster (the fixture already did it once).
+    names = crds.install_crds(api, crds.arbiter_crd_paths())
+    assert "decisionmodels.arbiter.dev" in names
+    # Still served after the replace: a list answers.
+    client.CustomObjectsApi(api).list_cluster_custom_object("arbiter.dev", "v1alpha1", "decisionmodels")

@@ -1,0 +1,492 @@
+"""Shared harness of the operator benchmarks (convergence.py, scale.py, idle.py).
+
+`Stack` starts what a benchmark needs, all real except KServe's controller:
+
+- etcd + kube-apiserver (devenv ControlPlane) with an audit log, so every request is attributed to the identity that
+  made it; upstream CRDs (InferenceService, ServingRuntime, Route, ModelRegistry) and Arbiter's CRD;
+- MinIO with the example model's files (config.json + weights), and a KServe `storage-config` Secret in each
+  namespace: the operator checks artifacts on S3 as it does in real use (an s3:// storageUri, not pvc://, whose
+  check is skipped as not checkable);
+- the KServe stand-in, under its own ServiceAccount;
+- the operator as a separate process (`python -m arbiter_operator`, OperatorProcess) under its own ServiceAccount
+  token, so its API requests can be told apart from the driver's and the stand-in's.
+
+Request counts come from two places: the apiserver's `apiserver_request_total` (from /metrics, every client together)
+and the audit log (per user). The operator's figures are the audit log's, filtered by its ServiceAccount; the
+metrics totals are printed next to them as a cross-check (metrics total = operator + stand-in + driver).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import pathlib
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+EXAMPLE = ROOT / "examples" / "decisionmodel.yaml"
+
+from kubernetes import client as k8s  # noqa: E402
+from kubernetes import watch as k8s_watch  # noqa: E402
+
+from arbiter_operator.devenv import crds  # noqa: E402
+from arbiter_operator.devenv.controlplane import ControlPlane  # noqa: E402
+from arbiter_operator.devenv.kserve_standin import KServeStandIn  # noqa: E402
+from arbiter_operator.devenv.local import _seed_example_storage, _storage_config_secret  # noqa: E402
+from arbiter_operator.devenv.operator_process import OperatorProcess  # noqa: E402
+from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
+
+GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
+SYSTEM_NS = "arbiter-bench-system"
+OPERATOR_SA = "arbiter-operator"
+STANDIN_SA = "kserve-standin"
+OPERATOR_USER = f"system:serviceaccount:{SYSTEM_NS}:{OPERATOR_SA}"
+STANDIN_USER = f"system:serviceaccount:{SYSTEM_NS}:{STANDIN_SA}"
+
+# Every request at Metadata level, written once when it completes (watches: when the stream ends). Batch mode keeps
+# the audit writes off the request path; the driver waits out one flush interval before it reads the log.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata"}],
+}
+AUDIT_FLUSH_S = 1.0
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- statistics and output --------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (no interpolation: with 50 samples p99 is the largest, as it should be)."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = max(0, min(len(s) - 1, int(-(-p * len(s) // 100)) - 1))
+    return s[k]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "mean": statistics.fmean(values) if values else float("nan"),
+        "min": min(values) if values else float("nan"),
+        "max": max(values) if values else float("nan"),
+    }
+
+
+def table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A Markdown table (pastes straight into docs/benchmarks.md)."""
+    fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem_kb = 0
+    try:
+        mem_kb = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal")))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "host": platform.node(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "mem_gib": round(mem_kb / 2**20, 1),
+        "python": platform.python_version(),
+        "loadavg_start": os.getloadavg(),
+    }
+
+
+def write_json(result: dict[str, Any], out: str | None, default_name: str) -> pathlib.Path:
+    path = pathlib.Path(out) if out else RESULTS / default_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result.setdefault("machine", machine())
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    path.write_text(json.dumps(result, indent=2, default=str))
+    log(f"results written to {path}")
+    return path
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", help="JSON result path (default: benchmarks/results/<name>.json)")
+    p.add_argument("--operator-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra environment for the operator process (e.g. ARBITER_RESYNC_SECONDS=60)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (audit log, operator log)")
+    return p
+
+
+# -- the operator process's cost, from /proc --------------------------------------------------------------------------
+
+
+class ProcStats:
+    """CPU seconds and RSS of one process; the kernel's own high-water mark (VmHWM) gives the peak RSS."""
+
+    TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def cpu_seconds(self) -> float:
+        fields = pathlib.Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / self.TICK  # utime + stime
+
+    def _status(self, key: str) -> int:
+        for line in pathlib.Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def rss(self) -> int:
+        return self._status("VmRSS")
+
+    def peak_rss(self) -> int:
+        return self._status("VmHWM")
+
+
+# -- request accounting -----------------------------------------------------------------------------------------------
+
+
+def metrics_requests(api: k8s.ApiClient) -> Counter[tuple[str, str]]:
+    """apiserver_request_total summed by (verb, resource[/subresource]) over every client."""
+    resp = api.call_api("GET", api.configuration.host + "/metrics", header_params={"Accept": "text/plain"},
+                        _request_timeout=30)
+    text = resp.read().decode()
+    out: Counter[tuple[str, str]] = Counter()
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels_s, value = line[len("apiserver_request_total{"):].rsplit("} ", 1)
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', labels_s))
+        resource = labels.get("resource", "")
+        if not resource:
+            continue  # non-resource URLs (/metrics, /healthz, discovery)
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        out[(labels.get("verb", ""), resource)] += int(float(value))
+    return out
+
+
+def audit_requests(audit_log: pathlib.Path, user: str | None, since: float, until: float | None = None
+                   ) -> Counter[tuple[str, str]]:
+    """Completed requests of `user` (None: everyone) received in [since, until), by (verb, resource[/sub])."""
+    out: Counter[tuple[str, str]] = Counter()
+    with open(audit_log) as fh:
+        for line in fh:
+            ev = json.loads(line)
+            if ev.get("stage") != "ResponseComplete":
+                continue
+            if user is not None and ev["user"].get("username") != user:
+                continue
+            ts = datetime.fromisoformat(ev["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+            if ts < since or (until is not None and ts >= until):
+                continue
+            ref = ev.get("objectRef") or {}
+            resource = ref.get("resource", "")
+            if not resource:
+                continue
+            if ref.get("subresource"):
+                resource += "/" + ref["subresource"]
+            out[(ev["verb"], resource)] += 1
+    return out
+
+
+def counter_rows(c: Counter[tuple[str, str]], per: float = 1.0) -> list[tuple[str, str, int, float]]:
+    return [(verb, res, n, n / per) for (verb, res), n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def counter_json(c: Counter[tuple[str, str]]) -> dict[str, int]:
+    return {f"{verb} {res}": n for (verb, res), n in sorted(c.items())}
+
+
+# -- DecisionModels ---------------------------------------------------------------------------------------------------
+
+
+def example_body(name: str, namespace: str) -> dict[str, Any]:
+    body = yaml.safe_load(EXAMPLE.read_text())
+    body["metadata"] = {"name": name, "namespace": namespace}
+    return body
+
+
+def is_ready(obj: dict[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    return status.get("observedGeneration") == obj["metadata"].get("generation") and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+
+
+class Watcher:
+    """Watches one kind (all namespaces) and timestamps, per (namespace, name), the first event that satisfies
+    `pred`; also keeps every status seen in order (the convergence floor replays them). The clock is
+    time.perf_counter, taken when the event arrives here: the same observer for the operator and the floor."""
+
+    def __init__(self, api: k8s.ApiClient, group: str, version: str, plural: str,
+                 pred: Callable[[dict[str, Any]], bool] = is_ready):
+        self.custom = k8s.CustomObjectsApi(api)
+        self.args = (group, version, plural)
+        self.pred = pred
+        self.first: dict[tuple[str, str], float] = {}
+        self.statuses: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._w: k8s_watch.Watch | None = None
+        self._started = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True, name=f"watch-{plural}")
+
+    def start(self) -> Watcher:
+        self._t.start()
+        self._started.wait(30)
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                listing = self.custom.list_cluster_custom_object(*self.args)
+                for item in listing["items"]:
+                    self._seen(item)
+                self._started.set()
+                self._w = k8s_watch.Watch()
+                for ev in self._w.stream(self.custom.list_cluster_custom_object, *self.args,
+                                         resource_version=listing["metadata"]["resourceVersion"],
+                                         timeout_seconds=3600):
+                    if ev["type"] in ("ADDED", "MODIFIED"):
+                        self._seen(ev["object"])
+            except Exception as exc:  # a restart of the watch; the listing catches up
+                if not self._stop.is_set():
+                    log(f"watch restarts: {exc}")
+                    time.sleep(0.2)
+
+    def _seen(self, obj: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        with self._cond:
+            st = obj.get("status")
+            seen = self.statuses.setdefault(key, [])
+            if st and (not seen or seen[-1] != st):
+                seen.append(copy.deepcopy(st))
+            if key not in self.first and self.pred(obj):
+                self.first[key] = now
+                self._cond.notify_all()
+
+    def wait(self, keys: Iterable[tuple[str, str]], timeout: float) -> bool:
+        keys = list(keys)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while not all(k in self.first for k in keys):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 1.0))
+        return True
+
+    def count(self) -> int:
+        with self._cond:
+            return len(self.first)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._w is not None:
+            self._w.stop()
+
+
+# -- the stack --------------------------------------------------------------------------------------------------------
+
+
+class Stack:
+    """Control plane (with audit log) + CRDs + MinIO + KServe stand-in + operator; see the module docstring.
+
+    `operator_namespaces` are watched by the operator; `extra_namespaces` only get the storage Secret and the
+    stand-in (the convergence floor writes there with no operator watching)."""
+
+    def __init__(self, operator_namespaces: list[str], extra_namespaces: list[str] = (), *,
+                 operator_env: dict[str, str] | None = None, keep: bool = False):
+        self.op_namespaces = list(operator_namespaces)
+        self.namespaces = self.op_namespaces + list(extra_namespaces)
+        self.operator_env = dict(operator_env or {})
+        self.keep = keep
+        self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
+        self.audit_log = self.workdir / "audit.log"
+        self.cp: ControlPlane | None = None
+        self.s3: S3Server | None = None
+        self.standin: KServeStandIn | None = None
+        self.op: OperatorProcess | None = None
+        self.api: k8s.ApiClient | None = None
+
+    def __enter__(self) -> Stack:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> Stack:
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(json.dumps(AUDIT_POLICY))
+        t = time.monotonic()
+        self.cp = ControlPlane(extra_apiserver_args=(
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=batch",
+            f"--audit-log-batch-max-wait={AUDIT_FLUSH_S:.0f}s",
+            "--audit-log-maxsize=0",  # no rotation: the counts read one file
+        )).start()
+        self.api = self.cp.api_client()
+        crds.install_crds(self.api, crds.upstream_crd_paths() + crds.stand_in_crd_paths() + crds.arbiter_crd_paths())
+        log(f"control plane + CRDs in {time.monotonic() - t:.1f}s ({self.cp.server})")
+
+        core = k8s.CoreV1Api(self.api)
+        rbac = k8s.RbacAuthorizationV1Api(self.api)
+        core.create_namespace({"metadata": {"name": SYSTEM_NS}})
+        tokens = {}
+        for sa in (OPERATOR_SA, STANDIN_SA):
+            core.create_namespaced_service_account(SYSTEM_NS, {"metadata": {"name": sa}})
+            # cluster-admin keeps RBAC out of the measurement; the chart's Roles are tested in tests/security.
+            rbac.create_cluster_role_binding({
+                "metadata": {"name": f"bench-{sa}"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": SYSTEM_NS}],
+            })
+            tr = core.create_namespaced_service_account_token(
+                sa, SYSTEM_NS, {"spec": {"expirationSeconds": 86400}})
+            tokens[sa] = tr.status.token
+        self.operator_kubeconfig = self.cp.write_kubeconfig(self.workdir / "operator.kubeconfig",
+                                                            token=tokens[OPERATOR_SA], user=OPERATOR_SA)
+        standin_kc = self.cp.write_kubeconfig(self.workdir / "standin.kubeconfig", token=tokens[STANDIN_SA],
+                                              user=STANDIN_SA)
+
+        t = time.monotonic()
+        self.s3 = S3Server().start()
+        _seed_example_storage(self.s3, yaml.safe_load(EXAMPLE.read_text()))
+        secret = _storage_config_secret(self.s3)
+        for ns in self.namespaces:
+            core.create_namespace({"metadata": {"name": ns}})
+            core.create_namespaced_secret(ns, secret)
+        log(f"MinIO + {len(self.namespaces)} namespaces in {time.monotonic() - t:.1f}s")
+
+        from kubernetes import config
+
+        self.standin = KServeStandIn(config.new_client_from_config(config_file=str(standin_kc)),
+                                     self.namespaces).start()
+        return self
+
+    def start_operator(self) -> OperatorProcess:
+        t = time.monotonic()
+        self.op = OperatorProcess(self.operator_kubeconfig, self.op_namespaces, env=self.operator_env,
+                                  log_dir=self.workdir / "operator").start(timeout=120)
+        log(f"operator live in {time.monotonic() - t:.1f}s (pid {self.op.proc.pid}, log {self.op.log_path})")
+        return self.op
+
+    def stats(self) -> ProcStats:
+        assert self.op is not None and self.op.proc is not None
+        return ProcStats(self.op.proc.pid)
+
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api)
+
+    def flush_audit(self) -> None:
+        time.sleep(AUDIT_FLUSH_S + 1.0)
+
+    def stop(self) -> None:
+        for part in (self.op, self.standin, self.s3, self.cp):
+            if part is None:
+                continue
+            try:
+                part.stop()
+            except Exception as exc:
+                log(f"stopping {type(part).__name__}: {exc}")
+        if self.keep:
+            log(f"work directory kept: {self.workdir}")
+        else:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def parse_env(pairs: list[str]) -> dict[str, str]:
+    return dict(p.split("=", 1) for p in pairs)
+
+
+def create_many(custom: k8s.CustomObjectsApi, keys: list[tuple[str, str]], threads: int = 8) -> float:
+    """Create one example DecisionModel per (namespace, name), `threads` at a time; returns seconds taken."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(key: tuple[str, str]) -> None:
+        ns, name = key
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, example_body(name, ns))
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, keys))
+    return time.monotonic() - t
+
+
+class Profiler:
+    """py-spy sampling the operator process (all threads, idle frames left out) into collapsed stacks; `top()` sums
+    them by function, inclusive, so the summary names where the operator's CPU goes."""
+
+    def __init__(self, pid: int, path: pathlib.Path, rate: int = 50):
+        import shutil
+        import subprocess
+
+        exe = shutil.which("py-spy") or str(pathlib.Path(sys.executable).with_name("py-spy"))
+        self.path = path
+        self.proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate),
+                                      "--output", str(path), "--nonblocking"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def stop(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(30)
+        except Exception:
+            self.proc.kill()
+
+    def top(self, n: int = 25) -> list[tuple[str, float]]:
+        if not self.path.exists():
+            return []
+        total = 0
+        incl: Counter[str] = Counter()
+        for line in self.path.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            k = int(count)
+            total += k
+            frames = {re.sub(r":\d+\)$", ")", re.sub(r" \(.*?/(site-packages|arbiter_operator)/", " (", f))
+                      for f in stack.split(";")}
+            for f in frames:
+                incl[f] += k
+        return [(f, 100.0 * k / total) for f, k in incl.most_common(n)] if total else []

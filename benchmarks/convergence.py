@@ -1,0 +1,193 @@
+"""Convergence: create one DecisionModel and time create -> Ready=True (observedGeneration == generation), N times,
+against the API floor: the same writes issued directly by a minimal script, with no operator.
+
+    .venv/bin/python benchmarks/convergence.py [--repetitions 50] [--out PATH]
+
+How the floor is built: a warm-up DecisionModel ("template") is converged by the operator first. Its writes are read
+from the operator's `kube-write` log lines, grouped by reconcile pass; the bodies are the children the operator
+created (read back, server-set fields dropped, renamed), the DecisionModel statuses it wrote (as a watch saw them) and
+its Events. The floor then does, per repetition: create the DecisionModel, replay pass 1 (children, status, events),
+wait until the stand-in has marked its InferenceServices Ready (the operator waits for the same thing), replay the
+remaining passes. Both are timed by the same watch on DecisionModels, operator and floor repetitions interleaved so
+that load from other processes on the machine hits both alike. Storage is s3:// on MinIO (real use); the operator's
+artifact check (S3 reads) is part of its time and not of the floor's.
+
+Target (issue 8): operator p50 under 1.5x the floor's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+from arbiter_operator.clients.kube import RestKubeClient  # noqa: E402
+
+OP_NS, FLOOR_NS = "conv-op", "conv-floor"
+TEMPLATE = "cvtemplate"
+WRITE = re.compile(r" kube-write (\S+) (\S+) (\S+)/(\S+)(?: \[([^\]]*)\]| (\S+))?")
+PASS = re.compile(r" reconciled (\S+)/(\S+): (\d+) writes")
+CHILD_API = {
+    "ServingRuntime": ("serving.kserve.io", "v1alpha1", "servingruntimes"),
+    "InferenceService": ("serving.kserve.io", "v1beta1", "inferenceservices"),
+    "Route": ("route.openshift.io", "v1", "routes"),
+}
+
+
+def isvc_ready(obj: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def read_passes(op_log: str) -> list[list[tuple[str, str, str, str]]]:
+    """The operator's writes so far as reconcile passes: [(verb, kind, name, extra)]."""
+    passes: list[list[tuple[str, str, str, str]]] = []
+    current: list[tuple[str, str, str, str]] = []
+    for line in op_log.splitlines():
+        m = WRITE.search(line)
+        if m:
+            verb, kind, _ns, name, fields, reason = m.groups()
+            current.append((verb, kind, name, fields if fields is not None else (reason or "")))
+            continue
+        m = PASS.search(line)
+        if m and current:
+            passes.append(current)
+            current = []
+    if current:
+        passes.append(current)
+    return passes
+
+
+def strip(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj["metadata"]
+    keep = {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences") if k in meta}
+    out = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
+    out["metadata"] = keep
+    return out
+
+
+class Floor:
+    """Replays the template's writes for a new DecisionModel in FLOOR_NS (see the module docstring)."""
+
+    def __init__(self, stack: common.Stack, dm_watch: common.Watcher, isvc_watch: common.Watcher):
+        self.stack = stack
+        self.kube = RestKubeClient(stack.cp.api_client())
+        self.dm_watch = dm_watch
+        self.isvc_watch = isvc_watch
+        self.passes = read_passes(stack.op.log())
+        custom = stack.custom()
+        core = __import__("kubernetes").client.CoreV1Api(stack.api)
+        self.children: dict[tuple[str, str], str] = {}
+        for p in self.passes:
+            for verb, kind, name, _ in p:
+                if verb != "apply":
+                    continue
+                if kind == "ConfigMap":
+                    obj = core.api_client.sanitize_for_serialization(core.read_namespaced_config_map(name, OP_NS))
+                else:
+                    obj = custom.get_namespaced_custom_object(*CHILD_API[kind][:2], OP_NS, CHILD_API[kind][2], name)
+                obj.setdefault("apiVersion", "v1")
+                obj.setdefault("kind", kind)
+                self.children[(kind, name)] = json.dumps(strip(obj))
+        self.statuses = dm_watch.statuses[(OP_NS, TEMPLATE)]
+        self.n_status = sum(1 for p in self.passes for w in p if w[0] == "patch-status")
+
+    def describe(self) -> list[list[str]]:
+        return [[f"{v} {k} {n}" + (f" [{x}]" if x else "") for v, k, n, x in p] for p in self.passes]
+
+    def run(self, name: str, timeout: float = 120.0) -> float:
+        custom = self.stack.custom()
+        rename = lambda s: s.replace(TEMPLATE, name).replace(OP_NS, FLOOR_NS)  # noqa: E731
+        t0 = time.perf_counter()
+        dm = custom.create_namespaced_custom_object(common.GROUP, common.VERSION, FLOOR_NS, common.PLURAL,
+                                                    common.example_body(name, FLOOR_NS))
+        uid = dm["metadata"]["uid"]
+        status_i = 0
+        isvcs: list[tuple[str, str]] = []
+        for i, p in enumerate(self.passes):
+            if i > 0 and isvcs:  # the operator's next pass waits for KServe (the stand-in) to mark them Ready
+                if not self.isvc_watch.wait(isvcs, timeout):
+                    raise TimeoutError(f"floor: InferenceServices of {name} not Ready")
+            for verb, kind, child, extra in p:
+                if verb == "apply":
+                    body = json.loads(rename(self.children[(kind, child)]))
+                    for ref in body["metadata"].get("ownerReferences") or []:
+                        ref["uid"] = uid
+                    self.kube.apply(body)
+                    if kind == "InferenceService":
+                        isvcs.append((FLOOR_NS, body["metadata"]["name"]))
+                elif verb == "patch-status":
+                    # The k-th status write of the template; the last one is its final (Ready) status.
+                    snap = self.statuses[len(self.statuses) - self.n_status + status_i]
+                    status_i += 1
+                    fields = extra.split(",") if extra else list(snap)
+                    patch = json.loads(rename(json.dumps({f: snap[f] for f in fields if f in snap})))
+                    self.kube.patch_status(f"{common.GROUP}/{common.VERSION}", "DecisionModel", FLOOR_NS, name, {"status": patch})
+                elif verb == "event":
+                    self.kube.event(dm, "Normal", extra, extra)
+        if not self.dm_watch.wait([(FLOOR_NS, name)], timeout):
+            raise TimeoutError(f"floor: {name} not Ready")
+        return self.dm_watch.first[(FLOOR_NS, name)] - t0
+
+
+def run_operator_once(stack: common.Stack, watch: common.Watcher, name: str, timeout: float = 120.0) -> float:
+    t0 = time.perf_counter()
+    stack.custom().create_namespaced_custom_object(common.GROUP, common.VERSION, OP_NS, common.PLURAL,
+                                                   common.example_body(name, OP_NS))
+    if not watch.wait([(OP_NS, name)], timeout):
+        raise TimeoutError(f"{name} not Ready after {timeout:.0f}s:\n{stack.op.log()[-3000:]}")
+    return watch.first[(OP_NS, name)] - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = common.base_parser(__doc__.split("\n\n")[0])
+    p.add_argument("--repetitions", type=int, default=50)
+    p.add_argument("--pause", type=float, default=0.2, help="seconds between repetitions")
+    args = p.parse_args(argv)
+    result: dict[str, Any] = {"benchmark": "convergence", "machine": common.machine(), "args": vars(args),
+                              "storage": "s3:// on MinIO (artifact check reads config.json and the weights' size)"}
+    with common.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep) as stack:
+        dm_watch = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
+        isvc_watch = common.Watcher(stack.api, *CHILD_API["InferenceService"], pred=isvc_ready).start()
+        stack.start_operator()
+        warm = run_operator_once(stack, dm_watch, TEMPLATE)
+        time.sleep(1.0)  # let the template's last pass log its line
+        common.log(f"template converged in {warm:.2f}s (first one: imports, connections)")
+        floor = Floor(stack, dm_watch, isvc_watch)
+        result["floor_writes"] = floor.describe()
+        common.log("floor replays: " + " | ".join("; ".join(p) for p in floor.describe()))
+        floor.run("flwarm")  # warm the floor's connections too
+        op_times, floor_times = [], []
+        for i in range(args.repetitions):
+            op_times.append(run_operator_once(stack, dm_watch, f"cv-{i:04d}"))
+            time.sleep(args.pause)
+            floor_times.append(floor.run(f"fl-{i:04d}"))
+            time.sleep(args.pause)
+            if (i + 1) % 10 == 0:
+                common.log(f"  {i + 1}/{args.repetitions}: operator p50 {common.percentile(op_times, 50):.3f}s, "
+                           f"floor p50 {common.percentile(floor_times, 50):.3f}s")
+        op_writes = [w for w in stack.op.writes()]
+    op_s, fl_s = common.summary(op_times), common.summary(floor_times)
+    ratio = {k: op_s[k] / fl_s[k] for k in ("p50", "p95", "p99")}
+    result.update({"operator_seconds": op_s, "floor_seconds": fl_s, "ratio": ratio,
+                   "operator_samples": op_times, "floor_samples": floor_times,
+                   "operator_writes_total": len(op_writes)})
+    print(f"\n## Convergence: create -> Ready, {args.repetitions} repetitions (seconds)\n")
+    print(common.table(["", "p50", "p95", "p99", "mean", "min", "max"], [
+        ("operator", *(op_s[k] for k in ("p50", "p95", "p99", "mean", "min", "max"))),
+        ("API floor", *(fl_s[k] for k in ("p50", "p95", "p99", "mean", "min", "max"))),
+        ("ratio operator/floor", ratio["p50"], ratio["p95"], ratio["p99"], "", "", ""),
+    ]))
+    print(f"\nTarget: p50 ratio < 1.5 -> {'met' if ratio['p50'] < 1.5 else 'NOT met'}")
+    common.write_json(result, args.out, "convergence.json")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

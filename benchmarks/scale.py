@@ -1,0 +1,138 @@
+"""Scale: N DecisionModels (default 1,000) across 20 namespaces, created at once; time until all are Ready, the
+operator's peak RSS and CPU seconds, and the API requests it made per DecisionModel, by verb and resource.
+
+    .venv/bin/python benchmarks/scale.py [--count 1000] [--namespaces 20] [--out PATH]
+
+Targets (issue 8): all Ready in under 60 s on the 2-core machine, operator under 300 MB RSS.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+
+def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: float, threads: int = 8,
+              profile: bool = False) -> dict:
+    """Create `count` DecisionModels spread over `namespaces` and wait until all are Ready (operator running)."""
+    custom = stack.custom()
+    keys = [(namespaces[i % len(namespaces)], f"dm-{i:04d}") for i in range(count)]
+    watcher = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
+    stats = stack.stats()
+    cpu0 = stats.cpu_seconds()
+    metrics0 = common.metrics_requests(stack.api)
+    wall0 = time.time()
+    t0 = time.perf_counter()
+
+    peak = [stats.rss()]
+    done = threading.Event()
+
+    def sample() -> None:  # VmHWM is the exact peak; the samples show the curve
+        while not done.wait(0.5):
+            peak.append(stats.rss())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    prof = common.Profiler(stats.pid, stack.workdir / "profile.txt") if profile else None
+    create_s = common.create_many(custom, keys, threads)
+    common.log(f"{count} DecisionModels created in {create_s:.1f}s; waiting for Ready")
+    last_report = time.monotonic()
+    deadline = time.monotonic() + timeout
+    ok = False
+    while time.monotonic() < deadline:
+        if watcher.wait(keys, 5.0):
+            ok = True
+            break
+        if time.monotonic() - last_report > 15:
+            common.log(f"  {watcher.count()}/{count} Ready after {time.perf_counter() - t0:.0f}s, "
+                       f"operator RSS {stats.rss() / 2**20:.0f} MiB, CPU {stats.cpu_seconds() - cpu0:.1f}s")
+            last_report = time.monotonic()
+    ready_times = sorted(watcher.first[k] - t0 for k in keys if k in watcher.first)
+    all_ready_s = ready_times[-1] if ok else float("nan")
+    cpu_s = stats.cpu_seconds() - cpu0
+    wall1 = time.time()
+    done.set()
+    watcher.stop()
+    if prof is not None:
+        prof.stop()
+    metrics1 = common.metrics_requests(stack.api)
+    stack.flush_audit()
+    op_req = common.audit_requests(stack.audit_log, common.OPERATOR_USER, wall0, wall1)
+    standin_req = common.audit_requests(stack.audit_log, common.STANDIN_USER, wall0, wall1)
+    all_req = common.audit_requests(stack.audit_log, None, wall0, wall1)
+    metrics_diff = metrics1 - metrics0
+    return {
+        "count": count,
+        "namespaces": len(namespaces),
+        "all_ready": ok,
+        "ready_count": len(ready_times),
+        "create_seconds": create_s,
+        "all_ready_seconds": all_ready_s,
+        "ready_seconds_p50": common.percentile(ready_times, 50),
+        "ready_seconds_p95": common.percentile(ready_times, 95),
+        "operator_cpu_seconds": cpu_s,
+        "operator_peak_rss_bytes": stats.peak_rss(),
+        "operator_rss_end_bytes": stats.rss(),
+        "operator_requests": common.counter_json(op_req),
+        "operator_requests_total": sum(op_req.values()),
+        "operator_requests_per_dm": sum(op_req.values()) / count,
+        "operator_requests_per_dm_excluding_watch": sum(n for (v, _), n in op_req.items() if v != "watch") / count,
+        "standin_requests_total": sum(standin_req.values()),
+        "audit_requests_total_all_clients": sum(all_req.values()),
+        "metrics_requests_total_all_clients": sum(metrics_diff.values()),
+        "metrics_requests_all_clients": common.counter_json(metrics_diff),
+        "_op_counter": op_req,
+        "profile_top": prof.top(40) if prof is not None else [],
+    }
+
+
+def print_scale(r: dict) -> None:
+    mib = 2**20
+    print(f"\n## Scale: {r['count']} DecisionModels in {r['namespaces']} namespaces\n")
+    print(common.table(["measure", "value", "target"], [
+        ("all Ready (s)", r["all_ready_seconds"], "< 60"),
+        ("created in (s)", r["create_seconds"], ""),
+        ("Ready p50 / p95 (s)", f"{r['ready_seconds_p50']:.1f} / {r['ready_seconds_p95']:.1f}", ""),
+        ("operator peak RSS (MiB)", r["operator_peak_rss_bytes"] / mib, "< 300 MB"),
+        ("operator CPU (s)", r["operator_cpu_seconds"], ""),
+        ("operator CPU per DM (ms)", 1000 * r["operator_cpu_seconds"] / r["count"], ""),
+        ("operator API requests per DM", r["operator_requests_per_dm"], ""),
+        ("apiserver_request_total diff, all clients", r["metrics_requests_total_all_clients"], ""),
+        ("audit: all clients / stand-in", f"{r['audit_requests_total_all_clients']} / {r['standin_requests_total']}",
+         ""),
+    ]))
+    if r.get("profile_top"):
+        print("\nOperator CPU profile (py-spy, inclusive % of samples):\n")
+        print(common.table(["function", "%"], r["profile_top"]))
+    print(f"\nOperator requests by verb and resource (audit log, user {common.OPERATOR_USER}):\n")
+    print(common.table(["verb", "resource", "requests", "per DM"], common.counter_rows(r["_op_counter"], r["count"])))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = common.base_parser(__doc__.split("\n\n")[0])
+    p.add_argument("--count", type=int, default=1000)
+    p.add_argument("--namespaces", type=int, default=20)
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all Ready")
+    p.add_argument("--profile", action="store_true", help="py-spy the operator while it converges")
+    p.add_argument("--threads", type=int, default=8, help="concurrent creating clients")
+    args = p.parse_args(argv)
+    nss = [f"scale-{i:02d}" for i in range(args.namespaces)]
+    result = {"benchmark": "scale", "machine": common.machine(), "args": vars(args)}
+    with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep) as stack:
+        stack.start_operator()
+        r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile)
+    print_scale(r)
+    r.pop("_op_counter")
+    result.update(r)
+    common.write_json(result, args.out, "scale.json")
+    return 0 if r["all_ready"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""When to look again at something outside the cluster that could not be asked (pure, no I/O).
+
+`Registered=Unknown` (registry unreachable) and `ArtifactsValid=Unknown` (S3 unreachable, storage credentials not
+usable yet) are answered "later": nothing in the cluster changes when the registry comes back or a Secret is fixed
+(the operator does not watch Secrets: that would stream every Secret of the namespace to it), so the reconcile must
+come back by itself. The delay grows with how long the condition has been Unknown (its lastTransitionTime): 5 s,
+then about as long again as it has lasted (so the checks double), at most 60 s.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Iterable
+
+from .api.conditions import ARTIFACTS_VALID, REGISTERED, Condition
+
+MIN_SECONDS = 5.0
+MAX_SECONDS = 60.0
+OUTSIDE = (REGISTERED, ARTIFACTS_VALID)
+
+
+def _parse(ts: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def recheck_after(conditions: Iterable[Condition], now: datetime) -> float | None:
+    """Seconds until the next reconcile should ask the registry / S3 again; None when nothing waits on them."""
+    delays = []
+    for c in conditions:
+        if c.type in OUTSIDE and c.status == "Unknown":
+            since = _parse(c.lastTransitionTime)
+            if since is not None and now.tzinfo is None:
+                now = now.replace(tzinfo=timezone.utc)
+            elapsed = (now - since).total_seconds() if since is not None else 0.0
+            delays.append(min(MAX_SECONDS, max(MIN_SECONDS, elapsed)))
+    return min(delays) if delays else None
+
+
+def sooner(a: float | None, b: float | None) -> float | None:
+    """The earlier of two requeue delays (None: no requeue asked)."""
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
