@@ -43,9 +43,13 @@ def test_the_earlier_requeue_wins():
 def test_planner_requeues_while_registered_is_unknown():
     from arbiter_operator.plan import plan
 
+    from arbiter_operator.api.promotion import PromotionStatus
+
     dm = make_dm("m", ["1.0.0"])
-    obs = Observations(extra_conditions=(unknown("Registered", T0),))
-    assert plan(dm, obs, T0 + timedelta(seconds=30)).requeue_after == 30.0
+    dm.status.promotion = PromotionStatus(phase="Idle", stable="1.0.0")  # converged: nothing else asks for a requeue
+    later = T0 + timedelta(seconds=30)
+    assert plan(dm, Observations(), later).requeue_after is None
+    assert plan(dm, Observations(extra_conditions=(unknown("Registered", T0),)), later).requeue_after == 30.0
 
 
 def test_unreadable_storage_keeps_a_serving_diffusion_version_as_deployed():
