@@ -172,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             if (i + 1) % 10 == 0:
                 common.log(f"  {i + 1}/{args.repetitions}: operator p50 {common.percentile(op_times, 50):.3f}s, "
                            f"floor p50 {common.percentile(floor_times, 50):.3f}s")
-        op_writes = [w for w in stack.op.writes()]
+        op_writes = stack.op.writes()
+        dm_watch.stop()
+        isvc_watch.stop()
     op_s, fl_s = common.summary(op_times), common.summary(floor_times)
     ratio = {k: op_s[k] / fl_s[k] for k in ("p50", "p95", "p99")}
     result.update({"operator_seconds": op_s, "floor_seconds": fl_s, "ratio": ratio,

@@ -34,6 +34,7 @@ from kubernetes import client, watch  # noqa: E402
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig  # noqa: E402
 from arbiter_operator.devenv import crds  # noqa: E402
 from arbiter_operator.devenv.controlplane import ControlPlane  # noqa: E402
+from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
 from arbiter_operator.promotion import build_queries  # noqa: E402
 from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
 from promstack import PromStack  # noqa: E402
@@ -102,6 +103,7 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
     cp = ControlPlane().start()
+    s3 = S3Server().start()
     stack = PromStack(work).start()
     switch, rollback_total, rollback_after_analysis = [], [], []
     try:
@@ -112,8 +114,10 @@ def main() -> int:
             ns = f"bench-{uuid.uuid4().hex[:6]}"
             core = client.CoreV1Api(api)
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-            core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
-            e = E2E(cp, ns, stack, work)
+            core.create_namespaced_service_account(
+                ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
+            )
+            e = E2E(cp, ns, stack, work, s3)
             e.start_operator()
             try:
                 e.create(V1, **fast_canary(rollbackWindowSeconds=0))
@@ -162,6 +166,7 @@ def main() -> int:
         api.close()
     finally:
         stack.stop()
+        s3.stop()
         cp.stop()
 
     print()

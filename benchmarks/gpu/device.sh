@@ -63,6 +63,21 @@ case $step in
     use_site
     $py benchmarks/gpu/device_run.py phase2 --out "$OUT" 2>&1 | tee "$OUT/phase2.log"
     tar czf "$OUT/logs.tar.gz" -C /tmp/arbiter-gpu . 2>/dev/null ;;
+  diag)  # generated-mode diagnosis on a fresh machine: carry .dev/c3 .whl .dev/model (model.tar.gz of phase1)
+    t0=$(date +%s)
+    cp .dev/c3 /tmp/stash/ && cat /tmp/stash/c? > /tmp/v.tar.xz && mkdir -p $SITE &&
+      $py -c "import tarfile; tarfile.open('/tmp/v.tar.xz').extractall('$SITE')" &&
+      $py -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/stash/*.whl .whl/*.whl || exit 1
+    mkdir -p $MODEL /mnt && tar xzf .dev/model/model.tar.gz -C $MODEL && ln -sfn $MODEL /mnt/models
+    use_site
+    $py - <<'PY' 2>&1 | tee "$OUT/diag.log"
+import asyncio, sys
+sys.path.insert(0, "benchmarks/gpu")
+import stack
+stack.start_vllm(1); stack.start_runtime("generated")
+asyncio.run(stack.wait_ready(stack.VLLM_URL + "/health", 400, "vllm"))
+PY
+    $py benchmarks/gpu/generated_diag.py --out "$OUT" --bench 2>&1 | tee -a "$OUT/diag.log" ;;
   local)
     [ -f $MODEL/arbiter-fixture.json ] || train > /tmp/train.log 2>&1 || { tail -40 /tmp/train.log; exit 1; }
     finish_model

@@ -65,10 +65,10 @@ def validity(modes: Modes, mode: str, target: str, results: list[loadgen.Result]
     return round(ok / len(results), 4) if results else 0.0
 
 
-async def bench(tp: int, modes: Modes, concurrency=CONCURRENCY) -> dict:
+async def bench(tp: int, modes: Modes, concurrency=CONCURRENCY, modes_list=("scored", "generated")) -> dict:
     apps = uw.applicants(3000, BENCH_SEED)
     cells = []
-    for mode in ("scored", "generated"):
+    for mode in modes_list:
         direct_bodies = [modes.body(mode, a) for a in apps]
         server_url = stack.runtime_url(mode) + "/v1/decisions"
         warm_n = max(REQUESTS[mode].values())
@@ -86,7 +86,7 @@ async def bench(tp: int, modes: Modes, concurrency=CONCURRENCY) -> dict:
                 cells.append(cell)
                 print(json.dumps(cell), flush=True)
     summary = {}
-    for mode in ("scored", "generated"):
+    for mode in modes_list:
         for c in concurrency:
             d = next(x for x in cells if x["mode"] == mode and x["target"] == "direct" and x["concurrency"] == c)
             s = next(x for x in cells if x["mode"] == mode and x["target"] == "server" and x["concurrency"] == c)

@@ -188,13 +188,16 @@ MODEL_NAME = "underwriting"
 MODEL_VERSION = "1.0.0"
 
 
-def output_schema() -> dict:
-    """The trajectory schema of this fixture (the shape the runtime writes in scored mode and checks in both)."""
-    prob = {"type": "number", "minimum": 0, "maximum": 1}
+def output_schema(bounds: bool = True) -> dict:
+    """The trajectory schema of this fixture (the shape the runtime writes in scored mode and checks in both).
+
+    bounds=False leaves out the numeric ranges (probabilities in [0, 1], step in [1, K]); the runtime still checks
+    them after generation. Used only by generated_diag.py to find which constraint the model cannot write under."""
+    prob = {"type": "number", "minimum": 0, "maximum": 1} if bounds else {"type": "number"}
     step = {
         "type": "object",
         "properties": {
-            "step": {"type": "integer", "minimum": 1, "maximum": STEPS},
+            "step": {"type": "integer", "minimum": 1, "maximum": STEPS} if bounds else {"type": "integer"},
             "reasoningCode": {"type": "string", "enum": list(CODES)},
             "label": {"type": "string", "enum": list(LABELS)},
             "probabilities": {"type": "object", "properties": {lab: prob for lab in LABELS},
@@ -209,7 +212,7 @@ def output_schema() -> dict:
             "required": ["steps"], "additionalProperties": False}
 
 
-def decision_model(gpus: int = 1, mode: str = "scored") -> dict:
+def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True) -> dict:
     """The DecisionModel a user would apply for this fixture; the operator's builders render vLLM args and
     decision.json from it. maxNumSeqs covers the benchmark's highest concurrency (64) with room to spare."""
     return {
@@ -223,7 +226,7 @@ def decision_model(gpus: int = 1, mode: str = "scored") -> dict:
                 "storageUri": f"s3://models/{MODEL_NAME}/{MODEL_VERSION}",
                 "metadata": {
                     "inputSchema": INPUT_SCHEMA,
-                    "outputSchema": output_schema(),
+                    "outputSchema": output_schema(bounds),
                     "sla": {"p95LatencyMs": 150},
                     "trainingData": {"from": "2026-11-30", "to": "2026-11-30"},
                     "biasReportUrl": "https://example.com/arbiter/gpu-fixture/bias-report.html",

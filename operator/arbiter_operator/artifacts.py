@@ -394,8 +394,9 @@ async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactR
             key = st.caBundleConfigMapRef.key or "ca.crt"
             ca_pem = ((cm or {}).get("data") or {}).get(key)
             if ca_pem is None:
-                return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"ConfigMap {st.caBundleConfigMapRef.name} "
-                                      f"(key {key}) with the S3 CA bundle not found in namespace {ns}{RECHECKED}")
+                return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID,
+                                      f"ConfigMap {st.caBundleConfigMapRef.name} (key {key}) with the S3 CA bundle "
+                                      f"not found in namespace {ns}{RECHECKED}")
         creds = credentials_from_secret(
             decode_secret_data(secret.get("data")), secret_name=st.secretName, bucket=bucket, key=st.key,
             endpoint=st.endpoint, region=st.region, ca_bundle_pem=ca_pem,

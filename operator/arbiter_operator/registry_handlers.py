@@ -9,9 +9,10 @@ without a registry carries no finalizer and sees no write from this module at al
 Registry down, or refusing (a revoked token): kopf.TemporaryError with a growing delay (5 s doubling, at most 5 min),
 the `Registered` condition says why, a Warning event now and then. The escape hatch for SREs (remove the finalizer
 by hand, which leaves the entries LIVE) is in docs/operations.md ("Deleting a DecisionModel with a registry").
-One exception, because nothing would ever unblock it: the namespace itself is being deleted and the registry's
-references (token Secret, CA ConfigMap, ModelRegistry) are already gone; then the entries are left as they are and
-the log says so.
+The object is let go without archiving in two cases, because nothing would ever unblock it: status records no
+registry entry and the registry cannot be asked (it never registered anything: a typo'd URL, a ModelRegistry that
+never existed), or the namespace itself is being deleted and the registry's references (token Secret, CA ConfigMap,
+ModelRegistry) are already gone; in the second case the entries stay LIVE and the log says so.
 """
 
 from __future__ import annotations
@@ -86,7 +87,14 @@ async def archive_on_delete(
     if target is None:  # spec.registry removed meanwhile: the filter will drop the finalizer too
         return
     delay = retry_delay(retry)
+    # Nothing registered is recorded in status (a typo'd URL, a ModelRegistry that never existed): when the registry
+    # cannot be asked, there is nothing known to archive, and holding the object would block it for good.
+    recorded = any(v.modelVersionId for v in dm.status.versions)
     if target.error is not None:
+        if not recorded:
+            log.info("%s/%s deleted: no registry entry recorded in status and the registry cannot be found (%s); "
+                     "nothing to archive", namespace, name, target.error.message)
+            return
         if await _namespace_terminating(kube, namespace):
             log.warning(
                 "%s/%s: namespace is being deleted and the registry cannot be reached (%s); its versions stay LIVE "
@@ -97,6 +105,11 @@ async def archive_on_delete(
         raise kopf.TemporaryError(target.error.message, delay=delay)
     async with registry_lock(dm.metadata.uid), target.client() as client:
         result = await archive_all(client, dm)
+    if not result.ok and not recorded:
+        log.info("%s/%s deleted: no registry entry recorded in status and the registry cannot be asked (%s); "
+                 "nothing to archive", namespace, name, result.condition.message)
+        forget(dm.metadata.uid)
+        return
     if not result.ok:
         await _report(kube, raw, dm, result.condition, retry, delay)
         raise kopf.TemporaryError(result.condition.message, delay=delay)

@@ -155,7 +155,8 @@ def parse_config(raw: Any) -> DecisionConfig:
     if policy not in ("flag", "fallback"):
         raise ConfigError(f"lowConfidencePolicy: {policy!r} must be 'flag' or 'fallback'")
     deadline = _int(raw, "deadlineMs", 1000, 1, 600_000)
-    tolerance = raw.get("probabilityTolerance", 1e-3)
+    # The runtime computes scored probabilities itself (exact); a model writing digits rounds them.
+    tolerance = raw.get("probabilityTolerance", 1e-3 if mode == "scored" else 1e-2)
     if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 0.5:
         raise ConfigError(f"probabilityTolerance: {tolerance!r} must be a number between 0 and 0.5")
     input_schema = _schema(raw, "inputSchema")

@@ -108,8 +108,11 @@ class ScoredMode:
         if choice.get("finish_reason") == "length":
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
         if not isinstance(content, str) or not self._full.fullmatch(content):
+            # The text itself stays out of the message: it lands in audit records, and an unconstrained model may
+            # have echoed the input.
             raise TrajectoryInvalid("format", f"answer does not follow the {self.cfg.steps}-line CODE:LABEL format "
-                                              f"(was the structured_outputs regex applied?): {str(content)[:120]!r}")
+                                              f"(was the structured_outputs regex applied?); {len(str(content))} "
+                                              "characters")
         entries = (choice.get("logprobs") or {}).get("content")
         if not isinstance(entries, list):
             raise TrajectoryInvalid("logprobs", "the answer carries no logprobs (request asked for logprobs: true)")

@@ -70,11 +70,13 @@ def test_clean_canary_to_100_then_warm_switch_back(e2e: E2E):
 
     e.set_state(V2, "ready")
     e.wait(lambda: e.route_weights() == {V1: 90, V2: 10}, "step 1: 10% on the candidate")
-    p = e.promotion()
-    assert p["phase"] == "Progressing" and p["step"] == 0 and p["weight"] == 10
+    # The Route is written before status (traffic moves first); status follows within the same reconcile.
+    p = e.wait(lambda: e.promotion()["phase"] == "Progressing" and e.promotion(), "status of step 1")
+    assert p["step"] == 0 and p["weight"] == 10
     e.snapshot("canary-step-1", "Progressing")
     e.wait(lambda: e.route_weights() == {V1: 50, V2: 50}, "step 2: 50%", timeout=60)
-    assert e.promotion()["lastAnalysis"]["verdict"] == "Pass"
+    p = e.wait(lambda: e.promotion()["step"] == 1 and e.promotion(), "status of step 2")
+    assert p["lastAnalysis"]["verdict"] == "Pass" and p["lastAnalysis"]["step"] == 0
     e.wait(lambda: e.route_weights() == {V2: 100}, "100% on the candidate", timeout=60)
     p = e.wait_phase("Cooling")
     assert (p["stable"], p["previous"], p.get("candidate")) == (V2, V1, None)
@@ -89,8 +91,8 @@ def test_clean_canary_to_100_then_warm_switch_back(e2e: E2E):
     uid = e.isvcs()[V1]["metadata"]["uid"]
     e.patch_promote(version=V1)
     e.wait(lambda: e.route_weights() == {V1: 100}, "instant switch back")
-    p = e.promotion()
-    assert p["phase"] == "Cooling" and p["stable"] == V1 and p["previous"] == V2
+    p = e.wait(lambda: e.promotion()["stable"] == V1 and e.promotion(), "status of the switch")
+    assert p["phase"] == "Cooling" and p["previous"] == V2
     assert p["history"][-1]["reason"] == "WarmSwitch" and e.isvcs()[V1]["metadata"]["uid"] == uid
 
 
@@ -231,8 +233,8 @@ def test_operator_killed_at_each_phase_resumes(e2e: E2E):
     assert_safe(e)
     e.start_operator()
     e.wait(lambda: e.route_weights() == {V1: 100}, "warm switch after restart")
-    p = e.promotion()
-    assert p["stable"] == V1 and p["previous"] == V2
+    p = e.wait(lambda: e.promotion()["stable"] == V1 and e.promotion(), "status of the switch")
+    assert p["previous"] == V2 and p["phase"] == "Cooling"
     assert_safe(e)
 
     # Killed right after a rollback: the candidate still gets stopped, never orphaned, traffic stays on stable.

@@ -20,25 +20,15 @@ SNAPSHOTS = Path(__file__).with_name("snapshots")
 def health(obj: dict) -> tuple[str, str]:
     """Run the check the way Argo CD does: the resource as global `obj`, the script's return value is the health."""
     lua = LuaRuntime(unpack_returned_tuples=True)
-    to_lua = lua.eval(
-        """
-        function(py)
-          local function conv(v)
-            if python.builtins.isinstance(v, python.builtins.dict) then
-              local t = {}
-              for k in python.iter(v) do t[k] = conv(v[k]) end
-              return t
-            elseif python.builtins.isinstance(v, python.builtins.list) then
-              local t = {}
-              for i = 0, python.builtins.len(v) - 1 do t[i + 1] = conv(v[i]) end
-              return t
-            end
-            return v
-          end
-          return conv(py)
-        end
-        """
-    )
+
+    def to_lua(v):
+        # JSON objects become Lua tables with string keys, arrays become 1-based sequences: what Argo CD hands over.
+        if isinstance(v, dict):
+            return lua.table_from({k: to_lua(x) for k, x in v.items()})
+        if isinstance(v, list):
+            return lua.table_from([to_lua(x) for x in v])
+        return v
+
     lua.globals().obj = to_lua(json.loads(json.dumps(obj)))
     hs = lua.execute(LUA.read_text())
     return hs["status"], hs["message"]

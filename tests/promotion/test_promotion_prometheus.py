@@ -48,7 +48,9 @@ def query_for(version: str, sla_ms: float = 150.0, min_requests: int = 20, inter
     )
     now = datetime.now(timezone.utc)
     started = (now - timedelta(seconds=60)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    status = PromotionStatus(phase="Progressing", stable="v1", candidate=version, step=0, weight=10, stepStartedAt=started)
+    status = PromotionStatus(
+        phase="Progressing", stable="v1", candidate=version, step=0, weight=10, stepStartedAt=started
+    )
     q = analysis_due(spec, status, now, namespace=NS, model=MODEL, sla_p95_ms=sla_ms)
     assert q is not None
     return q
@@ -201,3 +203,41 @@ async def test_tls_is_verified_against_the_configured_ca(tmp_path):
             assert await prom.query("vector(2)") == [({}, 2.0)]
     finally:
         s.stop()
+
+
+def test_token_file_is_reread_so_rotated_tokens_keep_working(tmp_path):
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            seen.append(self.headers.get("Authorization", ""))
+            body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    cfg = PrometheusConfig.from_env(
+        {"ARBITER_PROMETHEUS_URL": f"http://127.0.0.1:{server.server_address[1]}",
+         "ARBITER_PROMETHEUS_TOKEN_FILE": str(token)}
+    )
+
+    async def go():
+        async with PrometheusClient(cfg) as prom:
+            assert await prom.query("up") == []
+            token.write_text("second\n")
+            assert await prom.query("up") == []
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.shutdown()
+    assert seen == ["Bearer first", "Bearer second"]

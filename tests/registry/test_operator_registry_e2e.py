@@ -272,6 +272,18 @@ def state_while_down_is_unknowable(registry: Any) -> bool:
     return False
 
 
+def test_a_registry_that_never_existed_does_not_hold_the_delete(operator, api, ns, bucket):
+    name = "nowhere"
+    body = dm_body(name, bucket, {"1.0.0": "good"}, promote="1.0.0")
+    body["spec"]["registry"] = {"modelRegistryRef": {"name": "no-such-registry"}}
+    custom(api).create_namespaced_custom_object(G, V, ns, P, body)
+    dm = wait(operator, lambda: (d := get_dm(api, ns, name)) and cond(d, "Registered")
+              and FINALIZER in d["metadata"].get("finalizers", []) and d, "Registered reported, finalizer set")
+    assert (cond(dm, "Registered")["status"], cond(dm, "Registered")["reason"]) == ("Unknown", "RegistryUnreachable")
+    custom(api).delete_namespaced_custom_object(G, V, ns, P, name)
+    wait(operator, lambda: get_dm(api, ns, name) is None, "deleted: nothing was ever registered")
+
+
 def test_failing_artifacts_deploy_nothing_and_carry_no_finalizer(operator, api, ns, bucket):
     name = "tp"
     custom(api).create_namespaced_custom_object(G, V, ns, P, dm_body(

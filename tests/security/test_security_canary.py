@@ -138,9 +138,9 @@ def test_canary_credentials_never_leak(control_plane, namespace, s3_server, echo
                 "leaky-registry Registered": (condition(registry, "Registered") or {}).get("status"),
                 "credit-limit analysis": (promo.get("lastAnalysis") or {}).get("verdict"),
             }
-            wanted = {"wrong-key ArtifactsValid": "False", "malformed ArtifactsValid": "False",
-                      "leaky-registry Registered": "False"}
-            assert all(state[k] == v for k, v in wanted.items()) and state["credit-limit analysis"], state
+            # Each failure is reported (False, or Unknown while the storage cannot be read), never silently True.
+            failed = ("False", "Unknown")
+            assert all(state[k] in failed for k in list(state)[:3]) and state["credit-limit analysis"], state
             return True
 
         eventually(failures_reported, 120, "every failure path reported in status")

@@ -52,11 +52,12 @@ Every rule is exercised by the reconcile and promotion scenarios run as this Ser
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}
-# The DecisionModel: kopf lists and watches it; the reconcile reads it. The operator never writes its spec or
-# metadata (no kopf progress annotations, no finalizer), so there is no patch/update on it.
+# The DecisionModel: kopf lists and watches it; the reconcile reads it. patch: only metadata, only for a DecisionModel
+# with spec.registry (the finalizer that archives its registry versions on delete, and kopf's arbiter.dev/ retry
+# annotations while the registry is down; registry_handlers.py). The operator never writes its spec.
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Status is the only thing the operator writes about a DecisionModel (conditions, promotion progress).
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels/status"]

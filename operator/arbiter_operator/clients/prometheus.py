@@ -46,7 +46,9 @@ class PrometheusConfig:
         """Operator configuration (the Helm chart sets these; the token and CA come from mounted Secret/ConfigMap):
         ARBITER_PROMETHEUS_URL, ARBITER_PROMETHEUS_TOKEN_FILE, ARBITER_PROMETHEUS_CA_FILE,
         ARBITER_PROMETHEUS_INSECURE_SKIP_VERIFY ("true" to skip TLS verification; for tests only)."""
-        ca_file = env.get("ARBITER_PROMETHEUS_CA_FILE") or (SERVICE_CA_FILE if os.path.exists(SERVICE_CA_FILE) else None)
+        ca_file = env.get("ARBITER_PROMETHEUS_CA_FILE") or (
+            SERVICE_CA_FILE if os.path.exists(SERVICE_CA_FILE) else None
+        )
         return cls(
             url=env.get("ARBITER_PROMETHEUS_URL") or DEFAULT_URL,
             token_file=env.get("ARBITER_PROMETHEUS_TOKEN_FILE") or None,
@@ -64,7 +66,9 @@ class PrometheusConfig:
         return self.token
 
     @classmethod
-    def from_secret_data(cls, data: Mapping[str, str], *, base64_encoded: bool = True, **overrides) -> "PrometheusConfig":
+    def from_secret_data(
+        cls, data: Mapping[str, str], *, base64_encoded: bool = True, **overrides
+    ) -> "PrometheusConfig":
         """Build from a Secret's `data` (base64 values, as the API returns them) or `stringData` (plain)."""
 
         def get(key: str) -> str | None:

@@ -182,6 +182,8 @@ class RegistryClient:
         headers = {"Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
+        # Kept only to scrub it from error bodies: some servers echo the Authorization header back.
+        self._redact = token
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/") + API_PREFIX,
             headers=headers,
@@ -214,10 +216,11 @@ class RegistryClient:
             return None
         if resp.status_code >= 500:
             raise RegistryUnreachable(
-                f"registry answered {resp.status_code} to {method} {path}: {_message(resp)}", resp.status_code
+                f"registry answered {resp.status_code} to {method} {path}: {_message(resp, self._redact)}",
+                resp.status_code,
             )
         if resp.status_code >= 400:
-            raise RegistryRejected(resp.status_code, method, path, _message(resp))
+            raise RegistryRejected(resp.status_code, method, path, _message(resp, self._redact))
         return resp.json() if resp.content else None
 
     async def _find(self, path: str, **params: str | None) -> dict[str, Any] | None:
@@ -299,11 +302,17 @@ class RegistryClient:
         return ModelArtifact.from_json(await self._call("PATCH", f"/model_artifacts/{id_}", body=body))
 
 
-def _message(resp: httpx.Response) -> str:
+def _message(resp: httpx.Response, redact: str | None = None) -> str:
+    text = None
     try:
         body = resp.json()
         if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])[:500]
+            text = str(body["message"])
     except ValueError:
         pass
-    return (resp.text or resp.reason_phrase or "")[:500].strip()
+    if text is None:
+        text = resp.text or resp.reason_phrase or ""
+    if redact:
+        # The message goes to status and events: never the token, even when the server echoes it.
+        text = text.replace(redact, "[redacted]")
+    return text[:500].strip()

@@ -565,7 +565,7 @@ def _conditions(run: _Run, traffic: Mapping[str, int]) -> tuple[Condition, Condi
 
 
 def _requeue(run: _Run) -> float | None:
-    st, spec, now = run.st, run.inp.spec, run.now
+    st, spec = run.st, run.inp.spec
     times: list[datetime] = []
     if st.phase == "Cooling" and (u := parse_time(st.coolingUntil)):
         times.append(u)

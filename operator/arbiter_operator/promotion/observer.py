@@ -1,8 +1,8 @@
 """Observe-layer hook: runs the canary analysis `analysis_due` asks for, so `advance` gets its numbers.
 
-handlers.py lists it in arbiter_operator.observe.OBSERVERS at start-up (after the artifact and registry hooks). The Prometheus
-connection comes from the operator's environment (PrometheusConfig.from_env); the client is shared and created on
-first use. Prometheus trouble never raises: it becomes an Inconclusive analysis, which never passes a step.
+handlers.py lists it in arbiter_operator.observe.OBSERVERS at start-up (after the artifact and registry hooks).
+The Prometheus connection comes from the operator's environment (PrometheusConfig.from_env); the client is shared
+and created on first use. Prometheus trouble never raises: it becomes an Inconclusive analysis, which never passes a step.
 """
 
 from __future__ import annotations

@@ -72,6 +72,9 @@ def _container_security() -> dict[str, Any]:
         "capabilities": {"drop": ["ALL"]},
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
+        # The runtime image keeps HOME and every vLLM/torch/Triton/Hugging Face cache under /tmp (Dockerfile.runtime),
+        # which is an emptyDir: nothing else is written, so the root filesystem stays read-only.
+        "readOnlyRootFilesystem": True,
     }
 
 
@@ -111,9 +114,13 @@ def render_inferenceservice(
         "limits": {"cpu": s.resources.cpu, "memory": s.resources.memory, "nvidia.com/gpu": gpu},
     }
     volumes: list[dict[str, Any]] = [
-        {"name": "decision-config", "configMap": {"name": configmap_name(dm.metadata.name, version.name)}}
+        {"name": "decision-config", "configMap": {"name": configmap_name(dm.metadata.name, version.name)}},
+        {"name": "tmp", "emptyDir": {}},
     ]
-    mounts: list[dict[str, Any]] = [{"name": "decision-config", "mountPath": CONFIG_DIR, "readOnly": True}]
+    mounts: list[dict[str, Any]] = [
+        {"name": "decision-config", "mountPath": CONFIG_DIR, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
     if s.gpus > 1:
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}})
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
@@ -154,11 +161,11 @@ def render_inferenceservice(
                     "name": "worker-container",
                     "resources": resources,
                     "securityContext": _container_security(),
-                    "volumeMounts": [m for m in mounts if m["name"] == "shm"],
+                    "volumeMounts": [m for m in mounts if m["name"] in ("shm", "tmp")],
                 }
             ],
-            # The worker is its own pod template: it needs its own /dev/shm volume.
-            "volumes": [v for v in volumes if v["name"] == "shm"],
+            # The worker is its own pod template: it needs its own /dev/shm and /tmp volumes.
+            "volumes": [v for v in volumes if v["name"] in ("shm", "tmp")],
         }
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
