@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+from kubernetes import client as k8s  # noqa: E402
 from arbiter_operator.clients.kube import RestKubeClient  # noqa: E402
 
 OP_NS, FLOOR_NS = "conv-op", "conv-floor"
@@ -82,13 +83,14 @@ class Floor:
         self.isvc_watch = isvc_watch
         self.passes = read_passes(stack.op.log())
         custom = stack.custom()
-        core = __import__("kubernetes").client.CoreV1Api(stack.api)
+        core = k8s.CoreV1Api(stack.api)
         self.children: dict[tuple[str, str], str] = {}
         for p in self.passes:
             for verb, kind, name, _ in p:
                 if verb != "apply":
                     continue
                 if kind == "ConfigMap":
+                    # JSON field names (camelCase), as the operator sent them
                     obj = core.api_client.sanitize_for_serialization(core.read_namespaced_config_map(name, OP_NS))
                 else:
                     obj = custom.get_namespaced_custom_object(*CHILD_API[kind][:2], OP_NS, CHILD_API[kind][2], name)

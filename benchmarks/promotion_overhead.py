@@ -54,6 +54,12 @@ class RouteWatch:
         self._t.start()
 
     def _run(self, api, namespace, name):
+        try:
+            self._watch(api, namespace, name)
+        except Exception:  # the stream ends when the round's namespace is torn down
+            pass
+
+    def _watch(self, api, namespace, name):
         objs = client.CustomObjectsApi(api)
         by_service = {f"{self._e2e.name}-{v.replace('.', '-')}-predictor": v for v in (V1, V2)}
         for ev in self._w.stream(objs.list_namespaced_custom_object, "route.openshift.io", "v1", namespace, "routes",

@@ -7,10 +7,12 @@
 #   stage3  carry .dev/c2 .dev/dc        stash part 3
 #   phase1  carry .dev/c3 .whl           unpack vLLM, install wheels, wait for the model; TP1 checks + benchmark
 #   phase2  (nothing to carry)           fallback/hand-back (vLLM killed, back as TP2); TP2 checks + benchmark
+#   gen     carry .dev/c3 .whl           (after stage1-3) generated-mode checks + benchmark only, TP1
+#   diag    carry .dev/c3 .whl .dev/model   (after stage1-3 without training) generated_diag.py on a carried model
 # On any GPU machine with network access and vLLM 0.26.0 installed, `bash benchmarks/gpu/device.sh local` does it
 # all in one go (build, phase1, phase2).
 set -u
-step=${1:?usage: device.sh stage1|stage2|stage3|phase1|phase2|local}
+step=${1:?usage: device.sh stage1|stage2|stage3|phase1|phase2|gen|diag|local}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_USE_FLASHINFER_SAMPLER=0
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 OUT=${OUT:-/tmp/arbiter-gpu-out}; mkdir -p "$OUT"
@@ -47,7 +49,7 @@ case $step in
     # Its own session, so the training outlives this command and runs while stage2 and stage3 transfer.
     setsid nohup env CUDA_VISIBLE_DEVICES=0 $py benchmarks/gpu/build_model.py --out $MODEL \
       --train-seconds "${TRAIN_SECONDS:-100}" > /tmp/train.log 2>&1 < /dev/null &
-    sleep 45; tail -5 /tmp/train.log ;;
+    sleep "${STAGE1_WAIT:-45}"; tail -5 /tmp/train.log ;;
   stage2) cp .dev/c1 .dev/db/*.whl /tmp/stash/ && tail -3 /tmp/train.log ;;
   stage3) cp .dev/c2 .dev/dc/*.whl /tmp/stash/ && tail -3 /tmp/train.log ;;
   phase1)
@@ -78,6 +80,20 @@ stack.start_vllm(1); stack.start_runtime("generated")
 asyncio.run(stack.wait_ready(stack.VLLM_URL + "/health", 400, "vllm"))
 PY
     $py benchmarks/gpu/generated_diag.py --out "$OUT" --bench 2>&1 | tee -a "$OUT/diag.log" ;;
+  gen)  # generated mode again after the key-order fix: a model trained in stage1, vLLM TP1, generated checks + bench
+    cp .dev/c3 /tmp/stash/ && cat /tmp/stash/c? > /tmp/v.tar.xz && mkdir -p $SITE &&
+      $py -c "import tarfile; tarfile.open('/tmp/v.tar.xz').extractall('$SITE')" &&
+      $py -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/stash/*.whl .whl/*.whl || exit 1
+    finish_model
+    use_site
+    $py - <<'PY' 2>&1 | tee "$OUT/gen.log"
+import asyncio, sys
+sys.path.insert(0, "benchmarks/gpu")
+import stack
+stack.start_vllm(1); stack.start_runtime("generated")
+asyncio.run(stack.wait_ready(stack.VLLM_URL + "/health", 400, "vllm"))
+PY
+    GPU_BENCH_QUICK=1 $py benchmarks/gpu/generated_diag.py --out "$OUT" --bench standard 2>&1 | tee -a "$OUT/gen.log" ;;
   local)
     [ -f $MODEL/arbiter-fixture.json ] || train > /tmp/train.log 2>&1 || { tail -40 /tmp/train.log; exit 1; }
     finish_model

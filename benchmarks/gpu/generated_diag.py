@@ -65,7 +65,7 @@ def write_no_ranges_config() -> Path:
 async def main_async(out: Path, bench: bool) -> dict:
     modes = await Modes.create()
     res = {"diag": await diag(modes)}
-    if bench and res["diag"]["no-ranges"]["valid"] >= res["diag"]["no-ranges"]["of"] - 1:
+    if bench == "no-ranges" and res["diag"]["no-ranges"]["valid"] >= res["diag"]["no-ranges"]["of"] - 1:
         import sys as _s
 
         stack.kill("runtime-generated", 15)
@@ -84,6 +84,13 @@ async def main_async(out: Path, bench: bool) -> dict:
         modes.checker["generated"] = TrajectoryChecker(c)
         res["bench_no_ranges"] = await gpu_bench.bench(1, modes, modes_list=("generated",))
         print(gpu_bench.table([res["bench_no_ranges"]]), flush=True)
+    elif bench == "standard":
+        from gpu_check import check_generated
+
+        res["generated_check"] = await check_generated(300)
+        print(json.dumps(res["generated_check"]), flush=True)
+        res["bench"] = await gpu_bench.bench(1, modes, modes_list=("generated",))
+        print(gpu_bench.table([res["bench"]]), flush=True)
     out.mkdir(parents=True, exist_ok=True)
     (out / "generated-diag.json").write_text(json.dumps(res, indent=2))
     return res
@@ -92,7 +99,8 @@ async def main_async(out: Path, bench: bool) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--bench", choices=["none", "no-ranges", "standard"], default="none",
+                    help="then benchmark generated mode with the no-ranges schema (if valid) or the standard config")
     args = ap.parse_args(argv)
     asyncio.run(main_async(args.out, args.bench))
     return 0

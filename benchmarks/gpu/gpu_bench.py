@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import sys
 import time
@@ -33,6 +34,8 @@ CONCURRENCY = (1, 16, 64)
 # Requests per cell; each cell also stops at MAX_SECONDS (generated mode writes ~150 tokens per decision).
 REQUESTS = {"scored": {1: 200, 16: 800, 64: 2560}, "generated": {1: 40, 16: 240, 64: 640}}
 MAX_SECONDS = {"scored": 15.0, "generated": 20.0}
+if os.environ.get("GPU_BENCH_QUICK") == "1":  # a short re-run when little GPU time is left
+    MAX_SECONDS = {"scored": 8.0, "generated": 8.0}
 if stack.STANDIN:  # the plumbing dry run on a laptop: a few requests per cell
     REQUESTS = {m: {c: max(2 * c, 16) for c in CONCURRENCY} for m in REQUESTS}
     MAX_SECONDS = {"scored": 3.0, "generated": 3.0}
@@ -72,7 +75,7 @@ async def bench(tp: int, modes: Modes, concurrency=CONCURRENCY, modes_list=("sco
         direct_bodies = [modes.body(mode, a) for a in apps]
         server_url = stack.runtime_url(mode) + "/v1/decisions"
         warm_n = max(REQUESTS[mode].values())
-        await loadgen.closed_loop(chat_url(), direct_bodies, 64, n=warm_n, max_seconds=30)
+        await loadgen.closed_loop(chat_url(), direct_bodies, 64, n=warm_n, max_seconds=MAX_SECONDS[mode] * 1.5)
         for c in concurrency:
             n = REQUESTS[mode][c]
             for target in ("direct", "server"):

@@ -27,7 +27,7 @@ import underwriting as uw  # noqa: E402
 
 def render() -> dict[str, object]:
     from arbiter_operator.api.models import DecisionModel
-    from arbiter_operator.render import decision_config, vllm_args
+    from arbiter_operator.render import render_configmap, vllm_args
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import GeneratedMode, ScoredMode
     from arbiter_runtime.tokens import LabelTokens
@@ -39,9 +39,14 @@ def render() -> dict[str, object]:
     prompts = {}
     for mode in ("scored", "generated"):
         dm = DecisionModel.model_validate(uw.decision_model(mode=mode))
-        cfg_raw = decision_config(dm, dm.spec.versions[0])
+        # decision.json exactly as the runtime reads it: the operator's ConfigMap text. Key order matters: the
+        # operator (and the apiserver, which hands nested objects back with sorted keys) writes every object's keys
+        # sorted, so the schema the runtime puts in the prompt and in the JSON constraint is in that order, and a
+        # constrained decoder makes the model write a trajectory's keys in that order.
+        cm = render_configmap(dm, dm.spec.versions[0])
+        cfg_raw = json.loads(next(iter(cm["data"].values())))
         files[f"decision-{mode}.json"] = cfg_raw
-        cfg = parse_config(json.loads(json.dumps(cfg_raw)))
+        cfg = parse_config(cfg_raw)
         if mode == "scored":
             # Token ids only enter the request body, not the messages; placeholders suffice here.
             tokens = LabelTokens({lab: i for i, lab in enumerate(cfg.labels)}, {}, "render_fixture")

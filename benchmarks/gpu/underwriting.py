@@ -149,16 +149,19 @@ _GEN_CONFIDENCE = 0.97
 def trajectory_answer(steps: list[Step]) -> str:
     """The generated-mode answer: the trajectory JSON document the model writes itself.
 
-    The shape is the runtime's trajectory schema (arbiter_runtime.trajectory.derived_output_schema), keys in the
-    schema's order, which is the order a JSON-schema constrained decoder lets the model write them in:
-    {"steps": [{"step": n, "reasoningCode": c, "label": l, "probabilities": {label: p, ...}, "confidence": p}]}
+    The shape is the runtime's trajectory schema (arbiter_runtime.trajectory.derived_output_schema):
+    {"steps": [{"confidence": p, "label": l, "probabilities": {label: p, ...}, "reasoningCode": c, "step": n}]}.
+    Keys are written sorted, because that is the order of the schema the runtime constrains generation with: the
+    decision.json it reads (the operator's ConfigMap, as the apiserver hands objects back) has every key sorted, and
+    vLLM's JSON-schema grammar makes the model write properties in the schema's order. (Trained in the schema's
+    written order instead, the first GPU run got 0% valid generated trajectories: see docs/gpu.md.)
     """
     doc_steps = []
     for i, s in enumerate(steps, start=1):
         probs = {lab: (_GEN_CONFIDENCE if lab == s.label else round(1 - _GEN_CONFIDENCE, 2)) for lab in LABELS}
         doc_steps.append({"step": i, "reasoningCode": s.code, "label": s.label, "probabilities": probs,
                           "confidence": _GEN_CONFIDENCE})
-    return json.dumps({"steps": doc_steps}, separators=(",", ":"))
+    return json.dumps({"steps": doc_steps}, separators=(",", ":"), sort_keys=True)
 
 
 def parse_lines(text: str) -> list[Step] | None:

@@ -39,17 +39,17 @@ def test_convergence_runs_and_reports_operator_and_floor(tmp_path):
 
 
 def test_scale_converges_all_and_counts_operator_requests(tmp_path):
-    stdout, result = run("scale", tmp_path, "--count", "10", "--namespaces", "2")
-    assert "## Scale: 10 DecisionModels in 2 namespaces" in stdout
-    assert result["all_ready"] and result["ready_count"] == 10
+    stdout, result = run("scale", tmp_path, "--count", "6", "--namespaces", "2")
+    assert "## Scale: 6 DecisionModels in 2 namespaces" in stdout
+    assert result["all_ready"] and result["ready_count"] == 6
     # Requests are attributed to the operator's own identity: its status writes are among them.
-    assert result["operator_requests"].get("patch decisionmodels/status", 0) >= 10
+    assert result["operator_requests"].get("patch decisionmodels/status", 0) >= 6
     assert result["operator_peak_rss_bytes"] > 0
 
 
 def test_idle_measures_a_window_after_convergence(tmp_path):
-    stdout, result = run("idle", tmp_path, "--count", "10", "--namespaces", "2", "--seconds", "20", "--settle", "2")
-    assert "## Idle: 10 Ready DecisionModels" in stdout
+    stdout, result = run("idle", tmp_path, "--count", "6", "--namespaces", "2", "--seconds", "15", "--settle", "3")
+    assert "## Idle: 6 Ready DecisionModels" in stdout
     assert result["setup"]["all_ready"]
-    assert 19 <= result["window_seconds"] < 60
+    assert 14 <= result["window_seconds"] < 60
     assert "operator_requests_per_minute" in result

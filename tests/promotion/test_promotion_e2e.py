@@ -4,6 +4,7 @@ Route weights, InferenceServices, status and conditions are asserted at every st
 
 from __future__ import annotations
 
+import subprocess
 from datetime import datetime, timezone
 
 import pytest
@@ -51,6 +52,14 @@ def stable_on_v1(e: E2E, **promote) -> None:
     assert e.condition("Ready", dm)["status"] == "True" and e.condition("Promoted", dm)["status"] == "True"
 
 
+def kubectl_wait_ready(e: E2E, timeout: str) -> int:
+    """What a pipeline step or an SRE runs: `kubectl wait --for=condition=Ready dm/NAME`."""
+    return subprocess.run(
+        ["kubectl", "--kubeconfig", str(e.cp.kubeconfig), "-n", e.ns, "wait", "--for=condition=Ready",
+         f"decisionmodel/{e.name}", f"--timeout={timeout}"], capture_output=True, text=True, timeout=120,
+    ).returncode
+
+
 def conditions(e: E2E) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in e.dm()["status"]["conditions"]}
 
@@ -66,6 +75,7 @@ def test_clean_canary_to_100_then_warm_switch_back(e2e: E2E):
     assert p["candidate"] == V2 and e.route_weights() == {V1: 100}
     c = conditions(e)
     assert c["Ready"] == ("False", "Progressing") and c["Reconciling"][0] == "True" and c["Serving"][0] == "True"
+    assert kubectl_wait_ready(e, "2s") != 0  # a pipeline waiting for the new version keeps waiting
     e.snapshot("waiting", "Progressing")
 
     e.set_state(V2, "ready")
@@ -83,6 +93,7 @@ def test_clean_canary_to_100_then_warm_switch_back(e2e: E2E):
     assert set(e.isvcs()) == {V1, V2}  # previous stays warm
     c = conditions(e)
     assert c["Ready"][0] == "True" and c["Promoted"] == ("True", "Promoted") and c["Stalled"][0] == "False"
+    assert kubectl_wait_ready(e, "30s") == 0
     rec = p["history"][-1]
     assert (rec["version"], rec["fromVersion"], rec["outcome"]) == (V2, V1, "Succeeded")
     e.snapshot("cooling", "Healthy")

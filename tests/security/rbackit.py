@@ -146,8 +146,13 @@ def describe(ev: Mapping[str, Any]) -> str:
     group = ref.get("apiGroup") or "core"
     where = f" in {ref['namespace']}" if ref.get("namespace") else ""
     name = f" {ref['name']}" if ref.get("name") else ""
-    reason = (ev.get("annotations") or {}).get("authorization.k8s.io/reason", "")
-    return f"{ev.get('verb')} {group}/{res}{name}{where} -> {ev.get('responseStatus', {}).get('code')} {reason}".strip()
+    code = (ev.get("responseStatus") or {}).get("code")
+    if code == 403 and _decision(ev) == "allow":
+        # The first check passed; the refusal came from a second one (a `patch` that creates needs `create`).
+        reason = "the verb was allowed, a second check was refused (an apply that creates also needs `create`)"
+    else:
+        reason = (ev.get("annotations") or {}).get("authorization.k8s.io/reason", "")
+    return f"{ev.get('verb')} {group}/{res}{name}{where} -> {code} {reason}".strip()
 
 
 def _code(ev: Mapping[str, Any]) -> int:

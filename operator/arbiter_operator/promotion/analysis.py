@@ -15,6 +15,7 @@ are a parameter (`MetricLabels`) so a different monitoring setup can be matched 
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -148,11 +149,14 @@ def analysis_due(
     due = next_analysis_at(spec, status)
     if due is None:
         return None
-    at, final = due
+    at, _ = due
     now = whole_seconds(now)
     if now < at:
         return None
-    assert status is not None and status.candidate is not None
+    assert status is not None and status.candidate is not None and status.stepStartedAt is not None
+    # A late interim analysis (the operator woke after the hold ended) is the final one: label it by the clock.
+    hold_end = parse_time(status.stepStartedAt) + timedelta(seconds=spec.steps[status.step].holdSeconds)
+    final = now >= hold_end
     window = spec.analysis.intervalSeconds
     bound = spec.analysis.p95LatencyMs if spec.analysis.p95LatencyMs is not None else sla_p95_ms
     return AnalysisQuery(
@@ -239,17 +243,23 @@ class InstantQuerier(Protocol):
 async def run_analysis(prometheus_client: InstantQuerier, query: AnalysisQuery) -> AnalysisRun:
     """Run the query's PromQL at `query.at` and judge the numbers. Never raises for Prometheus trouble:
     an unreachable or failing Prometheus gives an Inconclusive run (which never passes a step)."""
+    names = list(query.queries)
+    # Concurrently: the analysis sits between the end of a hold and the Route switch.
+    results = await asyncio.gather(
+        *(prometheus_client.query(query.queries[n], at=query.at) for n in names), return_exceptions=True
+    )
     values: dict[str, float | None] = {}
-    for name, promql in query.queries.items():
-        try:
-            samples = await prometheus_client.query(promql, at=query.at)
-        except Exception as exc:  # noqa: BLE001 - any client failure is an inconclusive analysis, not a crash
-            return judge(query, {}, error=_describe(exc))
-        values[name] = samples[0][1] if samples else None
+    for name, result in zip(names, results):
+        if isinstance(result, BaseException):
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            # Any client failure is an inconclusive analysis, not a crash.
+            return judge(query, {}, error=_describe(result))
+        values[name] = result[0][1] if result else None
     return judge(query, values)
 
 
-def _describe(exc: Exception) -> str:
+def _describe(exc: BaseException) -> str:
     # The client's errors name the endpoint and status, never headers, so no token can leak here.
     text = str(exc) or type(exc).__name__
     return text[:300]

@@ -17,6 +17,8 @@ from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConf
 from arbiter_operator.promotion.analysis import analysis_due, run_analysis
 
 log = logging.getLogger("arbiter.promotion")
+# httpx logs every request at INFO; the analysis line below already tells the story once per analysis.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 _client: PrometheusClient | None = None
 
