@@ -2,7 +2,9 @@
 
 A kube-apiserver of our own (RBAC on, audit log on) gets the chart's ServiceAccount and RBAC exactly as `helm template`
 renders them. The operator runs authenticated as that ServiceAccount (a TokenRequest token) through the reconcile and
-promotion scenarios, with the KServe stand-in playing KServe's controller and real S3 (MinIO) holding the weights.
+promotion scenarios (an Immediate promotion, and a canary whose analysis fails and rolls back), with the KServe
+stand-in playing KServe's controller, a Prometheus stand-in answering empty vectors, and real S3 (MinIO) holding the
+weights.
 The audit log then says which requests the authorizer allowed and which it forbade:
 - nothing the operator did was forbidden;
 - every (group, resource, verb) the chart grants was used, except the grants listed in NOT_EXERCISABLE with the reason
@@ -12,8 +14,11 @@ The audit log then says which requests the authorizer allowed and which it forba
 from __future__ import annotations
 
 import copy
+import http.server
+import json
 import pathlib
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -132,6 +137,20 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     eventually(promoted, 120, "1.1.0 promoted and 1.0.0 stopped")
     _ready(admin, ns, "credit-limit")
 
+    # 4b. A canary promotion back to 1.0.0 whose analysis finds no data (the Prometheus stand-in answers an empty
+    #     vector) with insufficientTraffic: Fail: rolled back, candidate stopped, stable keeps serving.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
+        "version": "1.0.0", "strategy": "Canary", "steps": [{"weight": 10, "holdSeconds": 0}],
+        "analysis": {"intervalSeconds": 5, "minRequests": 1, "insufficientTraffic": "Fail"}}}})
+
+    def rolled_back():
+        dm_now = get(admin, f"{G}/{V}", P, ns, "credit-limit") or {}
+        phase = ((dm_now.get("status") or {}).get("promotion") or {}).get("phase")
+        isvcs = custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", ns, "inferenceservices")["items"]
+        return phase == "Failed" and [i["metadata"]["name"] for i in isvcs] == ["credit-limit-1-1-0"]
+
+    eventually(rolled_back, 120, "the canary to 1.0.0 rolled back")
+
     # 5. A DecisionModel that names a ModelRegistry and a registry token Secret (the registry itself need not answer:
     #    the reads happen before any call to it).
     client.CoreV1Api(admin).create_namespaced_secret(
@@ -153,19 +172,50 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     eventually(lambda: not custom.list_namespaced_custom_object(G, V, ns, P)["items"], 60, "DecisionModels gone")
 
 
-def _operator(identity: Identity, namespaces: list[str], tmp: pathlib.Path) -> OperatorProcess:
-    return OperatorProcess(identity.kubeconfig, namespaces, extra_args=("--log-level=debug",), log_dir=tmp).start()
+class _EmptyPrometheus(http.server.BaseHTTPRequestHandler):
+    """Prometheus stand-in: every instant query has an empty vector as its answer (Prometheus' wire format)."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EmptyPrometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _operator(identity: Identity, namespaces: list[str], tmp: pathlib.Path, prometheus: str = "") -> OperatorProcess:
+    env = {"ARBITER_PROMETHEUS_URL": prometheus} if prometheus else {}
+    return OperatorProcess(
+        identity.kubeconfig, namespaces, extra_args=("--log-level=debug",), log_dir=tmp, env=env
+    ).start()
 
 
 def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_grant(
-    audited, admin, s3_server, tmp_path
+    audited, admin, s3_server, prometheus_url, tmp_path
 ) -> None:
     cp, audit_log = audited
     identity = install_chart_identity(cp, admin, tmp_path)  # default values: all namespaces, one ClusterRole
     ns = _namespace(admin, "rbac")
     seed_model_storage(s3_server, admin, ns)
     standin = KServeStandIn(admin, [ns]).start()
-    op = _operator(identity, [], tmp_path)  # no --namespace: all namespaces, as the chart runs it by default
+    op = _operator(identity, [], tmp_path, prometheus_url)  # no --namespace: all namespaces, as the chart runs it by default
     stuck: AssertionError | None = None
     try:
         _run_scenarios(admin, ns, identity.kubeconfig)
