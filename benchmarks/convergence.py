@@ -138,6 +138,64 @@ class Floor:
         return self.dm_watch.first[(FLOOR_NS, name)] - t0
 
 
+STEPS = (
+    "create -> operator's first GET (watch + queue)",
+    "pass 1: reads (GET DM, LIST ISVC + ConfigMap, GET ServingRuntime + Route)",
+    "pass 1: artifact check (GET Namespace + Secret, S3 client, S3 reads)",
+    "pass 1: writes (applies, status, Event)",
+    "ISVC Ready by the stand-in -> pass 2 starts",
+    "pass 2: reads",
+    "pass 2: artifact check",
+    "pass 2: writes (Route, status, Events)",
+    "create -> Ready status written",
+)
+
+
+def breakdown(audit_log: Path, names: list[str]) -> dict[str, float]:
+    """Median seconds per step of the operator's repetitions, from the apiserver's audit timestamps: where the
+    operator's time goes (the S3 part of the artifact check is the gap between its last read and first write)."""
+    from datetime import datetime
+
+    def ts(s: str) -> float:
+        return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+    wanted = set(names)
+    per: dict[str, list[tuple[float, float, str, str, str]]] = {}
+    with open(audit_log) as fh:
+        for line in fh:
+            e = json.loads(line)
+            ref = e.get("objectRef") or {}
+            if e.get("stage") != "ResponseComplete" or not ref.get("name"):
+                continue
+            owner = next((n for n in wanted if ref["name"] == n or ref["name"].startswith(n + "-")), None)
+            if owner is None:
+                continue
+            res = ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")
+            per.setdefault(owner, []).append((ts(e["requestReceivedTimestamp"]), ts(e["stageTimestamp"]),
+                                              e["user"]["username"], e["verb"], res))
+    rows: list[list[float]] = []
+    for es in per.values():
+        try:
+            es.sort()
+            op = [e for e in es if e[2] == common.OPERATOR_USER]
+            created = next(e for e in es if e[3] == "create" and e[4] == "decisionmodels")[1]
+            route_gets = [e for e in op if e[4] == "routes" and e[3] == "get"]
+            w1 = next(e for e in op if e[3] == "patch")[0]
+            st1 = next(e for e in op if e[4] == "decisionmodels/status")[1]
+            ready = next(e for e in es if e[2] == common.STANDIN_USER and e[4] == "inferenceservices/status")[1]
+            g2 = next(e for e in op if e[4] == "decisionmodels" and e[3] == "get" and e[0] > max(st1, ready))[0]
+            rg2 = next(e for e in route_gets if e[0] > g2)[1]
+            route = next(e for e in op if e[4] == "routes" and e[3] == "patch")[0]
+            final = [e for e in op if e[4] == "decisionmodels/status"][-1][1]
+        except StopIteration:
+            continue  # a repetition whose requests do not follow the two-pass pattern
+        rows.append([op[0][0] - created, route_gets[0][1] - op[0][0], w1 - route_gets[0][1], st1 - w1,
+                     g2 - max(st1, ready), rg2 - g2, route - rg2, final - route, final - created])
+    if not rows:
+        return {}
+    return {step: common.statistics.median(r[i] for r in rows) for i, step in enumerate(STEPS)}
+
+
 def run_operator_once(stack: common.Stack, watch: common.Watcher, name: str, timeout: float = 120.0) -> float:
     t0 = time.perf_counter()
     stack.custom().create_namespaced_custom_object(common.GROUP, common.VERSION, OP_NS, common.PLURAL,
@@ -177,17 +235,22 @@ def main(argv: list[str] | None = None) -> int:
         op_writes = stack.op.writes()
         dm_watch.stop()
         isvc_watch.stop()
+        stack.flush_audit()
+        steps = breakdown(stack.audit_log, [f"cv-{i:04d}" for i in range(args.repetitions)])
     op_s, fl_s = common.summary(op_times), common.summary(floor_times)
     ratio = {k: op_s[k] / fl_s[k] for k in ("p50", "p95", "p99")}
     result.update({"operator_seconds": op_s, "floor_seconds": fl_s, "ratio": ratio,
                    "operator_samples": op_times, "floor_samples": floor_times,
-                   "operator_writes_total": len(op_writes)})
+                   "operator_writes_total": len(op_writes), "operator_steps_median_seconds": steps})
     print(f"\n## Convergence: create -> Ready, {args.repetitions} repetitions (seconds)\n")
     print(common.table(["", "p50", "p95", "p99", "mean", "min", "max"], [
         ("operator", *(op_s[k] for k in ("p50", "p95", "p99", "mean", "min", "max"))),
         ("API floor", *(fl_s[k] for k in ("p50", "p95", "p99", "mean", "min", "max"))),
         ("ratio operator/floor", ratio["p50"], ratio["p95"], ratio["p99"], "", "", ""),
     ]))
+    if steps:
+        print("\nWhere the operator's time goes (median seconds, apiserver audit timestamps):\n")
+        print(common.table(["step", "seconds"], steps.items()))
     print(f"\nTarget: p50 ratio < 1.5 -> {'met' if ratio['p50'] < 1.5 else 'NOT met'}")
     common.write_json(result, args.out, "convergence.json")
     return 0
