@@ -38,8 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig  # both kopf's login and the kube client read it
     namespaces = list(args.namespace)
     env_ns = os.environ.get("ARBITER_NAMESPACES", "")
     namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
@@ -71,8 +69,13 @@ def main(argv: list[str] | None = None) -> int:
     # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
     # restart the operator after installing KServe or the Route API.
     settings.scanning.disabled = True
+    # The kubeconfig path travels in the memo to the login handler and the clients (handlers.py), explicitly: no
+    # process-wide $KUBECONFIG that would depend on when the kubernetes library first reads it.
+    memo = kopf.Memo()
+    memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
     kopf.run(
         settings=settings,
+        memo=memo,
         standalone=True,
         clusterwide=not namespaces,
         namespaces=namespaces,

@@ -20,7 +20,7 @@ import kopf
 
 from . import observe
 from .api.models import GROUP, PLURAL, VERSION
-from .clients.kube import RestKubeClient
+from .clients.kube import RestKubeClient, new_api_client
 from .reconcile import Reconciler
 from .render.common import LABEL_DM
 
@@ -74,6 +74,7 @@ class WorkQueue:
 
 
 QUEUE_KEY = "arbiter_queue"
+KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
 RESYNC_SECONDS = float(os.environ.get("ARBITER_RESYNC_SECONDS", "600"))
 WORKERS = int(os.environ.get("ARBITER_WORKERS", "4"))
 ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -111,11 +112,43 @@ async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, 
             queue.done(key)
 
 
+@kopf.on.login()
+def login(memo: kopf.Memo, logger: Any, settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own connection: from --kubeconfig when given (the same file the clients load), else kopf's default
+    (in-cluster, then $KUBECONFIG). Registering a login handler replaces kopf's defaults, hence the delegation."""
+    path = memo.get(KUBECONFIG_KEY)
+    if not path:
+        return kopf.login_via_client(memo=memo, logger=logger, settings=settings, **kwargs)
+    return connection_info(new_api_client(path).configuration, settings.networking.trust_env)
+
+
+def connection_info(config: Any, trust_env: bool) -> kopf.ConnectionInfo:
+    """A kubernetes.client.Configuration as kopf credentials (as kopf.login_via_client reads the default one)."""
+    header = config.get_api_key_with_prefix("BearerToken") or config.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=config.host,
+        ca_path=config.ssl_ca_cert,
+        insecure=not config.verify_ssl,
+        username=config.username or None,
+        password=config.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=config.cert_file,
+        private_key_path=config.key_file,
+        trust_env=trust_env,
+    )
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
     queue = WorkQueue()
-    kube = RestKubeClient()
+    kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)))
+    from . import registry_handlers
+
+    memo.setdefault(registry_handlers.KUBE_KEY, kube)  # the registry finalizer uses the same explicit client
     # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
     # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
     from . import artifacts, registration

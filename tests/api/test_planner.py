@@ -171,3 +171,44 @@ def test_admitted_route_gives_the_url():
     assert p.status["url"] == "https://credit-limit-team-a.apps.example.com"
     assert _cond(p, "Exposed")["reason"] == "RouteAdmitted"
     assert _cond(p, "Ready")["status"] == "True"
+
+
+def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves():
+    """Nothing is lost: the serving version leaves spec.versions; its InferenceService stays (neither re-applied nor
+    deleted) and keeps all traffic until the version spec.promote names serves, then it is stopped."""
+    dm = make_dm()
+    first = plan(dm, Observations(), T0)
+    v1 = _ready(next(c for c in first.children if c["kind"] == "InferenceService"))
+    v1_cm = next(c for c in first.children if c["kind"] == "ConfigMap")
+    obs1 = Observations(inferenceservices={"credit-limit-1-0-0": v1}, configmaps={v1_cm["metadata"]["name"]: v1_cm})
+    dm, _ = _converge(_with_status(dm, first.status), lambda _: obs1)
+
+    raw = dm.model_dump(mode="json", by_alias=True, exclude_none=True)
+    raw["spec"]["versions"][0].update(name="2.0.0", storageUri="s3://models/credit-limit/2.0.0")
+    raw["spec"]["promote"] = {"version": "2.0.0", "strategy": "Immediate", "rollbackWindowSeconds": 0}
+    raw["metadata"]["generation"] = 2
+    dm2 = DecisionModel.model_validate(raw)
+
+    p = plan(dm2, obs1, T0 + timedelta(minutes=1))
+    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-1-0-0") not in p.deletions
+    assert ("v1", "ConfigMap", "credit-limit-1-0-0-decision") not in p.deletions
+    assert ("InferenceService", "credit-limit-1-0-0") not in _kinds(p)  # no spec to render it from: left as it is
+    assert ("InferenceService", "credit-limit-2-0-0") in _kinds(p)
+    route = next(c for c in p.children if c["kind"] == "Route")
+    assert route["spec"]["to"]["name"] == "credit-limit-1-0-0-predictor"
+    serving = _cond(p, "Serving")
+    assert serving["status"] == "True"
+    assert "1.0.0 left spec.versions" in serving["message"] and "stopped once 2.0.0" in serving["message"]
+    gone = next(v for v in p.status["versions"] if v["name"] == "1.0.0")
+    assert gone["phase"] == "Ready" and "left spec.versions" in gone["message"]
+
+    # The successor turns ready: it is promoted, and only then is the removed version's InferenceService deleted.
+    v2 = _ready(next(c for c in p.children if c["kind"] == "InferenceService" and c["metadata"]["name"].endswith("2-0-0")))
+    obs2 = Observations(inferenceservices={"credit-limit-1-0-0": v1, "credit-limit-2-0-0": v2},
+                        configmaps=obs1.configmaps)
+    dm2, p2 = _converge(_with_status(dm2, p.status), lambda _: obs2, now=T0 + timedelta(minutes=2))
+    assert p2.status["promotion"]["stable"] == "2.0.0"
+    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-1-0-0") in p2.deletions
+    assert ("v1", "ConfigMap", "credit-limit-1-0-0-decision") in p2.deletions
+    assert next(c for c in p2.children if c["kind"] == "Route")["spec"]["to"]["name"] == "credit-limit-2-0-0-predictor"
+    assert "left spec.versions" not in _cond(p2, "Serving")["message"]

@@ -54,6 +54,7 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "Event", "events"),
         Kind("v1", "Namespace", "namespaces", namespaced=False),
         Kind("modelregistry.opendatahub.io/v1beta1", "ModelRegistry", "modelregistries"),
+        Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
     )
 }
 
@@ -86,6 +87,7 @@ class KubeClient(Protocol):
     ) -> dict[str, Any]: ...
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool: ...
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+    def served(self, api_version: str, kind: str) -> bool: ...
 
 
 class RestKubeClient:
@@ -121,6 +123,19 @@ class RestKubeClient:
             if exc.status == 404:
                 return None
             raise
+
+    def served(self, api_version: str, kind: str) -> bool:
+        """Whether the apiserver serves this kind (API discovery, which every authenticated user may read: no RBAC
+        grant on CRDs needed). Errors other than 404 raise: "cannot tell" is not "absent"."""
+        k = kind_of(api_version, kind)
+        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        try:
+            out = self._call("GET", base)
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == k.plural for r in (out or {}).get("resources") or [])
 
     def list(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None

@@ -148,8 +148,12 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         children.append(route)
     # No ready version: the Route is left as it is (it may point at a version coming back); never pointed at nothing.
 
-    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live}
-    wanted_cms = {configmap_name(dm.metadata.name, v) for v in live}
+    # A live version that left spec.versions (e.g. the stable one, removed while its successor is not serving yet)
+    # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
+    # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
+    retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
+    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained}
+    wanted_cms = {configmap_name(dm.metadata.name, v) for v in live + retained}
     deletions = [("serving.kserve.io/v1beta1", "InferenceService", n) for n in sorted(obs.inferenceservices)
                  if n not in wanted_isvcs]
     deletions += [("v1", "ConfigMap", n) for n in sorted(obs.configmaps) if n not in wanted_cms]
@@ -160,11 +164,12 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     traffic = dict(pplan.traffic)
     if traffic:
         share = ", ".join(f"{v} {w}%" for v, w in sorted(traffic.items(), key=lambda vw: (-vw[1], vw[0])))
-        cond(c.SERVING, "True", "VersionReady", f"Serving {share}")
+        cond(c.SERVING, "True", "VersionReady", f"Serving {share}" + _retained_note(retained, pplan.status, promote.version, names))
     else:
         waiting = [f"{v}: {vobs[v].message}" for v in live if v in vobs and vobs[v].message]
         msg = "No live version is ready yet" + (f" ({'; '.join(waiting)})" if waiting else "")
         msg += "; check the InferenceService and predictor pods (oc describe isvc, oc logs)"
+        msg += _retained_note(retained, pplan.status, promote.version, names)
         cond(c.SERVING, "False", "NoReadyVersion", msg)
 
     url, admitted, route_msg = _route_url(dm, obs.route)
@@ -206,6 +211,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         art = obs.artifacts.get(v, ArtifactObservation())
         ids = obs.registry_ids.get(v, {})
         message = art.message if art.valid is False else (o.message or None)
+        if v in retained:
+            message = _retained_note([v], pplan.status, promote.version, names).removeprefix("; ")
         vstatus.append(
             VersionStatus(
                 name=v,
@@ -230,6 +237,20 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         promotion=pplan.status,
     )
     return Plan(children, deletions, _dump(status), events, sooner(pplan.requeue_after, recheck_after(conditions, now)))
+
+
+def _retained_note(retained: list[str], st: Any, target: str, names: tuple[str, ...]) -> str:
+    """What happens to live versions that left spec.versions (empty when there are none)."""
+    out = []
+    for v in retained:
+        kept = f"{v} left spec.versions: its InferenceService is kept as it is and stopped once"
+        if v == st.previous:
+            out.append(f"{kept} the rollback window ends ({st.coolingUntil})")
+        elif target in names:
+            out.append(f"{kept} {target} (spec.promote.version) serves")
+        else:
+            out.append(f"{kept} spec.promote.version names a version of spec.versions and that version serves")
+    return "".join(f"; {x}" for x in out)
 
 
 def _at_generation(conditions: list[Condition], gen: int) -> list[Condition]:

@@ -3,6 +3,7 @@
 from .common import FIELD_MANAGER, configmap_name, predictor_service, runtime_name
 from .configmap import decision_config, effective_decision, render_configmap
 from .inferenceservice import render_inferenceservice, vllm_args
+from .podmonitor import podmonitor_name, render_podmonitor
 from .mesh import namespace_injected, sidecar_settings
 from .route import render_route
 from .servingruntime import render_servingruntime
@@ -15,7 +16,9 @@ __all__ = [
     "namespace_injected",
     "predictor_service",
     "render_configmap",
+    "podmonitor_name",
     "render_inferenceservice",
+    "render_podmonitor",
     "render_route",
     "render_servingruntime",
     "runtime_name",

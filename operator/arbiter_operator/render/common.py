@@ -22,6 +22,7 @@ ANN_CONFIG_CHECKSUM = "arbiter.dev/decision-config-checksum"
 # The runtime container: the decision server listens here (KServe's predictor Service targets it) and vLLM listens
 # on VLLM_PORT inside the pod only.
 SERVING_PORT = 8080
+SERVING_PORT_NAME = "http1"  # the runtime container's port name (KServe's convention); the PodMonitor scrapes it
 VLLM_PORT = 8000
 CONFIG_DIR = "/etc/arbiter/decision"
 CONFIG_FILE = "decision.json"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.models import DecisionModel
-from .common import SERVING_PORT, metadata, runtime_name
+from .common import SERVING_PORT, SERVING_PORT_NAME, metadata, runtime_name
 
 MODEL_FORMAT = "vLLM"
 
@@ -22,7 +22,7 @@ def render_servingruntime(dm: DecisionModel) -> dict[str, Any]:
         "name": "kserve-container",
         "image": serving.runtimeImage,
         "command": ["arbiter-runtime"],
-        "ports": [{"containerPort": SERVING_PORT, "name": "http1", "protocol": "TCP"}],
+        "ports": [{"containerPort": SERVING_PORT, "name": SERVING_PORT_NAME, "protocol": "TCP"}],
     }
     spec: dict[str, Any] = {
         "supportedModelFormats": [{"name": MODEL_FORMAT, "autoSelect": False}],

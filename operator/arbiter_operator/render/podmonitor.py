@@ -1,0 +1,42 @@
+"""The PodMonitor (monitoring.coreos.com/v1) that lets Prometheus scrape a DecisionModel's predictor pods.
+
+One per DecisionModel, in its namespace, named after it and owned by it. OpenShift user-workload monitoring picks it
+up and attaches `namespace` to every target; `podTargetLabels` copies the pods' `arbiter.dev/decision-model` and
+`arbiter.dev/version` labels onto the series (as `arbiter_dev_decision_model`, `arbiter_dev_version`), which is how the
+promotion analysis selects one version's numbers (docs/operations.md, "Promotion metrics").
+
+Only the runtime's port is scraped: the supervisor binds vLLM to 127.0.0.1:8000 (docs/runtime.md), so vLLM is private
+to the pod and its /metrics cannot be reached by Prometheus; the `vllm:` series are therefore absent, and the analysis
+gates on the runtime's own decision latency anyway (the vLLM p95 is informational and reads as no data).
+Rendered only where the PodMonitor API is served (the planner decides from what the operator observed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api.models import DecisionModel
+from .common import LABEL_DM, LABEL_VERSION, SERVING_PORT_NAME, metadata
+
+API_VERSION = "monitoring.coreos.com/v1"
+KIND = "PodMonitor"
+METRICS_PATH = "/metrics"
+
+
+def podmonitor_name(dm_name: str) -> str:
+    return dm_name
+
+
+def render_podmonitor(dm: DecisionModel) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata(dm, podmonitor_name(dm.metadata.name), "podmonitor"),
+        "spec": {
+            "selector": {"matchLabels": {LABEL_DM: dm.metadata.name}},
+            "podTargetLabels": [LABEL_DM, LABEL_VERSION],
+            # By the container port's name (the ServingRuntime's `http1`, 8080): `port` is understood by every
+            # prometheus-operator release OpenShift ships, unlike the newer `portNumber`.
+            "podMetricsEndpoints": [{"port": SERVING_PORT_NAME, "path": METRICS_PATH, "scheme": "http"}],
+        },
+    }
