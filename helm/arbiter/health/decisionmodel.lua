@@ -1,5 +1,6 @@
 -- Argo CD health check for arbiter.dev/DecisionModel (see docs/argocd.md).
--- Install as resource.customizations.health.arbiter.dev_DecisionModel in argocd-cm (the Helm chart can do it).
+-- Install as resource.customizations.health.arbiter.dev_DecisionModel in argocd-cm (Argo CD owns that ConfigMap;
+-- docs/install.md has the snippet).
 --
 -- Healthy      the operator has seen the current spec, and the version it names serves all traffic (Ready=True).
 -- Progressing  the operator has not caught up with the spec yet, or a promotion is running (deploying, waiting for

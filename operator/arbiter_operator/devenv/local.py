@@ -21,7 +21,6 @@ import json
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -170,12 +169,13 @@ def main(argv: list[str] | None = None) -> int:
 
         name = example["metadata"]["name"]
         say(f"applying {args.example} to namespace {args.namespace}")
-        subprocess.run(
-            ["kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "-n", args.namespace, "-f", args.example],
-            check=True,
-        )
-
         custom = client.CustomObjectsApi(api)
+        # Server-side apply, as `oc apply --server-side` would; the field manager is the person running this.
+        custom.patch_namespaced_custom_object(
+            GROUP, VERSION, args.namespace, PLURAL, name, example,
+            field_manager="arbiter-local", force=True, _content_type="application/apply-patch+yaml",
+        )
+        say(f"decisionmodel.arbiter.dev/{name} applied")
         seen: list[str] = []
         deadline = time.monotonic() + args.timeout
         ready = False

@@ -1,0 +1,20 @@
+"""The README's first command keeps working: the local run converges the example to Ready and cleans up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_local_run_brings_the_example_to_ready_and_exits_cleanly() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "arbiter_operator.devenv.local", "--exit-when-ready", "--timeout", "240",
+         "--namespace", "readme-run"],
+        capture_output=True, text=True, timeout=420,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    # What a newcomer sees: the conditions as they converge, then the active version.
+    assert "dm/credit-limit: ArtifactsValid=True" in out
+    assert "dm/credit-limit: Ready=True (Promoted)" in out
+    assert "dm/credit-limit is Ready: active version 1.0.0" in out
