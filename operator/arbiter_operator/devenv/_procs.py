@@ -14,12 +14,20 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (a server may still lose the race for it; callers retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
 
 _WATCHDOG = r"""
 import os, shutil, signal, sys, time

@@ -20,7 +20,6 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import ssl
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from . import _procs
+from ._procs import free_port
 from .tools import ensure_tool
 
 __all__ = ["ControlPlane", "ControlPlaneError", "ExistingCluster"]
@@ -64,11 +64,6 @@ ADMISSION_PLUGINS = (
 class ControlPlaneError(RuntimeError):
     pass
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -302,7 +297,7 @@ class ControlPlane:
     def _start_once(self, etcd_bin: pathlib.Path, apiserver_bin: pathlib.Path) -> None:
         assert self.workdir is not None
         pki = self.workdir / "pki"
-        etcd_port, peer_port, api_port = _free_port(), _free_port(), _free_port()
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         data_dir = self.workdir / "etcd-data"
         shutil.rmtree(data_dir, ignore_errors=True)

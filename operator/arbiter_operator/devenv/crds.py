@@ -3,7 +3,8 @@
 Upstream CRDs come from the Go module cache (``go mod download -json MODULE@VERSION``) at pinned versions, so they
 are the real schemas and are never committed here:
 - KServe v0.17.0: InferenceService (serving.kserve.io/v1beta1) and ServingRuntime (v1alpha1), full schema;
-- OpenShift API: Route (route.openshift.io/v1) from route/v1/zz_generated.crd-manifests/.
+- OpenShift API: Route (route.openshift.io/v1) from route/v1/zz_generated.crd-manifests/;
+- prometheus-operator v0.85.0: PodMonitor (monitoring.coreos.com/v1).
 The Model Registry operator's ModelRegistry CRD is not served by the module proxy; a hand-written stand-in lives in
 tests/crds/ (see docs/devenv.md). Arbiter's own CRDs are whatever is in crds/*.yaml.
 """
@@ -28,6 +29,7 @@ from .tools import repo_root
 __all__ = [
     "KSERVE",
     "OPENSHIFT_API",
+    "PROMETHEUS_OPERATOR",
     "UPSTREAM",
     "CRDError",
     "GoModuleFiles",
@@ -97,7 +99,14 @@ OPENSHIFT_API = GoModuleFiles(
     "v0.0.0-20260709102940-580f1c1ba691",
     ("route/v1/zz_generated.crd-manifests/routes.crd.yaml",),
 )
-UPSTREAM = (KSERVE, OPENSHIFT_API)
+# prometheus-operator: PodMonitor (monitoring.coreos.com/v1), which the operator renders where the API is served.
+# v0.85.0: the proxy serves it (it has no @v/list for this module; v0.86.0 is not available there).
+PROMETHEUS_OPERATOR = GoModuleFiles(
+    "github.com/prometheus-operator/prometheus-operator",
+    "v0.85.0",
+    ("example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",),
+)
+UPSTREAM = (KSERVE, OPENSHIFT_API, PROMETHEUS_OPERATOR)
 
 
 def upstream_crd_paths() -> list[pathlib.Path]:

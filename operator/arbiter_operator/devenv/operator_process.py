@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,12 +19,8 @@ import time
 import urllib.request
 
 from . import _procs
+from ._procs import free_port
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class OperatorProcess:
@@ -52,7 +47,7 @@ class OperatorProcess:
     def start(self, timeout: float = 60.0) -> OperatorProcess:
         self.runs += 1
         self.log_path = self.log_dir / f"operator-{self.runs}.log"
-        self.port = _free_port()
+        self.port = free_port()
         argv = [sys.executable, "-m", "arbiter_operator", "--kubeconfig", self.kubeconfig,
                 "--liveness", f"http://127.0.0.1:{self.port}/healthz", *self.extra_args]
         for ns in self.namespaces:

@@ -22,7 +22,6 @@ import pathlib
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,16 +32,12 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from . import _procs
+from ._procs import free_port
 
 PG_BIN_CANDIDATES = [pathlib.Path(f"/usr/lib/postgresql/{v}/bin") for v in (17, 16, 15, 14, 13)]
 DB_NAME = "model_registry"
 DB_USER = "arbiter"
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pg_bindir() -> pathlib.Path:

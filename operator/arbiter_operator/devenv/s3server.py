@@ -12,12 +12,12 @@ import os
 import pathlib
 import secrets
 import shutil
-import socket
 import tempfile
 import time
 from typing import Any
 
 from . import _procs
+from ._procs import free_port
 from .tools import ensure_tool
 
 __all__ = ["S3Server", "S3ServerError"]
@@ -26,11 +26,6 @@ __all__ = ["S3Server", "S3ServerError"]
 class S3ServerError(RuntimeError):
     pass
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class S3Server:
@@ -71,7 +66,7 @@ class S3Server:
         _procs.register(self, self.stop)
         try:
             for _attempt in range(3):
-                port = _free_port()
+                port = free_port()
                 self.endpoint_url = f"http://127.0.0.1:{port}"
                 env = dict(os.environ)
                 env.update(
