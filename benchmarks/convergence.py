@@ -27,8 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
-from arbiter_operator.clients.kube import RestKubeClient  # noqa: E402
+from arbiter_operator.clients.kube import KINDS, RestKubeClient  # noqa: E402
 
 OP_NS, FLOOR_NS = "conv-op", "conv-floor"
 TEMPLATE = "cvtemplate"
@@ -82,19 +81,15 @@ class Floor:
         self.dm_watch = dm_watch
         self.isvc_watch = isvc_watch
         self.passes = read_passes(stack.op.log())
-        custom = stack.custom()
-        core = k8s.CoreV1Api(stack.api)
         self.children: dict[tuple[str, str], str] = {}
         for p in self.passes:
             for verb, kind, name, _ in p:
                 if verb != "apply":
                     continue
-                if kind == "ConfigMap":
-                    # JSON field names (camelCase), as the operator sent them
-                    obj = core.api_client.sanitize_for_serialization(core.read_namespaced_config_map(name, OP_NS))
-                else:
-                    obj = custom.get_namespaced_custom_object(*CHILD_API[kind][:2], OP_NS, CHILD_API[kind][2], name)
-                obj.setdefault("apiVersion", "v1")
+                # Whatever kinds the operator applies (clients.kube.KINDS), read back as it wrote them.
+                k = next(k for (_av, kn), k in KINDS.items() if kn == kind)
+                obj = self.kube._call("GET", k.path(OP_NS, name))
+                obj.setdefault("apiVersion", k.api_version)
                 obj.setdefault("kind", kind)
                 self.children[(kind, name)] = json.dumps(strip(obj))
         self.statuses = dm_watch.statuses[(OP_NS, TEMPLATE)]
