@@ -22,7 +22,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("ARBITER_LIVENESS", "http://0.0.0.0:8081/healthz"),
         help="liveness endpoint (kopf's probe server); '' disables it",
     )
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster, then $KUBECONFIG)")
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig path, loaded explicitly by kopf and the clients (default: in-cluster, then $KUBECONFIG)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     parser.add_argument(
         "--log-level",

@@ -462,12 +462,53 @@ def _deployed_as_diffusion(obs: Any, version: str) -> bool:
     return False
 
 
-async def observe_artifacts(kube: Any, dm: Any, obs: Any) -> Any:
+class VerdictCache:
+    """Settled verdicts (True/False) per DecisionModel and spec, kept for `ttl` seconds.
+
+    A reconcile runs several times per change (the operator's own writes come back as watch events); reading S3
+    again each time was the largest cost in the scale benchmark. A spec change (another spec digest) or the ttl makes
+    the check run again, so a fixed bucket or a rotated Secret is seen within `ttl`. Unknown verdicts are never cached:
+    they are retried with backoff (recheck.py).
+    """
+
+    def __init__(self, ttl: float = 300.0, clock: Any = None) -> None:
+        import time
+
+        self.ttl = ttl
+        self._clock = clock or time.monotonic
+        self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
+
+    def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
+        if not uid:  # an object without identity (not from the apiserver) is always checked
+            return None
+        hit = self._entries.get((uid, spec_digest))
+        if hit is None or self._clock() - hit[0] > self.ttl:
+            return None
+        return hit[1]
+
+    def put(self, uid: str, spec_digest: str, reports: dict[str, ArtifactReport]) -> None:
+        # Verdicts for this object's earlier specs are of no further use.
+        for key in [k for k in self._entries if k[0] == uid]:
+            del self._entries[key]
+        if uid and all(r.status != "Unknown" for r in reports.values()):
+            self._entries[(uid, spec_digest)] = (self._clock(), reports)
+
+
+VERDICTS = VerdictCache()
+
+
+async def observe_artifacts(kube: Any, dm: Any, obs: Any, cache: VerdictCache | None = None) -> Any:
     """Observer hook (see observe.OBSERVERS): artifacts per version + the `ArtifactsValid` condition.
     Register with `OBSERVERS.append(functools.partial(observe_artifacts, kube))`."""
     from dataclasses import replace
 
-    reports = await check_decision_model_in_cluster(kube, dm)
+    cache = VERDICTS if cache is None else cache
+    uid = dm.metadata.uid or ""
+    spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
+    reports = cache.get(uid, spec_digest)
+    if reports is None:
+        reports = await check_decision_model_in_cluster(kube, dm)
+        cache.put(uid, spec_digest, reports)
     previous = {v.name: v for v in dm.status.versions}
     return replace(
         obs,

@@ -75,7 +75,11 @@ class WorkQueue:
 
 QUEUE_KEY = "arbiter_queue"
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
-RESYNC_SECONDS = float(os.environ.get("ARBITER_RESYNC_SECONDS", "600"))
+# A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
+# or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
+# make no API or S3 requests (docs/benchmarks.md, idle cost). Set it (seconds) to also catch what no watch reports,
+# such as a namespace's mesh label changing.
+RESYNC_SECONDS = float(os.environ.get("ARBITER_RESYNC_SECONDS", "0"))
 WORKERS = int(os.environ.get("ARBITER_WORKERS", "4"))
 ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -98,8 +102,9 @@ async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, 
         try:
             requeue = await reconciler.reconcile(*key)
             failures.pop(key, None)
-            delay = RESYNC_SECONDS if requeue is None else min(requeue, RESYNC_SECONDS)
-            queue.add_after(key, delay)
+            delays = [d for d in (requeue, RESYNC_SECONDS or None) if d is not None]
+            if delays:
+                queue.add_after(key, min(delays))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

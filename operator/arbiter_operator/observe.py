@@ -11,6 +11,7 @@ from .api.models import DecisionModel
 from .clients.kube import KubeClient, KubeError
 from .plan.model import Observations
 from .render.common import LABEL_COMPONENT, LABEL_DM, runtime_name
+from .render.podmonitor import API_VERSION as PODMONITOR_API, KIND as PODMONITOR, podmonitor_name
 
 log = logging.getLogger("arbiter.observe")
 
@@ -26,7 +27,8 @@ def _owned(obj: dict[str, Any], dm: DecisionModel) -> bool:
     return any(r.get("uid") == dm.metadata.uid for r in refs)
 
 
-def observe_children(client: KubeClient, dm: DecisionModel) -> Observations:
+def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False) -> Observations:
+    """podmonitor_api: whether the PodMonitor API is served (see `podmonitor_served`; observed once per process)."""
     ns, name = dm.metadata.namespace, dm.metadata.name
     selector = f"{LABEL_DM}={name}"
     isvcs = {
@@ -41,6 +43,7 @@ def observe_children(client: KubeClient, dm: DecisionModel) -> Observations:
     }
     runtime = client.get("serving.kserve.io/v1alpha1", "ServingRuntime", ns, runtime_name(name))
     route = client.get("route.openshift.io/v1", "Route", ns, name)
+    podmonitor = client.get(PODMONITOR_API, PODMONITOR, ns, podmonitor_name(name)) if podmonitor_api else None
     try:
         namespace = client.get("v1", "Namespace", None, ns) or {}
         ns_labels = (namespace.get("metadata") or {}).get("labels") or {}
@@ -54,7 +57,19 @@ def observe_children(client: KubeClient, dm: DecisionModel) -> Observations:
         configmaps=cms,
         servingruntime=runtime,
         route=route,
+        podmonitor_api=podmonitor_api,
+        podmonitor=podmonitor if podmonitor is not None and _owned(podmonitor, dm) else None,
     )
+
+
+def podmonitor_served(client: KubeClient) -> bool | None:
+    """Whether the cluster serves PodMonitors (prometheus-operator installed). None: cannot tell now (ask later)."""
+    try:
+        return client.served(PODMONITOR_API, PODMONITOR)
+    except KubeError as exc:
+        log.warning("cannot tell whether the PodMonitor API is served (%s %s); asking again next reconcile",
+                    exc.status, exc.reason)
+        return None
 
 
 async def run_observers(dm: DecisionModel, obs: Observations) -> Observations:
@@ -67,4 +82,4 @@ async def run_observers(dm: DecisionModel, obs: Observations) -> Observations:
     return obs
 
 
-__all__ = ["OBSERVERS", "Observations", "observe_children", "replace", "run_observers"]
+__all__ = ["OBSERVERS", "Observations", "observe_children", "podmonitor_served", "replace", "run_observers"]

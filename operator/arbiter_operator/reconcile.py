@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from .api.models import API_VERSION, KIND, DecisionModel
 from .apply import apply_plan
 from .clients.kube import KubeClient
-from .observe import observe_children, run_observers
+from .observe import observe_children, podmonitor_served, run_observers
 from .plan import plan as make_plan
 from .plan.model import Observations
 
@@ -29,6 +29,8 @@ def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
         out[("ServingRuntime", obs.servingruntime["metadata"]["name"])] = obs.servingruntime
     if obs.route is not None:
         out[("Route", obs.route["metadata"]["name"])] = obs.route
+    if obs.podmonitor is not None:
+        out[("PodMonitor", obs.podmonitor["metadata"]["name"])] = obs.podmonitor
     return out
 
 
@@ -37,6 +39,9 @@ class Reconciler:
         self.client = client
         self.clock = clock or (lambda: datetime.now(timezone.utc))
         self._seen: set[tuple[str, str]] = set()
+        # Whether the PodMonitor API is served, observed once (None until known). Like every other API the operator
+        # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
+        self.podmonitor_api: bool | None = None
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
@@ -49,7 +54,11 @@ class Reconciler:
             # The apiserver validated it, so this means the CRD and the operator disagree (version skew).
             log.error("%s/%s does not match this operator's API: %s", namespace, name, exc.errors()[:3])
             return None
-        obs = await asyncio.to_thread(observe_children, self.client, dm)
+        if self.podmonitor_api is None:
+            self.podmonitor_api = await asyncio.to_thread(podmonitor_served, self.client)
+            if self.podmonitor_api is False:
+                log.info("the PodMonitor API (monitoring.coreos.com/v1) is not served: no PodMonitors are created")
+        obs = await asyncio.to_thread(observe_children, self.client, dm, bool(self.podmonitor_api))
         obs = await run_observers(dm, obs)
         p = make_plan(dm, obs, self.clock())
         writes = await asyncio.to_thread(apply_plan, self.client, raw, dm, p, _live_children(obs))

@@ -203,7 +203,8 @@ def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves()
     assert gone["phase"] == "Ready" and "left spec.versions" in gone["message"]
 
     # The successor turns ready: it is promoted, and only then is the removed version's InferenceService deleted.
-    v2 = _ready(next(c for c in p.children if c["kind"] == "InferenceService" and c["metadata"]["name"].endswith("2-0-0")))
+    v2 = _ready(next(c for c in p.children if (c["kind"], c["metadata"]["name"]) ==
+                     ("InferenceService", "credit-limit-2-0-0")))
     obs2 = Observations(inferenceservices={"credit-limit-1-0-0": v1, "credit-limit-2-0-0": v2},
                         configmaps=obs1.configmaps)
     dm2, p2 = _converge(_with_status(dm2, p.status), lambda _: obs2, now=T0 + timedelta(minutes=2))
@@ -212,3 +213,10 @@ def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves()
     assert ("v1", "ConfigMap", "credit-limit-1-0-0-decision") in p2.deletions
     assert next(c for c in p2.children if c["kind"] == "Route")["spec"]["to"]["name"] == "credit-limit-2-0-0-predictor"
     assert "left spec.versions" not in _cond(p2, "Serving")["message"]
+
+
+def test_podmonitor_only_where_the_api_is_served():
+    dm = make_dm()
+    assert not any(c["kind"] == "PodMonitor" for c in plan(dm, Observations(), T0).children)
+    p = plan(dm, Observations(podmonitor_api=True), T0)
+    assert ("PodMonitor", "credit-limit") in _kinds(p)

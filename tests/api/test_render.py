@@ -180,3 +180,23 @@ def test_servingruntime_is_owned_and_uses_the_image():
     assert sr["metadata"]["ownerReferences"][0]["kind"] == "DecisionModel"
     assert sr["spec"]["supportedModelFormats"] == [{"name": "vLLM", "autoSelect": False}]
     assert sr["spec"]["containers"][0]["image"] == "registry.example.com/arbiter/runtime:1.2"
+
+
+def test_podmonitor_scrapes_the_predictors_of_this_decision_model_by_version():
+    from arbiter_operator.render import render_podmonitor
+
+    dm = make_dm()
+    pm = render_podmonitor(dm)
+    assert (pm["apiVersion"], pm["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    assert pm["metadata"]["namespace"] == "team-a" and pm["metadata"]["name"] == "credit-limit"
+    assert pm["metadata"]["ownerReferences"][0]["uid"] == "0000-uid"
+    assert pm["spec"]["selector"] == {"matchLabels": {"arbiter.dev/decision-model": "credit-limit"}}
+    # The analysis selects series by these target labels (arbiter_dev_decision_model, arbiter_dev_version).
+    assert pm["spec"]["podTargetLabels"] == ["arbiter.dev/decision-model", "arbiter.dev/version"]
+    # The decision server's port, by the name the ServingRuntime gives it; vLLM binds loopback and is not scraped.
+    runtime_ports = render_servingruntime(dm)["spec"]["containers"][0]["ports"]
+    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"}]
+    assert {"containerPort": 8080, "name": "http1", "protocol": "TCP"} in runtime_ports
+    # The predictor pods carry the selected and copied labels.
+    pod_labels = _isvc()["spec"]["predictor"]["labels"]
+    assert pod_labels["arbiter.dev/decision-model"] == "credit-limit" and pod_labels["arbiter.dev/version"] == "1.0.0"

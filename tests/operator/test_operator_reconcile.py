@@ -31,6 +31,7 @@ def _versions(api, ns) -> dict[str, str]:
         "runtime": get(api, "serving.kserve.io/v1alpha1", "servingruntimes", ns, "credit-limit-runtime"),
         "route": get(api, "route.openshift.io/v1", "routes", ns, DM),
         "configmap": get(api, "v1", "configmaps", ns, "credit-limit-1-0-0-decision"),
+        "podmonitor": get(api, "monitoring.coreos.com/v1", "podmonitors", ns, DM),
     }
     return {k: o["metadata"]["resourceVersion"] for k, o in objs.items()}
 
@@ -66,6 +67,15 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
     assert get(api, "v1", "services", namespace, f"{ISVC}-predictor")  # the Service the Route targets exists
     assert route["spec"]["tls"] == {"termination": "edge", "insecureEdgeTerminationPolicy": "Redirect"}
     assert route["metadata"]["annotations"]["haproxy.router.openshift.io/timeout"] == "30s"
+
+    # Prometheus (OpenShift user-workload monitoring) scrapes the predictors with version-labelled targets, which
+    # the promotion analysis selects by.
+    pm = get(api, "monitoring.coreos.com/v1", "podmonitors", namespace, DM)
+    assert pm["metadata"]["ownerReferences"][0]["uid"] == dm["metadata"]["uid"]
+    assert pm["spec"]["selector"] == {"matchLabels": {"arbiter.dev/decision-model": DM}}
+    assert pm["spec"]["podTargetLabels"] == ["arbiter.dev/decision-model", "arbiter.dev/version"]
+    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"}]
+    assert runtime["spec"]["containers"][0]["ports"][0] == {"containerPort": 8080, "name": "http1", "protocol": "TCP"}
 
     status = dm["status"]
     assert status["activeVersion"] == "1.0.0"
@@ -224,3 +234,57 @@ def test_failed_inferenceservice_is_reported_and_recovery_noticed(
     eventually(lambda: _ready(api, namespace), 30, "Ready again")
     events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={DM}")
     assert "NotReady" in {e.reason for e in events.items}
+
+
+def test_removed_stable_version_serves_until_its_successor_does(
+    control_plane, namespace, api, operator_process, kserve_standin
+):
+    """Nothing is lost: the serving version removed from spec.versions keeps its InferenceService and all traffic
+    until the version spec.promote names is ready; then it is stopped."""
+    operator_process(namespaces=[namespace])
+    create_dm(api, namespace, example())
+    eventually(lambda: _ready(api, namespace), 90, "Ready")
+    custom = client.CustomObjectsApi(api)
+
+    def set_state(isvc, state):
+        custom.patch_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", namespace, "inferenceservices", isvc,
+            {"metadata": {"annotations": {"standin.arbiter.dev/state": state}}},
+        )
+
+    set_state(ISVC, "ready")  # pinned: new InferenceServices stay loading until the test says otherwise
+    kserve_standin.default_state = "pending"
+
+    dm = _dm(api, namespace)
+    spec = dm["spec"]
+    spec["versions"][0].update(name="1.1.0", storageUri="s3://models/credit-limit/1.1.0")
+    spec["promote"] = {"version": "1.1.0", "strategy": "Immediate", "rollbackWindowSeconds": 0}
+    custom.replace_namespaced_custom_object("arbiter.dev", "v1alpha1", namespace, "decisionmodels", DM, dm)
+
+    def successor_loading():
+        d = _dm(api, namespace)
+        new = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, "credit-limit-1-1-0")
+        return d if new and d["status"]["observedGeneration"] == 2 and d["status"]["promotion"]["phase"] == "Waiting" \
+            else None
+
+    dm = eventually(successor_loading, 60, "1.1.0 deployed and loading")
+    assert get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC), "serving version torn down"
+    assert get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")
+    assert get(api, "route.openshift.io/v1", "routes", namespace, DM)["spec"]["to"]["name"] == f"{ISVC}-predictor"
+    serving = condition(dm, "Serving")
+    assert serving["status"] == "True", serving
+    assert "1.0.0 left spec.versions" in serving["message"] and "stopped once 1.1.0" in serving["message"], serving
+    old = next(v for v in dm["status"]["versions"] if v["name"] == "1.0.0")
+    assert old["phase"] == "Ready" and "left spec.versions" in old["message"]
+
+    set_state("credit-limit-1-1-0", "ready")
+
+    def switched():
+        d = _ready(api, namespace)
+        return d if d and d["status"]["activeVersion"] == "1.1.0" else None
+
+    eventually(switched, 60, "1.1.0 promoted")
+    eventually(lambda: get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC) is None, 30,
+               "1.0.0 stopped")
+    route = get(api, "route.openshift.io/v1", "routes", namespace, DM)
+    assert route["spec"]["to"]["name"] == "credit-limit-1-1-0-predictor"

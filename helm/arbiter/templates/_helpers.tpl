@@ -82,6 +82,11 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["route.openshift.io"]
   resources: ["routes/custom-host"]
   verbs: ["create"]
+# One PodMonitor per DecisionModel (where prometheus-operator is installed), read by name and applied; it goes with
+# the DecisionModel through its owner reference. Whether the API is served is read from discovery (no grant needed).
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["podmonitors"]
+  verbs: ["get", "create", "patch"]
 # Read only, by name: the S3 storage-config Secret (spec.storage.secretName) and the registry token Secret
 # (spec.registry.tokenSecretRef). No list or watch: the operator never sees Secrets it was not pointed at.
 - apiGroups: [""]

@@ -18,6 +18,7 @@ import binascii
 import json
 import os
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,6 +160,10 @@ def credentials_from_secret(
 _UNREACHABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "503", "500", "502", "504"}
 
 
+_SESSION: boto3.session.Session | None = None
+_SESSION_LOCK = threading.Lock()
+
+
 class S3Storage:
     """Read-only S3 access for the artifact check. One instance per credentials; `close()` when done."""
 
@@ -188,16 +193,22 @@ class S3Storage:
                 with os.fdopen(fd, "w") as f:
                     f.write(pem)
                 self._ca_file = verify = path
-        session = boto3.session.Session()
-        self._client = session.client(
-            "s3",
-            endpoint_url=self._creds.endpoint_url,
-            region_name=self._creds.region or "us-east-1",
-            aws_access_key_id=self._creds.access_key_id or None,
-            aws_secret_access_key=self._creds.secret_access_key or None,
-            verify=verify,
-            config=self._config,
-        )
+        # One botocore session for the process: a new one parses botocore's service models again, which was 59% of
+        # the operator's CPU in the scale benchmark (155 ms per client against 9 ms from a shared session). Creating
+        # clients from one session is not thread-safe, hence the lock; the clients themselves are.
+        with _SESSION_LOCK:
+            global _SESSION
+            if _SESSION is None:
+                _SESSION = boto3.session.Session()
+            self._client = _SESSION.client(
+                "s3",
+                endpoint_url=self._creds.endpoint_url,
+                region_name=self._creds.region or "us-east-1",
+                aws_access_key_id=self._creds.access_key_id or None,
+                aws_secret_access_key=self._creds.secret_access_key or None,
+                verify=verify,
+                config=self._config,
+            )
         return self._client
 
     def close(self) -> None:

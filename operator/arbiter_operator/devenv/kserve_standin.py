@@ -112,6 +112,7 @@ class KServeStandIn:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watches: list[k8s_watch.Watch] = []
+        self._services: set[str] = set()  # uids of InferenceServices whose predictor Service exists
 
     # -- lifecycle --------------------------------------------------------------------------------------------------
     def start(self) -> KServeStandIn:
@@ -207,6 +208,9 @@ class KServeStandIn:
 
     def _ensure_service(self, isvc: dict[str, Any]) -> None:
         meta = isvc["metadata"]
+        # Each re-list (every 60 s) hands every InferenceService back; create its Service once, not once a minute.
+        if meta["uid"] in self._services:
+            return
         name = f"{meta['name']}-predictor"
         body = {
             "apiVersion": "v1",
@@ -233,8 +237,11 @@ class KServeStandIn:
         }
         try:
             self.core.create_namespaced_service(meta["namespace"], body)
+            self._services.add(meta["uid"])
         except ApiException as exc:
-            if exc.status != 409:
+            if exc.status == 409:
+                self._services.add(meta["uid"])
+            else:
                 log.debug("stand-in could not create Service %s: %s", name, exc.reason)
 
 

@@ -29,6 +29,9 @@ class Observations:
     configmaps: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     servingruntime: dict[str, Any] | None = None
     route: dict[str, Any] | None = None
+    # The PodMonitor API (prometheus-operator) is served: render one; without it, monitoring is simply not set up.
+    podmonitor_api: bool = False
+    podmonitor: dict[str, Any] | None = None
     # Filled by other parts (registry, artifact check, Prometheus analysis); neutral defaults keep serving going.
     artifacts: Mapping[str, ArtifactObservation] = field(default_factory=dict)
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

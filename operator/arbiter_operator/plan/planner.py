@@ -14,6 +14,7 @@ from ..render import (
     configmap_name,
     render_configmap,
     render_inferenceservice,
+    render_podmonitor,
     render_route,
     render_servingruntime,
 )
@@ -143,6 +144,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
                 dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion
             )
         )
+    if obs.podmonitor_api:
+        children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
     route = render_route(dm, pplan.traffic)
     if route is not None:
         children.append(route)
@@ -164,7 +167,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     traffic = dict(pplan.traffic)
     if traffic:
         share = ", ".join(f"{v} {w}%" for v, w in sorted(traffic.items(), key=lambda vw: (-vw[1], vw[0])))
-        cond(c.SERVING, "True", "VersionReady", f"Serving {share}" + _retained_note(retained, pplan.status, promote.version, names))
+        note = _retained_note(retained, pplan.status, promote.version, names)
+        cond(c.SERVING, "True", "VersionReady", f"Serving {share}{note}")
     else:
         waiting = [f"{v}: {vobs[v].message}" for v in live if v in vobs and vobs[v].message]
         msg = "No live version is ready yet" + (f" ({'; '.join(waiting)})" if waiting else "")
