@@ -487,3 +487,17 @@ def test_restart_resumes_each_phase_from_status_alone():
             sim.obs["v2"] = READY
         del before
     assert {"Deploying", "Progressing", "Cooling"} <= set(seen)
+
+
+def test_analysis_window_never_reaches_back_before_the_step_started():
+    # A retried candidate keeps its metric series: samples from the failed attempt must not judge the new one.
+    spec = PromoteSpec(version="v2", strategy="Canary", steps=[CanaryStep(weight=10, holdSeconds=3)],
+                       analysis=Analysis(intervalSeconds=60))
+    started = datetime(2026, 11, 30, 4, 0, 0, tzinfo=timezone.utc)
+    status = PromotionStatus(phase="Progressing", stable="v1", candidate="v2", step=0, weight=10,
+                             stepStartedAt="2026-11-30T04:00:00Z")
+    q = analysis_due(spec, status, started + timedelta(seconds=3), namespace="ns", model="m", sla_p95_ms=150)
+    assert q is not None and q.final and q.window_seconds == 3
+    assert all("[3s]" in expr for expr in q.queries.values())
+    later = analysis_due(spec, status, started + timedelta(seconds=600), namespace="ns", model="m", sla_p95_ms=150)
+    assert later is not None and later.window_seconds == 60

@@ -155,9 +155,13 @@ def analysis_due(
         return None
     assert status is not None and status.candidate is not None and status.stepStartedAt is not None
     # A late interim analysis (the operator woke after the hold ended) is the final one: label it by the clock.
-    hold_end = parse_time(status.stepStartedAt) + timedelta(seconds=spec.steps[status.step].holdSeconds)
+    step_started = parse_time(status.stepStartedAt)
+    hold_end = step_started + timedelta(seconds=spec.steps[status.step].holdSeconds)
     final = now >= hold_end
-    window = spec.analysis.intervalSeconds
+    # The window never reaches back before the step started: samples from the previous step, or from a failed attempt
+    # of the same version before a retry (same series, still in Prometheus), must not judge this step.
+    elapsed = int((now - step_started).total_seconds())
+    window = max(1, min(spec.analysis.intervalSeconds, elapsed))
     bound = spec.analysis.p95LatencyMs if spec.analysis.p95LatencyMs is not None else sla_p95_ms
     return AnalysisQuery(
         version=status.candidate,
