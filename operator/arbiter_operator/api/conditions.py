@@ -6,6 +6,7 @@ Conditions are `metav1.Condition`-shaped. `set_condition` is pure: it returns a 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -80,3 +81,12 @@ def set_condition(conditions: list[Condition], new: Condition) -> list[Condition
 
 def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event the operator posts on a transition (the planner and the promotion machine both emit them)."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
-from ..api.conditions import Condition
+from ..api.conditions import Condition, Event
 from ..api.promotion import AnalysisRun
 
 
@@ -37,13 +37,6 @@ class Observations:
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     extra_conditions: tuple[Condition, ...] = ()  # e.g. Registered, ArtifactsValid, computed where they are observed
     analysis: AnalysisRun | None = None
-
-
-@dataclass(frozen=True)
-class Event:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

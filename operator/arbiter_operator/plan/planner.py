@@ -130,7 +130,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             now=now,
         )
     )
-    events.extend(Event(e.type, e.reason, e.message) for e in pplan.events)
+    events.extend(pplan.events)
 
     # Desired children: the runtime, one ConfigMap + InferenceService per live version, the Route.
     children: list[dict[str, Any]] = [render_servingruntime(dm)]

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Mapping
 
 from arbiter_operator.api.conditions import PROMOTED, RECONCILING, STALLED, Condition, make_condition
+from arbiter_operator.api.conditions import Event as PromotionEvent  # one Event type for planner and machine
 from arbiter_operator.api.promotion import (
     AnalysisRun,
     PromoteSpec,
@@ -64,13 +65,6 @@ class PromotionInputs:
     generation: int
     now: datetime
     abort_annotation: str | None = None
-
-
-@dataclass(frozen=True)
-class PromotionEvent:
-    type: Literal["Normal", "Warning"]
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)
