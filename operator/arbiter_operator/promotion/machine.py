@@ -163,22 +163,28 @@ class _Run:
         assert cand is not None
         old = self.st.stable
         self.record(cand, "Succeeded", "Promoted", old)
+        keep = self.make_stable(cand, old, stepStartedAt=None)
+        msg = f"{cand} is stable and receives 100% of traffic"
+        if keep:
+            msg += f"; {old} stays warm for rollback until {self.st.coolingUntil}"
+        self.event("Normal", "Promoted", msg)
+
+    def make_stable(self, version: str, old: str | None, **extra: object) -> bool:
+        """`version` takes 100% and becomes stable; `old` stays warm (Cooling) for the rollback window, if any.
+        Returns whether `old` is kept warm."""
         window = self.inp.spec.rollbackWindowSeconds
         keep = old is not None and window > 0
         self.set(
             phase="Cooling" if keep else "Idle",
-            stable=cand,
+            stable=version,
             candidate=None,
             previous=old if keep else None,
             coolingUntil=_ts(self.now + timedelta(seconds=window)) if keep else None,
             step=-1,
             weight=0,
-            stepStartedAt=None,
+            **extra,
         )
-        msg = f"{cand} is stable and receives 100% of traffic"
-        if keep:
-            msg += f"; {old} stays warm for rollback until {self.st.coolingUntil}"
-        self.event("Normal", "Promoted", msg)
+        return keep
 
     def deadline(self) -> datetime | None:
         """Deadline for the current wait: progress must happen within progressDeadlineSeconds of entering the
@@ -295,16 +301,9 @@ class _Run:
         old = self.st.stable
         self.set(startedAt=_ts(self.now), candidate=target)
         self.record(target, "Succeeded", "WarmSwitch", old)
-        window = self.inp.spec.rollbackWindowSeconds
-        keep = window > 0
-        self.set(
-            phase="Cooling" if keep else "Idle",
-            stable=target,
-            candidate=None,
-            previous=old if keep else None,
-            coolingUntil=_ts(self.now + timedelta(seconds=window)) if keep else None,
-            step=-1,
-            weight=0,
+        self.make_stable(
+            target,
+            old,
             lastAnalysis=None,
             failureReason=None,
             failureMessage=None,
