@@ -13,11 +13,13 @@ from typing import Any, Callable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import __version__
+from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso, trace_from_header
 from .config import DecisionConfig
 from .decide import Decider, Outcome, canonical_json, input_digest
@@ -177,7 +179,7 @@ class Runtime:
             "version": self.cfg.version, "inputDigest": input_digest(canonical), "decision": out.decision,
             "confidence": out.confidence, "source": out.source, "outcome": out.outcome, "lowConfidence": out.flagged,
             "fallbackReason": out.fallback_reason, "rule": out.rule, "trajectory": out.trajectory,
-            "attempts": out.attempts, "latencyMs": round(latency * 1000, 3),
+            "attempts": out.attempts, "latencyMs": round(latency * 1000, 3), "caller": current_caller(),
         }
         if out.error:
             record["error"] = out.error
@@ -332,7 +334,9 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         Route("/v1/decisions", decisions, methods=["POST"]),
         Route("/metrics", metrics, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
+    # Bearer tokens checked by the cluster when ARBITER_AUTH is true (auth.py); None (a no-op) when it is off.
+    middleware = [Middleware(AuthMiddleware, authenticator=authenticator_from_env(rt.options.env))]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={HTTPException: http_error, Exception: internal_error})
     app.state.runtime = rt
     return app

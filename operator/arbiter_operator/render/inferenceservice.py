@@ -134,6 +134,9 @@ def render_inferenceservice(
             {"name": "ARBITER_DECISION_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
             {"name": "ARBITER_PORT", "value": str(SERVING_PORT)},
             {"name": "ARBITER_AUTH", "value": "true" if dm.spec.exposure.auth else "false"},
+            # What the runtime's SubjectAccessReview asks about: `get` on this InferenceService (runtime/auth.py).
+            {"name": "ARBITER_AUTH_NAMESPACE", "value": dm.metadata.namespace},
+            {"name": "ARBITER_AUTH_INFERENCESERVICE", "value": name},
         ],
         "resources": resources,
         "volumeMounts": mounts,
