@@ -9,7 +9,12 @@ health probes and the Prometheus scrape must carry `Authorization: Bearer <token
    both doors, and a caller who can read the InferenceService can call it.
 
 The checks run in the runtime, not only in the platform's proxy, so the decision server is protected the same way
-with or without that proxy (vanilla KServe, a port-forward, a pod in the namespace that bypasses the Route). Results
+with or without that proxy (vanilla KServe, a port-forward, a pod in the namespace that bypasses the predictor
+Service's `https` port). Behind the platform's proxy the request arrives without its Authorization header (the proxy
+strips it after its own TokenReview and SubjectAccessReview, the same `get` check) and with the proxy's
+`X-Remote-User`; that header is believed only when `ARBITER_AUTH_PROXY_HEADERS=true` (the operator renders it unless
+a mesh sidecar intercepts the serving port) and the request comes from the pod's own loopback, where the proxy
+container is the only other listener's client. From anywhere else the header is ignored and a bearer token is needed. Results
 are cached briefly, keyed by a hash of the token (never the token itself), in a bounded LRU, and concurrent requests
 with the same token share one review, so a steady caller costs no API call per decision. The API server being
 unreachable, slow or refusing the runtime's own reviews is a 503 naming the reason: the caller cannot be judged, which
@@ -44,6 +49,9 @@ OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready", "/metrics"})
 MAX_TOKEN_BYTES = 16 * 1024  # a projected ServiceAccount token is ~1 KB; OIDC tokens a few KB
 # Characters of a bearer token (RFC 6750 b64token); anything else is refused without asking the API server.
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=")
+
+LOOPBACK = frozenset({"127.0.0.1", "::1"})
+PROXY_USER_HEADER = b"x-remote-user"  # kube-rbac-proxy's --auth-header-fields-enabled default field name
 
 _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("arbiter_caller", default=None)
 
@@ -84,6 +92,7 @@ class AuthSettings:
     cache_ttl_s: float = 10.0
     cache_size: int = 4096
     timeout_s: float = 3.0
+    trust_proxy_headers: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> "AuthSettings":
@@ -111,6 +120,7 @@ class AuthSettings:
             namespace=namespace,
             inference_service=env.get("ARBITER_AUTH_INFERENCESERVICE", ""),
             cache_ttl_s=float(env.get("ARBITER_AUTH_CACHE_TTL_S", "10")),
+            trust_proxy_headers=env.get("ARBITER_AUTH_PROXY_HEADERS", "false").strip().lower() == "true",
         )
 
     def problems(self) -> list[str]:
@@ -318,11 +328,21 @@ class AuthMiddleware:
         if scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
-        header = None
+        header = proxy_user = None
         for name, value in scope.get("headers") or ():
             if name == b"authorization":
                 header = value.decode("latin-1")
-                break
+            elif name == PROXY_USER_HEADER:
+                proxy_user = value.decode("latin-1")
+        peer = (scope.get("client") or ("", 0))[0]
+        if proxy_user and self.auth.settings.trust_proxy_headers and peer in LOOPBACK:
+            # The platform's proxy in this pod has already run the same TokenReview + SubjectAccessReview.
+            token = _caller.set(proxy_user)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _caller.reset(token)
+            return
         try:
             caller = await self.auth.check(header)
         except AuthDenied as exc:

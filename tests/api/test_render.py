@@ -160,7 +160,9 @@ def test_route_weights_tls_and_timeout():
     assert route["spec"]["alternateBackends"] == [
         {"kind": "Service", "name": "credit-limit-1-1-0-predictor", "weight": 10}
     ]
-    assert route["spec"]["tls"] == {"termination": "edge", "insecureEdgeTerminationPolicy": "Redirect"}
+    # auth on (the default): re-encrypt to the platform's authenticating proxy port on every predictor Service
+    assert route["spec"]["tls"] == {"termination": "reencrypt", "insecureEdgeTerminationPolicy": "Redirect"}
+    assert route["spec"]["port"] == {"targetPort": "https"}
     assert route["metadata"]["annotations"]["haproxy.router.openshift.io/timeout"] == "30s"
     single = render_route(dm, {"1.0.0": 100})
     assert "alternateBackends" not in single["spec"] and single["spec"]["to"]["weight"] == 100

@@ -65,7 +65,7 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
     route = get(api, "route.openshift.io/v1", "routes", namespace, DM)
     assert route["spec"]["to"] == {"kind": "Service", "name": f"{ISVC}-predictor", "weight": 100}
     assert get(api, "v1", "services", namespace, f"{ISVC}-predictor")  # the Service the Route targets exists
-    assert route["spec"]["tls"] == {"termination": "edge", "insecureEdgeTerminationPolicy": "Redirect"}
+    assert route["spec"]["tls"] == {"termination": "reencrypt", "insecureEdgeTerminationPolicy": "Redirect"}
     assert route["metadata"]["annotations"]["haproxy.router.openshift.io/timeout"] == "30s"
 
     # Prometheus (OpenShift user-workload monitoring) scrapes the predictors with version-labelled targets, which

@@ -166,6 +166,29 @@ def test_api_server_down_is_503_with_reason_never_500(cluster_auth, standin, mak
     assert r.headers.get("retry-after") == "1"
 
 
+def test_platform_proxy_identity_trusted_only_from_loopback_and_when_enabled(cluster_auth, standin, make_runtime):
+    """Behind OpenShift AI's kube-rbac-proxy the request has no Authorization header, only X-Remote-User."""
+    import asyncio
+
+    proxied = {"X-Remote-User": "alice@example.com"}
+    server = _serve(make_runtime, standin, {**cluster_auth["env"], "ARBITER_AUTH_PROXY_HEADERS": "true"})
+    with server.client() as http:
+        r = http.post("/v1/decisions", json=DOC, headers=proxied)  # from 127.0.0.1: the pod's own proxy
+        assert r.status_code == 200, r.text
+    assert server.records()[-1]["caller"] == "alice@example.com"
+
+    async def from_pod_network() -> int:
+        transport = httpx.ASGITransport(app=server.app, client=("10.128.2.7", 40000))
+        async with httpx.AsyncClient(transport=transport, base_url="http://runtime") as http:
+            return (await http.post("/v1/decisions", json=DOC, headers=proxied)).status_code
+
+    assert asyncio.run(from_pod_network()) == 401  # the same header from another pod is not believed
+
+    plain = _serve(make_runtime, standin, cluster_auth["env"])  # ARBITER_AUTH_PROXY_HEADERS unset
+    with plain.client() as http:
+        assert http.post("/v1/decisions", json=DOC, headers=proxied).status_code == 401
+
+
 _header_values = st.one_of(
     st.text(max_size=300),
     st.builds(lambda t: f"Bearer {t}", st.text(max_size=300)),

@@ -354,11 +354,19 @@ class ExposureSpec(_Model):
         pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$",
         description="Route host; empty lets the router pick <name>-<namespace>.<apps domain>.",
     )
-    tls: Literal["edge", "reencrypt"] = Field("edge", description="TLS termination at the router.")
+    tls: Literal["edge", "reencrypt"] | None = Field(
+        None,
+        description="TLS termination at the router. Unset: reencrypt to the predictor's `https` port (OpenShift AI's "
+        "authenticating proxy, service-CA certificate) when auth is on, edge to the runtime's port when it is off.",
+    )
     timeout: Annotated[str, StringConstraints(max_length=16)] = Field(
         "60s", pattern=r"^[0-9]+(ms|s|m|h)$", description="Router timeout (haproxy.router.openshift.io/timeout)."
     )
-    auth: bool = Field(True, description="Require a bearer token the cluster accepts (TokenReview) on every request.")
+    auth: bool = Field(
+        True,
+        description="Require a bearer token the cluster accepts (TokenReview) whose user may get the version's "
+        "InferenceService (SubjectAccessReview) on every request but health probes and metrics.",
+    )
 
 
 class MeshSpec(_Model):

@@ -18,7 +18,7 @@ from .common import (
     metadata,
     runtime_name,
 )
-from .mesh import sidecar_settings
+from .mesh import namespace_injected, sidecar_settings
 from .servingruntime import MODEL_FORMAT
 
 # Labels OpenShift AI uses to link a deployment to its Model Registry entry.
@@ -137,6 +137,11 @@ def render_inferenceservice(
             # What the runtime's SubjectAccessReview asks about: `get` on this InferenceService (runtime/auth.py).
             {"name": "ARBITER_AUTH_NAMESPACE", "value": dm.metadata.namespace},
             {"name": "ARBITER_AUTH_INFERENCESERVICE", "value": name},
+            # OpenShift AI's proxy in the pod forwards X-Remote-User from loopback; a mesh sidecar that intercepts
+            # the serving port would also arrive from loopback, so then the header is not believed.
+            {"name": "ARBITER_AUTH_PROXY_HEADERS",
+             "value": "true" if dm.spec.exposure.auth and not (
+                 dm.spec.mesh.sidecar == "none" and namespace_injected(namespace_labels)) else "false"},
         ],
         "resources": resources,
         "volumeMounts": mounts,

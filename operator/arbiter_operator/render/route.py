@@ -9,9 +9,20 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..api.models import DecisionModel
-from .common import metadata, predictor_service
+from .common import SERVING_PORT, metadata, predictor_service
 
 TIMEOUT_ANNOTATION = "haproxy.router.openshift.io/timeout"
+# OpenShift AI's KServe puts kube-rbac-proxy in front of the predictor (container and Service port named `https`,
+# serving certificate from the service CA); the router trusts the service CA for reencrypt without a
+# destinationCACertificate. The port name is the same on every version's predictor Service, so it also holds for
+# alternateBackends. Edge goes to the runtime's own port by number: KServe names the plain port after each Service.
+PROXY_PORT_NAME = "https"
+
+
+def route_tls(dm: DecisionModel) -> str:
+    """The effective termination: spec.exposure.tls, or reencrypt with auth on and edge with it off."""
+    exposure = dm.spec.exposure
+    return exposure.tls or ("reencrypt" if exposure.auth else "edge")
 
 
 def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any] | None:
@@ -25,7 +36,8 @@ def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any
     first, *rest = backends
     spec: dict[str, Any] = {
         "to": {"kind": "Service", "name": predictor_service(dm.metadata.name, first[0]), "weight": first[1]},
-        "tls": {"termination": exposure.tls, "insecureEdgeTerminationPolicy": "Redirect"},
+        "port": {"targetPort": PROXY_PORT_NAME if route_tls(dm) == "reencrypt" else SERVING_PORT},
+        "tls": {"termination": route_tls(dm), "insecureEdgeTerminationPolicy": "Redirect"},
         "wildcardPolicy": "None",
     }
     if exposure.host:
