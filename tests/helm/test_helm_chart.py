@@ -47,13 +47,19 @@ def test_deployment_runs_one_standalone_operator(name: str) -> None:
     ]["name"]
 
 
+def _operator_only(docs):
+    """The chart's documents less the ClusterRoles aggregated into people's admin/edit/view roles."""
+    return [d for d in docs if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+                                       for k in (d["metadata"].get("labels") or {}))]
+
+
 def test_default_install_watches_all_namespaces_with_a_cluster_role() -> None:
     docs = render()
     (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     # No --namespace: the operator watches every namespace.
     assert not [a for a in container["args"] if a.startswith("--namespace")]
     assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
-    role = one(docs, "ClusterRole")
+    role = one(_operator_only(docs), "ClusterRole")
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert {"decisionmodels", "inferenceservices", "routes", "configmaps"} <= resources
     binding = one(docs, "ClusterRoleBinding")
@@ -69,14 +75,28 @@ def test_a_namespace_list_switches_the_cluster_role_to_roles() -> None:
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
     # What stays cluster-wide: only `get` on exactly the watched namespaces (their mesh labels).
-    (cluster_role,) = of_kind(docs, "ClusterRole")
+    (cluster_role,) = of_kind(_operator_only(docs), "ClusterRole")
     assert cluster_role["rules"] == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"], "resourceNames": ["team-a", "team-b"]}
     ]
     # The namespaced rules are the ones the all-namespaces ClusterRole grants, no more.
-    all_ns_rules = one(render(), "ClusterRole")["rules"]
+    all_ns_rules = one(_operator_only(render()), "ClusterRole")["rules"]
     for role in roles:
         assert all(rule in all_ns_rules for rule in role["rules"])
+
+
+def test_people_get_decisionmodels_through_aggregated_default_roles() -> None:
+    aggregated = [d for d in of_kind(render(), "ClusterRole") if d not in _operator_only([d])]
+    by_label = {k: d for d in aggregated for k in d["metadata"]["labels"] if k.startswith("rbac.authorization")}
+    write = {"create", "delete", "patch", "update"}
+    for role in ("admin", "edit"):
+        rules = by_label[f"rbac.authorization.k8s.io/aggregate-to-{role}"]["rules"]
+        assert any(r["resources"] == ["decisionmodels"] and write <= set(r["verbs"]) for r in rules)
+        assert not any("decisionmodels/status" in r["resources"] and write & set(r["verbs"]) for r in rules)
+    view = by_label["rbac.authorization.k8s.io/aggregate-to-view"]["rules"]
+    assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in view)
+    assert not [d for d in of_kind(render({"rbac": {"aggregateToDefaultRoles": False}}), "ClusterRole")
+                if d not in _operator_only([d])]
 
 
 def test_no_rule_uses_wildcards_or_writes_secrets() -> None:

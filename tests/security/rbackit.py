@@ -104,7 +104,9 @@ def install_chart_identity(
             sa_name = doc["metadata"]["name"]
             doc["metadata"].setdefault("namespace", release_namespace)
         server_side_apply(dyn, doc)
-        if doc["kind"] == "ClusterRole":
+        aggregated = any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+                         for k in (doc["metadata"].get("labels") or {}))  # people's roles, not the operator's
+        if doc["kind"] == "ClusterRole" and not aggregated:
             rules += [(None, r) for r in doc["rules"]]
         elif doc["kind"] == "Role":
             rules += [(doc["metadata"]["namespace"], r) for r in doc["rules"]]

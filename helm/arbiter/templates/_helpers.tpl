@@ -68,9 +68,10 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["serving.kserve.io"]
   resources: ["inferenceservices"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+# get: CA bundles named by spec.storage.caBundleConfigMapRef and spec.registry.caBundleConfigMapRef, read by name.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # One ServingRuntime and one Route per DecisionModel, read by name.
 - apiGroups: ["serving.kserve.io"]
   resources: ["servingruntimes"]
