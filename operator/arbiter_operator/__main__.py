@@ -40,7 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         default=int(os.environ.get("ARBITER_METRICS_PORT", "0")),
         help="serve Prometheus metrics on this port (0: off); the Helm chart sets 9090",
     )
+    parser.add_argument(
+        "--runtime-image",
+        default=os.environ.get("ARBITER_RUNTIME_IMAGE", ""),
+        help="runtime image for newly deployed versions of DecisionModels that set no spec.serving.runtimeImage "
+        "(also $ARBITER_RUNTIME_IMAGE; the Helm value runtime.image); default: the image released with the operator",
+    )
     args = parser.parse_args(argv)
+    if args.runtime_image:
+        os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
 
     namespaces = list(args.namespace)
     env_ns = os.environ.get("ARBITER_NAMESPACES", "")

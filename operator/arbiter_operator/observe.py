@@ -7,6 +7,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Awaitable, Callable
 
+from . import settings
 from .api.models import DecisionModel
 from .clients.kube import KubeClient, KubeError
 from .plan.model import Observations
@@ -59,6 +60,7 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         route=route,
         podmonitor_api=podmonitor_api,
         podmonitor=podmonitor if podmonitor is not None and _owned(podmonitor, dm) else None,
+        default_runtime_image=settings.runtime_image(),
     )
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from arbiter_operator.api.models import DEFAULT_GPU_PRODUCT, DecisionModel, isvc_name
+from arbiter_operator.api.models import DecisionModel, isvc_name
 
 from api_helpers import example, make_dm
 
@@ -11,7 +11,8 @@ from api_helpers import example, make_dm
 def test_example_parses_with_defaults():
     dm = make_dm()
     assert dm.spec.promote.version == "1.0.0"
-    assert dm.spec.serving.gpuProduct == DEFAULT_GPU_PRODUCT
+    assert dm.spec.serving.gpuProduct is None  # no GPU product pinned by default: any GPU node
+    assert dm.spec.serving.runtimeImage is None  # the operator's setting applies
     assert dm.spec.serving.vllm.seed == 42
     assert dm.spec.exposure.auth is True
     assert dm.spec.mesh.sidecar == "auto"

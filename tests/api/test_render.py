@@ -47,7 +47,7 @@ def test_inferenceservice_basics():
     assert model["resources"]["requests"]["nvidia.com/gpu"] == "1" == model["resources"]["limits"]["nvidia.com/gpu"]
     assert "--tensor-parallel-size=1" in model["args"] and "--seed=42" in model["args"]
     assert "--max-model-len=4096" in model["args"] and "--max-num-seqs=32" in model["args"]
-    assert pred["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert "nodeSelector" not in pred  # no GPU product pinned unless spec.serving.gpuProduct names one
     assert pred["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert model["startupProbe"]["failureThreshold"] * model["startupProbe"]["periodSeconds"] >= 1200
     assert not any(v["name"] == "shm" for v in pred["volumes"])  # TP 1: no shared memory between ranks
@@ -78,6 +78,8 @@ def test_multi_node_uses_worker_spec_and_pipeline_parallel():
 
 def test_any_gpu_when_product_is_empty():
     assert "nodeSelector" not in _isvc(_with(gpuProduct=""))["spec"]["predictor"]
+    assert _isvc(_with(gpuProduct="NVIDIA-H100-80GB-HBM3"))["spec"]["predictor"]["nodeSelector"] == {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
 
 
 def test_diffusion_models_get_no_seed_nor_structured_outputs():

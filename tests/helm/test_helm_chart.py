@@ -261,3 +261,13 @@ def test_chart_files_are_what_helm_packages() -> None:
         assert not path.is_symlink(), path
         assert path.suffix not in {".pyc", ".orig", ".rej"}, path
     assert pathlib.Path(CHART / "values.schema.json").is_file()
+
+
+def test_runtime_image_is_an_operator_setting() -> None:
+    def env(values):
+        (container,) = one(render(values), "Deployment")["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+    assert "ARBITER_RUNTIME_IMAGE" not in env(None)  # the image released with the operator
+    image = "mirror.example.com/arbiter/arbiter-runtime@sha256:" + "a" * 64
+    assert env({"runtime": {"image": image}})["ARBITER_RUNTIME_IMAGE"] == image

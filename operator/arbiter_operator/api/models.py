@@ -26,8 +26,9 @@ PLURAL = "decisionmodels"
 SINGULAR = "decisionmodel"
 SHORT_NAMES = ["dm"]
 
-DEFAULT_GPU_PRODUCT = "NVIDIA-A100-SXM4-80GB"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# The operator's built-in runtime image (the one released with it); the Helm value runtime.image / the operator's
+# --runtime-image flag replace it. Never a CRD default: apiserver defaulting would freeze it into every object.
 DEFAULT_RUNTIME_IMAGE = "quay.io/arbiter-dev/arbiter-runtime:0.1.0"
 # KServe's own name for the Secret its storage initializer reads (one key per storage profile).
 DEFAULT_STORAGE_SECRET = "storage-config"
@@ -312,8 +313,11 @@ class Resources(_Model):
 
 
 class ServingSpec(_Model):
-    runtimeImage: Annotated[str, StringConstraints(min_length=1, max_length=512)] = Field(
-        DEFAULT_RUNTIME_IMAGE, description="Arbiter runtime image (decision server + vLLM)."
+    runtimeImage: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = Field(
+        None,
+        description="Arbiter runtime image (decision server + vLLM) for every live version of this model. Unset: "
+        "the operator's setting (Helm value runtime.image), pinned per version when the version is deployed, so a "
+        "new default reaches a model with its next promotion, canaried like any other.",
     )
     gpus: int = Field(
         1,
@@ -331,10 +335,10 @@ class ServingSpec(_Model):
         1, ge=1, le=16, description="Pods per replica; more than 1 splits layers across nodes (pipeline parallel)."
     )
     replicas: int = Field(1, ge=1, le=64, description="Replicas of each version's predictor.")
-    gpuProduct: Annotated[str, StringConstraints(max_length=128)] = Field(
-        DEFAULT_GPU_PRODUCT,
+    gpuProduct: Annotated[str, StringConstraints(max_length=128)] | None = Field(
+        None,
         description=f"GPU product to schedule on, matched on the {GPU_PRODUCT_LABEL} node label (GPU feature "
-        "discovery); an empty string schedules on any GPU node.",
+        "discovery), e.g. NVIDIA-H100-80GB-HBM3. Unset or empty: any node with a free nvidia.com/gpu.",
     )
     tolerations: list[Toleration] = Field(
         default_factory=lambda: [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
@@ -509,6 +513,9 @@ class VersionStatus(_Model):
     modelVersionId: ShortStr | None = None
     modelArtifactId: ShortStr | None = None
     artifactsDigest: ShortStr | None = None
+    runtimeImage: Annotated[str, StringConstraints(max_length=512)] | None = Field(
+        None, description="The runtime image this version's InferenceService runs (pinned when it was deployed)."
+    )
     message: LongStr | None = None
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..api.conditions import Condition, Event
+from ..api.models import DEFAULT_RUNTIME_IMAGE
 from ..api.promotion import AnalysisRun
 
 
@@ -37,6 +38,8 @@ class Observations:
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     extra_conditions: tuple[Condition, ...] = ()  # e.g. Registered, ArtifactsValid, computed where they are observed
     analysis: AnalysisRun | None = None
+    # The operator's runtime image setting (--runtime-image / $ARBITER_RUNTIME_IMAGE): what a newly deployed version runs.
+    default_runtime_image: str = DEFAULT_RUNTIME_IMAGE
 
 
 @dataclass(frozen=True)

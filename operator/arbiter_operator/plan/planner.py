@@ -74,6 +74,18 @@ def _phase(exists: bool, ready: bool, failed: bool, live: bool, art: ArtifactObs
     return "Pending" if live else "Stopped"
 
 
+def runtime_image(dm: DecisionModel, isvc: dict[str, Any] | None, default: str) -> str:
+    """The image a version runs: spec.serving.runtimeImage when set (the user's explicit choice, for every live
+    version at once); otherwise the image its InferenceService already runs (pinned at deploy time); otherwise the
+    operator's default. So a new operator default never restarts a serving version: it arrives with the next version
+    that is deployed, i.e. through a promotion, canaried and analysed against the stable version on the old image."""
+    if dm.spec.serving.runtimeImage:
+        return dm.spec.serving.runtimeImage
+    model = (((isvc or {}).get("spec") or {}).get("predictor") or {}).get("model") or {}
+    pinned = model.get("image")
+    return pinned if isinstance(pinned, str) and pinned else default
+
+
 def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     gen = dm.metadata.generation
     old = dm.status
@@ -133,7 +145,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     events.extend(pplan.events)
 
     # Desired children: the runtime, one ConfigMap + InferenceService per live version, the Route.
-    children: list[dict[str, Any]] = [render_servingruntime(dm)]
+    children: list[dict[str, Any]] = [render_servingruntime(dm, obs.default_runtime_image)]
     live = [v for v in names if v in pplan.live]  # spec order: stable rendering
     for v in live:
         art = obs.artifacts.get(v, ArtifactObservation())
@@ -141,7 +153,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         children.append(cm)
         children.append(
             render_inferenceservice(
-                dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion
+                dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion,
+                runtime_image=runtime_image(dm, isvc_by_version.get(v), obs.default_runtime_image),
             )
         )
     if obs.podmonitor_api:
@@ -209,6 +222,11 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     elif new_ready and new_ready.status != "True" and old_ready is not None and old_ready.status == "True":
         events.append(Event("Warning", "NotReady", new_ready.message))
 
+    images = {v: runtime_image(dm, isvc_by_version.get(v), obs.default_runtime_image) for v in live}
+    for v in retained:  # kept as observed: report what it runs
+        model = ((isvc_by_version[v].get("spec") or {}).get("predictor") or {}).get("model") or {}
+        if isinstance(model.get("image"), str):
+            images[v] = model["image"]
     vstatus: list[VersionStatus] = []
     for v in list(names) + sorted(set(isvc_by_version) - set(names)):
         o = vobs[v]
@@ -227,6 +245,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
                 modelVersionId=ids.get("modelVersionId"),
                 modelArtifactId=ids.get("modelArtifactId"),
                 artifactsDigest=art.digest,
+                runtimeImage=images.get(v),
                 message=message,
             )
         )

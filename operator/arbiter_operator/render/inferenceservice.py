@@ -85,7 +85,9 @@ def render_inferenceservice(
     namespace_labels: Mapping[str, str],
     registry_ids: Mapping[str, str] | None = None,
     diffusion: bool = False,
+    runtime_image: str | None = None,
 ) -> dict[str, Any]:
+    """runtime_image: the image this version runs (the planner pins it); None: the ServingRuntime's."""
     s = dm.spec.serving
     name = isvc_name(dm.metadata.name, version.name)
     pod_annotations, pod_labels = sidecar_settings(dm.spec.mesh.sidecar, namespace_labels)
@@ -143,6 +145,7 @@ def render_inferenceservice(
              "value": "true" if dm.spec.exposure.auth and not (
                  dm.spec.mesh.sidecar == "none" and namespace_injected(namespace_labels)) else "false"},
         ],
+        **({"image": runtime_image} if runtime_image else {}),  # KServe lays it over the ServingRuntime's
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": _container_security(),

@@ -1,8 +1,9 @@
 """The ServingRuntime for the Arbiter runtime image.
 
-One ServingRuntime per DecisionModel, owned by it (`<dm>-runtime`): the runtime image is a per-DecisionModel setting
-(spec.serving.runtimeImage), so a shared runtime would couple unrelated models' upgrades; ownership also lets
-garbage collection remove it with the DecisionModel. KServe appends the InferenceService's `args` to the runtime
+One ServingRuntime per DecisionModel, owned by it (`<dm>-runtime`): a shared runtime would couple unrelated models'
+upgrades; ownership also lets garbage collection remove it with the DecisionModel. Its image is only the template's:
+each InferenceService names the image its version runs (pinned when the version was deployed, see the planner), so
+changing the default never restarts a serving version. KServe appends the InferenceService's `args` to the runtime
 container's, so the runtime carries no args: all of them are the `vllm serve` arguments rendered per version.
 """
 
@@ -10,17 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..api.models import DecisionModel
+from ..api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .common import SERVING_PORT, SERVING_PORT_NAME, metadata, runtime_name
 
 MODEL_FORMAT = "vLLM"
 
 
-def render_servingruntime(dm: DecisionModel) -> dict[str, Any]:
+def render_servingruntime(dm: DecisionModel, default_image: str = DEFAULT_RUNTIME_IMAGE) -> dict[str, Any]:
     serving = dm.spec.serving
+    image = serving.runtimeImage or default_image
     container = {
         "name": "kserve-container",
-        "image": serving.runtimeImage,
+        "image": image,
         "command": ["arbiter-runtime"],
         "ports": [{"containerPort": SERVING_PORT, "name": SERVING_PORT_NAME, "protocol": "TCP"}],
     }
@@ -40,7 +42,7 @@ def render_servingruntime(dm: DecisionModel) -> dict[str, Any]:
             "containers": [
                 {
                     "name": "worker-container",
-                    "image": serving.runtimeImage,
+                    "image": image,
                     "command": ["arbiter-runtime", "worker"],
                 }
             ]
