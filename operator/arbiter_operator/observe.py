@@ -12,6 +12,7 @@ from .api.models import DecisionModel
 from .clients.kube import KubeClient, KubeError
 from .plan.model import Observations
 from .render.common import LABEL_COMPONENT, LABEL_DM, runtime_name
+from .render.service import stable_service_name
 from .render.podmonitor import API_VERSION as PODMONITOR_API, KIND as PODMONITOR, podmonitor_name
 
 log = logging.getLogger("arbiter.observe")
@@ -45,6 +46,7 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
     runtime = client.get("serving.kserve.io/v1alpha1", "ServingRuntime", ns, runtime_name(name))
     route = client.get("route.openshift.io/v1", "Route", ns, name)
     podmonitor = client.get(PODMONITOR_API, PODMONITOR, ns, podmonitor_name(name)) if podmonitor_api else None
+    service = client.get("v1", "Service", ns, stable_service_name(name))
     try:
         namespace = client.get("v1", "Namespace", None, ns) or {}
         ns_labels = (namespace.get("metadata") or {}).get("labels") or {}
@@ -61,6 +63,7 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         podmonitor_api=podmonitor_api,
         podmonitor=podmonitor if podmonitor is not None and _owned(podmonitor, dm) else None,
         default_runtime_image=settings.runtime_image(),
+        stable_service=service if service is not None and _owned(service, dm) else None,
     )
 
 

@@ -31,6 +31,8 @@ def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
         out[("Route", obs.route["metadata"]["name"])] = obs.route
     if obs.podmonitor is not None:
         out[("PodMonitor", obs.podmonitor["metadata"]["name"])] = obs.podmonitor
+    if obs.stable_service is not None:
+        out[("Service", obs.stable_service["metadata"]["name"])] = obs.stable_service
     return out
 
 

@@ -45,7 +45,7 @@ log = logging.getLogger("arbiter.runtime.auth")
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Paths the kubelet and Prometheus reach without credentials: probes must work before any token exists, and the
 # metrics carry counts and latencies, no inputs or decisions.
-OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready", "/metrics"})
+OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready", "/metrics", "/metrics/vllm"})
 MAX_TOKEN_BYTES = 16 * 1024  # a projected ServiceAccount token is ~1 KB; OIDC tokens a few KB
 # Characters of a bearer token (RFC 6750 b64token); anything else is refused without asking the API server.
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=")

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import __version__
+from . import __version__, vllm_metrics
 from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso, trace_from_header
 from .config import DecisionConfig
@@ -333,6 +333,7 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         Route("/v2/models/{name}/versions/{version}/infer", infer, methods=["POST"]),
         Route("/v1/decisions", decisions, methods=["POST"]),
         Route("/metrics", metrics, methods=["GET"]),
+        Route("/metrics/vllm", vllm_metrics.endpoint(rt.upstream_root), methods=["GET"]),
     ]
     # Bearer tokens checked by the cluster when ARBITER_AUTH is true (auth.py); None (a no-op) when it is off.
     middleware = [Middleware(AuthMiddleware, authenticator=authenticator_from_env(rt.options.env))]

@@ -356,6 +356,29 @@ def build_app(state: StandinState) -> Starlette:
     async def health(_: Request) -> Response:
         return Response(status_code=200)
 
+    async def metrics(_: Request) -> Response:
+        # vLLM's Prometheus families the runtime re-exports (names and types as vLLM 0.26 serves them), next to the
+        # Python collector families vLLM also serves and the runtime leaves out. Counts follow what was served.
+        name = state.served_model_name
+        text = (
+            "# HELP python_gc_objects_collected_total Objects collected during gc\n"
+            "# TYPE python_gc_objects_collected_total counter\n"
+            'python_gc_objects_collected_total{generation="0"} 1.0\n'
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+            "# TYPE vllm:kv_cache_usage_perc gauge\n"
+            f'vllm:kv_cache_usage_perc{{engine="0",model_name="{name}"}} {min(0.9, state.completions / 1000):.4f}\n'
+            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            f'vllm:num_requests_waiting{{engine="0",model_name="{name}"}} 0.0\n'
+            "# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.\n"
+            "# TYPE vllm:request_queue_time_seconds histogram\n"
+            f'vllm:request_queue_time_seconds_bucket{{engine="0",le="0.01",model_name="{name}"}} {state.completions}\n'
+            f'vllm:request_queue_time_seconds_bucket{{engine="0",le="+Inf",model_name="{name}"}} {state.completions}\n'
+            f'vllm:request_queue_time_seconds_count{{engine="0",model_name="{name}"}} {state.completions}\n'
+            f'vllm:request_queue_time_seconds_sum{{engine="0",model_name="{name}"}} 0.0\n'
+        )
+        return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": state.served_model_name, "object": "model",
                                                          "owned_by": "vllm", "max_model_len": 4096}]})
@@ -376,6 +399,7 @@ def build_app(state: StandinState) -> Starlette:
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/standin/behaviour", set_behaviour, methods=["POST"]),
     ])

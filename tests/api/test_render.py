@@ -199,7 +199,8 @@ def test_podmonitor_scrapes_the_predictors_of_this_decision_model_by_version():
     assert pm["spec"]["podTargetLabels"] == ["arbiter.dev/decision-model", "arbiter.dev/version"]
     # The decision server's port, by the name the ServingRuntime gives it; vLLM binds loopback and is not scraped.
     runtime_ports = render_servingruntime(dm)["spec"]["containers"][0]["ports"]
-    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"}]
+    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"},
+                                                 {"port": "http1", "path": "/metrics/vllm", "scheme": "http"}]
     assert {"containerPort": 8080, "name": "http1", "protocol": "TCP"} in runtime_ports
     # The predictor pods carry the selected and copied labels.
     pod_labels = _isvc()["spec"]["predictor"]["labels"]

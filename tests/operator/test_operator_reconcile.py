@@ -74,7 +74,8 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
     assert pm["metadata"]["ownerReferences"][0]["uid"] == dm["metadata"]["uid"]
     assert pm["spec"]["selector"] == {"matchLabels": {"arbiter.dev/decision-model": DM}}
     assert pm["spec"]["podTargetLabels"] == ["arbiter.dev/decision-model", "arbiter.dev/version"]
-    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"}]
+    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"},
+                                                 {"port": "http1", "path": "/metrics/vllm", "scheme": "http"}]
     assert runtime["spec"]["containers"][0]["ports"][0] == {"containerPort": 8080, "name": "http1", "protocol": "TCP"}
 
     status = dm["status"]

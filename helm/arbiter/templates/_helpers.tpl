@@ -88,6 +88,11 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
   verbs: ["get", "create", "patch"]
+# One Service per DecisionModel (named after it) that follows the stable version; read by name, applied, and gone
+# with the DecisionModel through its owner reference. KServe's own per-version Services are not touched.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "create", "patch"]
 # Read only, by name: the S3 storage-config Secret (spec.storage.secretName) and the registry token Secret
 # (spec.registry.tokenSecretRef). No list or watch: the operator never sees Secrets it was not pointed at.
 - apiGroups: [""]

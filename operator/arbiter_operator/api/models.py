@@ -519,6 +519,11 @@ class VersionStatus(_Model):
     message: LongStr | None = None
 
 
+class Address(_Model):
+    url: Annotated[str, StringConstraints(max_length=512)] | None = Field(
+        None, description="In-cluster URL of the DecisionModel's Service, which follows the stable version.")
+
+
 class DecisionModelStatus(_Model):
     observedGeneration: int = Field(0, ge=0)
     conditions: list[Condition] = Field(
@@ -530,6 +535,7 @@ class DecisionModelStatus(_Model):
         None, description="Version that holds (most of) the traffic."
     )
     url: Annotated[str, StringConstraints(max_length=2048)] | None = Field(None, description="The Route's URL.")
+    address: Address | None = Field(None, description="In-cluster address (as KServe's status.address).")
     versions: list[VersionStatus] = Field(
         default_factory=list,
         max_length=32,

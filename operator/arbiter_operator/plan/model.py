@@ -33,6 +33,7 @@ class Observations:
     # The PodMonitor API (prometheus-operator) is served: render one; without it, monitoring is simply not set up.
     podmonitor_api: bool = False
     podmonitor: dict[str, Any] | None = None
+    stable_service: dict[str, Any] | None = None  # the DecisionModel's own Service (owned), if it exists
     # Filled by other parts (registry, artifact check, Prometheus analysis); neutral defaults keep serving going.
     artifacts: Mapping[str, ArtifactObservation] = field(default_factory=dict)
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
-from ..api.models import DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
+from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
 from ..api.promotion import ABORT_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, VersionObservation, advance
 from ..render import (
@@ -17,6 +17,8 @@ from ..render import (
     render_podmonitor,
     render_route,
     render_servingruntime,
+    render_stable_service,
+    stable_service_url,
 )
 from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
@@ -159,6 +161,9 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         )
     if obs.podmonitor_api:
         children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
+    stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None
+    if stable is not None and stable in versions:
+        children.append(render_stable_service(dm, stable))  # follows the stable version; status.address names it
     route = render_route(dm, pplan.traffic)
     if route is not None:
         children.append(route)
@@ -256,6 +261,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         conditions=_at_generation(conditions, gen),
         activeVersion=active,
         url=url,
+        address=Address(url=stable_service_url(dm)) if stable is not None or obs.stable_service else None,
         versions=vstatus,
         promotion=pplan.status,
     )

@@ -6,6 +6,7 @@ from .inferenceservice import render_inferenceservice, vllm_args
 from .podmonitor import podmonitor_name, render_podmonitor
 from .mesh import namespace_injected, sidecar_settings
 from .route import render_route
+from .service import render_stable_service, stable_service_name, stable_service_url
 from .servingruntime import render_servingruntime
 
 __all__ = [
@@ -21,6 +22,9 @@ __all__ = [
     "render_podmonitor",
     "render_route",
     "render_servingruntime",
+    "render_stable_service",
+    "stable_service_name",
+    "stable_service_url",
     "runtime_name",
     "sidecar_settings",
     "vllm_args",

@@ -24,7 +24,10 @@ from .servingruntime import MODEL_FORMAT
 # Labels OpenShift AI uses to link a deployment to its Model Registry entry.
 REGISTERED_MODEL_ID = "modelregistry.opendatahub.io/registered-model-id"
 MODEL_VERSION_ID = "modelregistry.opendatahub.io/model-version-id"
+REGISTRY_NAME = "modelregistry.opendatahub.io/name"
 ENABLE_AUTH = "security.opendatahub.io/enable-auth"
+# OpenShift AI's dashboard lists (and the Model Registry's deployments view links) only InferenceServices with it.
+DASHBOARD = "opendatahub.io/dashboard"
 SHM_SIZE = "4Gi"  # NCCL's shared-memory transport between tensor-parallel ranks
 
 
@@ -95,12 +98,15 @@ def render_inferenceservice(
     pod_annotations = {**pod_annotations, ANN_CONFIG_CHECKSUM: checksum(configmap.get("data", {}))}
     pod_labels = {**base_labels(dm, "predictor", version.name), **pod_labels}
 
-    labels = base_labels(dm, "inferenceservice", version.name)
+    labels = {**base_labels(dm, "inferenceservice", version.name), DASHBOARD: "true"}
     if registry_ids:
         if registry_ids.get("registeredModelId"):
             labels[REGISTERED_MODEL_ID] = registry_ids["registeredModelId"]
         if registry_ids.get("modelVersionId"):
             labels[MODEL_VERSION_ID] = registry_ids["modelVersionId"]
+        reg = dm.spec.registry
+        if labels.get(MODEL_VERSION_ID) and reg is not None and reg.modelRegistryRef is not None:
+            labels[REGISTRY_NAME] = reg.modelRegistryRef.name  # the registry the dashboard's deployments view shows
     annotations = {
         "serving.kserve.io/deploymentMode": "RawDeployment",
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).

@@ -5,9 +5,9 @@ up and attaches `namespace` to every target; `podTargetLabels` copies the pods' 
 `arbiter.dev/version` labels onto the series (as `arbiter_dev_decision_model`, `arbiter_dev_version`), which is how the
 promotion analysis selects one version's numbers (docs/operations.md, "Promotion metrics").
 
-Only the runtime's port is scraped: the supervisor binds vLLM to 127.0.0.1:8000 (docs/runtime.md), so vLLM is private
-to the pod and its /metrics cannot be reached by Prometheus; the `vllm:` series are therefore absent, and the analysis
-gates on the runtime's own decision latency anyway (the vLLM p95 is informational and reads as no data).
+Two endpoints on the runtime's port: `/metrics` (the decision server's own) and `/metrics/vllm`, where the runtime
+re-exports vLLM's `vllm:` series (vLLM listens on 127.0.0.1 inside the pod, out of Prometheus' reach): KV-cache use,
+queue time, time to first token, end-to-end latency, each with the same version labels.
 Rendered only where the PodMonitor API is served (the planner decides from what the operator observed).
 """
 
@@ -21,6 +21,7 @@ from .common import LABEL_DM, LABEL_VERSION, SERVING_PORT_NAME, metadata
 API_VERSION = "monitoring.coreos.com/v1"
 KIND = "PodMonitor"
 METRICS_PATH = "/metrics"
+VLLM_METRICS_PATH = "/metrics/vllm"  # vLLM's own series, re-exported by the runtime (runtime/vllm_metrics.py)
 
 
 def podmonitor_name(dm_name: str) -> str:
@@ -37,6 +38,9 @@ def render_podmonitor(dm: DecisionModel) -> dict[str, Any]:
             "podTargetLabels": [LABEL_DM, LABEL_VERSION],
             # By the container port's name (the ServingRuntime's `http1`, 8080): `port` is understood by every
             # prometheus-operator release OpenShift ships, unlike the newer `portNumber`.
-            "podMetricsEndpoints": [{"port": SERVING_PORT_NAME, "path": METRICS_PATH, "scheme": "http"}],
+            "podMetricsEndpoints": [
+                {"port": SERVING_PORT_NAME, "path": METRICS_PATH, "scheme": "http"},
+                {"port": SERVING_PORT_NAME, "path": VLLM_METRICS_PATH, "scheme": "http"},
+            ],
         },
     }

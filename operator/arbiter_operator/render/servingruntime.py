@@ -47,14 +47,11 @@ def render_servingruntime(dm: DecisionModel, default_image: str = DEFAULT_RUNTIM
                 }
             ]
         }
-    return {
-        "apiVersion": "serving.kserve.io/v1alpha1",
-        "kind": "ServingRuntime",
-        "metadata": metadata(
-            dm,
-            runtime_name(dm.metadata.name),
-            "runtime",
-            annotations={"openshift.io/display-name": f"Arbiter runtime for {dm.metadata.name}"},
-        ),
-        "spec": spec,
-    }
+    meta = metadata(
+        dm,
+        runtime_name(dm.metadata.name),
+        "runtime",
+        annotations={"openshift.io/display-name": f"Arbiter runtime for {dm.metadata.name}"},
+    )
+    meta["labels"]["opendatahub.io/dashboard"] = "true"  # the dashboard shows a deployment's runtime by this label
+    return {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime", "metadata": meta, "spec": spec}

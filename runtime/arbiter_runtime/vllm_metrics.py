@@ -1,0 +1,56 @@
+"""vLLM's own metrics, re-exported on the decision server's port at /metrics/vllm.
+
+vLLM listens on 127.0.0.1 inside the pod (the supervisor binds it there: nothing outside the pod may send it
+prompts), so Prometheus cannot scrape it. The PodMonitor's second endpoint scrapes this path instead; the series
+keep their `vllm:` names and labels and get the pod's `arbiter.dev/decision-model` and `arbiter.dev/version` labels
+from the PodMonitor, like the runtime's own, so the promotion analysis and SREs read KV-cache use
+(`vllm:kv_cache_usage_perc`), queue time (`vllm:request_queue_time_seconds`), time to first token and end-to-end
+latency per version. Only `vllm:` families pass: vLLM's process and Python collectors would clash with nothing here,
+but they say nothing about serving and double the scrape.
+"""
+
+from __future__ import annotations
+
+import aiohttp
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+MAX_BYTES = 8 * 1024 * 1024
+TIMEOUT_S = 3.0
+PREFIX = "vllm:"
+
+
+def only_vllm(text: str) -> str:
+    """The lines of a Prometheus text exposition that belong to `vllm:` families (samples, HELP and TYPE)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(PREFIX):
+            out.append(line)
+        elif line.startswith("# HELP ") or line.startswith("# TYPE "):
+            if line[7:].startswith(PREFIX):
+                out.append(line)
+    return "\n".join(out) + ("\n" if out else "")
+
+
+async def scrape(upstream_root: str) -> tuple[int, str]:
+    """(200, filtered text) or (503, why)."""
+    try:
+        timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
+            async with session.get(upstream_root + "/metrics") as resp:
+                body = await resp.content.read(MAX_BYTES + 1)
+                if resp.status != 200:
+                    return 503, f"vLLM's /metrics answered {resp.status}\n"
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        return 503, f"vLLM's /metrics is unreachable ({type(exc).__name__})\n"
+    if len(body) > MAX_BYTES:
+        return 503, f"vLLM's /metrics is larger than {MAX_BYTES} bytes\n"
+    return 200, only_vllm(body.decode("utf-8", errors="replace"))
+
+
+def endpoint(upstream_root: str):
+    async def vllm_metrics(_: Request) -> Response:
+        status, text = await scrape(upstream_root)
+        return PlainTextResponse(text, status_code=status, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return vllm_metrics
