@@ -233,7 +233,11 @@ class VersionMetadata(_Model):
     """Governance metadata, recorded in the Model Registry and enforced by the runtime."""
 
     inputSchema: JsonSchemaObject = Field(description="JSON Schema every request is validated against.")
-    outputSchema: JsonSchemaObject = Field(description="JSON Schema of the decision (trajectory) returned.")
+    outputSchema: JsonSchemaObject = Field(
+        description="JSON Schema every trajectory must also pass: the document {\"steps\": [{step, reasoningCode, "
+        "label, probabilities, confidence}, ...]}. The operator refuses one that no trajectory of the version's "
+        "decision settings can satisfy."
+    )
     sla: Sla
     trainingData: TrainingData
     biasReportUrl: Annotated[str, StringConstraints(max_length=2048)] = Field(

@@ -6,6 +6,7 @@ import jsonschema
 
 from ..api.models import DecisionModelSpec
 from ..render.configmap import effective_decision
+from .output_schema import output_schema_clash
 
 
 def _cel_problem(expr: str) -> str | None:
@@ -31,6 +32,10 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
                     f"spec.versions[{version.name}].metadata.{key} is not a valid JSON Schema at {where}: {exc.message}"
                 )
         decision = effective_decision(spec.decision, version)
+        if not any(p.startswith(f"spec.versions[{version.name}].metadata.outputSchema") for p in problems):
+            clash = output_schema_clash(version.metadata.outputSchema, decision)
+            if clash:
+                problems.append(f"spec.versions[{version.name}].metadata.outputSchema {clash}")
         for rule in decision.fallbackRules:
             err = _cel_problem(rule.when)
             if err:
