@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kubernetes import client, config
 
+    from . import first_decision
     from .kserve_standin import KServeStandIn
     from .operator_process import OperatorProcess
 
@@ -199,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         status = obj.get("status") or {}
         say(f"dm/{name} is Ready: active version {status.get('activeVersion')}, url {status.get('url')}")
+        stack.extend(first_decision.run(api, None if args.use_current_context else cp, args.namespace, name, workdir, say))
         if args.exit_when_ready:
             return 0
         say("running; try `kubectl --kubeconfig %s get dm -n %s`. Ctrl-C stops everything." % (kubeconfig, args.namespace))
