@@ -69,6 +69,9 @@ def strip(obj: dict[str, Any]) -> dict[str, Any]:
     keep = {k: meta[k] for k in ("name", "namespace", "labels", "annotations", "ownerReferences") if k in meta}
     out = {k: v for k, v in obj.items() if k not in ("metadata", "status")}
     out["metadata"] = keep
+    if obj.get("kind") == "Service" and isinstance(out.get("spec"), dict):
+        # Assigned by the apiserver, not written by the operator: replaying them would claim a taken address.
+        out["spec"] = {k: v for k, v in out["spec"].items() if k not in ("clusterIP", "clusterIPs")}
     return out
 
 
