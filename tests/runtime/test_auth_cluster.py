@@ -227,3 +227,38 @@ def _hostile_server(cluster_auth, standin, make_runtime):
         _hostile.clear()
         _hostile[key] = _serve(make_runtime, standin, cluster_auth["env"])
     return _hostile[key]
+
+
+def test_verdict_cache_is_bounded_and_expires(cluster_auth):
+    import asyncio
+
+    from arbiter_runtime.auth import AuthDenied, Authenticator, AuthSettings
+
+    env = cluster_auth["env"]
+    now = [0.0]
+    settings_ = AuthSettings(enabled=True, api_url=env["ARBITER_AUTH_API_URL"], ca_file=env["ARBITER_AUTH_CA_FILE"],
+                             token_file=env["ARBITER_AUTH_TOKEN_FILE"], namespace=env["ARBITER_AUTH_NAMESPACE"],
+                             inference_service=ISVC, cache_size=1, cache_ttl_s=10)
+    auth = Authenticator(settings_, clock=lambda: now[0])
+    reader, stranger = f"Bearer {cluster_auth['reader']}", f"Bearer {cluster_auth['stranger']}"
+
+    async def go() -> list[int]:
+        calls = []
+        try:
+            await auth.check(reader)  # review: 2 calls
+            calls.append(auth.api_calls)
+            await auth.check(reader)  # cached
+            calls.append(auth.api_calls)
+            with pytest.raises(AuthDenied):
+                await auth.check(stranger)  # 2 calls; evicts the reader (one entry only)
+            calls.append(auth.api_calls)
+            await auth.check(reader)  # evicted: reviewed again
+            calls.append(auth.api_calls)
+            now[0] += 11  # past the TTL
+            await auth.check(reader)
+            calls.append(auth.api_calls)
+        finally:
+            await auth.close()
+        return calls
+
+    assert asyncio.run(go()) == [2, 2, 4, 6, 8]
