@@ -9,7 +9,7 @@ health probes and the Prometheus scrape must carry `Authorization: Bearer <token
    both doors, and a caller who can read the InferenceService can call it.
 
 The checks run in the runtime, not only in the platform's proxy, so the decision server is protected the same way
-with or without that proxy (vanilla KServe, a port-forward, a pod in the namespace that bypasses the predictor
+with or without that proxy (vanilla KServe, the stable Service, a pod in the namespace that bypasses the predictor
 Service's `https` port). Behind the platform's proxy the request arrives without its Authorization header (the proxy
 strips it after its own TokenReview and SubjectAccessReview, the same `get` check) and with the proxy's
 `X-Remote-User`; that header is believed only when `ARBITER_AUTH_PROXY_HEADERS=true` (the operator renders it unless
