@@ -26,7 +26,8 @@ def _ready_at(api, ns, version):
 
 def test_dashboard_labels_stable_service_and_address_follow_promotion(
         control_plane, namespace, api, operator_process, kserve_standin):
-    operator_process(namespaces=[namespace])
+    image = "mirror.example.com/arbiter/arbiter-runtime:9.9.9"  # the Helm value runtime.image, as the chart sets it
+    operator_process(namespaces=[namespace], env={"ARBITER_RUNTIME_IMAGE": image})
     body = example()
     v2 = copy.deepcopy(body["spec"]["versions"][0])
     v2["name"], v2["storageUri"] = "1.1.0", "s3://models/credit-limit/1.1.0"
@@ -51,7 +52,8 @@ def test_dashboard_labels_stable_service_and_address_follow_promotion(
     # The predictor pods' labels match the selector (what KServe copies onto the pods).
     assert svc.spec.selector.items() <= isvc["spec"]["predictor"]["labels"].items()
     versions = {v["name"]: v for v in dm["status"]["versions"]}
-    assert versions["1.0.0"]["runtimeImage"] == isvc["spec"]["predictor"]["model"]["image"]
+    assert versions["1.0.0"]["runtimeImage"] == isvc["spec"]["predictor"]["model"]["image"] == image
+    assert runtime["spec"]["containers"][0]["image"] == image
 
     client.CustomObjectsApi(api).patch_namespaced_custom_object(
         "arbiter.dev", "v1alpha1", namespace, "decisionmodels", DM,
