@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
@@ -100,11 +100,9 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
 
     versions = {v.name: v for v in dm.spec.versions}
     names = tuple(versions)
-    isvc_by_version: dict[str, dict[str, Any]] = {}
-    for name, isvc in obs.inferenceservices.items():
-        label = ((isvc.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION)
-        if label:
-            isvc_by_version[label] = isvc
+    # The InferenceService that speaks for each version (see `serving_inferenceservices`); `serving_names` holds its
+    # name, which differs from isvc_name() only while one under an earlier naming scheme still carries the traffic.
+    serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.inferenceservices)
 
     vobs: dict[str, VersionObservation] = {}
     for v in set(names) | set(isvc_by_version):
@@ -146,7 +144,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         )
     if obs.podmonitor_api:
         children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
-    route = render_route(dm, pplan.traffic)
+    route = render_route(dm, pplan.traffic, {v: f"{n}-predictor" for v, n in serving_names.items()})
     if route is not None:
         children.append(route)
     # No ready version: the Route is left as it is (it may point at a version coming back); never pointed at nothing.
@@ -155,8 +153,10 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
     # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
     retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
-    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained}
+    kept = [v for v in live + retained if v in serving_names]  # earlier-named ones still serving, or retained
+    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained} | {serving_names[v] for v in kept}
     wanted_cms = {configmap_name(dm.metadata.name, v) for v in live + retained}
+    wanted_cms |= {f"{serving_names[v]}-decision" for v in kept}  # the ConfigMap that InferenceService mounts
     deletions = [("serving.kserve.io/v1beta1", "InferenceService", n) for n in sorted(obs.inferenceservices)
                  if n not in wanted_isvcs]
     deletions += [("v1", "ConfigMap", n) for n in sorted(obs.configmaps) if n not in wanted_cms]
@@ -221,7 +221,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             VersionStatus(
                 name=v,
                 phase=_phase(o.exists, o.ready, o.failed, v in pplan.live, art),  # type: ignore[arg-type]
-                inferenceService=isvc_name(dm.metadata.name, v) if o.exists or v in pplan.live else None,
+                inferenceService=serving_names.get(v, isvc_name(dm.metadata.name, v))
+                if o.exists or v in pplan.live else None,
                 ready=o.ready,
                 registeredModelId=ids.get("registeredModelId"),
                 modelVersionId=ids.get("modelVersionId"),
@@ -241,6 +242,30 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         promotion=pplan.status,
     )
     return Plan(children, deletions, _dump(status), events, sooner(pplan.requeue_after, recheck_after(conditions, now)))
+
+
+def serving_inferenceservices(
+    dm_name: str, owned: Mapping[str, dict[str, Any]]
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Per version (by its label): the name and object of the InferenceService that speaks for it.
+
+    That is the one named isvc_name(), unless it is not ready yet and an owned one under an earlier naming scheme
+    is: then the earlier one keeps the traffic (and is kept) until its successor serves. Renaming therefore never
+    tears a live version down before the new object is ready. `owned` holds only this DecisionModel's children.
+    """
+    names: dict[str, str] = {}
+    objs: dict[str, dict[str, Any]] = {}
+    for name, isvc in sorted(owned.items()):
+        version = ((isvc.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION)
+        if not version:
+            continue
+        canonical = name == isvc_name(dm_name, version)
+        current = objs.get(version)
+        if current is None or canonical and (isvc_state(isvc)[1] or not isvc_state(current)[1]) or (
+            not canonical and isvc_state(isvc)[1] and not isvc_state(current)[1]
+        ):
+            names[version], objs[version] = name, isvc
+    return names, objs
 
 
 def _retained_note(retained: list[str], st: Any, target: str, names: tuple[str, ...]) -> str:

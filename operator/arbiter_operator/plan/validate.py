@@ -6,6 +6,7 @@ import jsonschema
 
 from ..api.models import DecisionModelSpec
 from ..render.configmap import effective_decision
+from .vllm_args import arg_problems
 
 
 def _cel_problem(expr: str) -> str | None:
@@ -37,5 +38,6 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
                 problems.append(
                     f"fallback rule {rule.name!r} (version {version.name}): `when` is not valid CEL: {err}"
                 )
+    problems.extend(arg_problems(spec.serving.vllm.extraArgs))
     # Report each problem once even when several versions share spec.decision.
     return list(dict.fromkeys(problems))

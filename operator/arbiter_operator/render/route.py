@@ -14,8 +14,12 @@ from .common import metadata, predictor_service
 TIMEOUT_ANNOTATION = "haproxy.router.openshift.io/timeout"
 
 
-def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any] | None:
-    """traffic: version -> percent (sums to 100). None when no version can take traffic yet."""
+def render_route(
+    dm: DecisionModel, traffic: Mapping[str, int], services: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """traffic: version -> percent (sums to 100). None when no version can take traffic yet. services: version ->
+    predictor Service, where it is not the one named after the version's InferenceService (an earlier name)."""
+    services = services or {}
     backends = [(v, w) for v, w in traffic.items() if w > 0]
     if not backends:
         return None
@@ -24,7 +28,7 @@ def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any
     exposure = dm.spec.exposure
     first, *rest = backends
     spec: dict[str, Any] = {
-        "to": {"kind": "Service", "name": predictor_service(dm.metadata.name, first[0]), "weight": first[1]},
+        "to": {"kind": "Service", "name": services.get(first[0]) or predictor_service(dm.metadata.name, first[0]), "weight": first[1]},
         "tls": {"termination": exposure.tls, "insecureEdgeTerminationPolicy": "Redirect"},
         "wildcardPolicy": "None",
     }
@@ -32,7 +36,8 @@ def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any
         spec["host"] = exposure.host
     if rest:
         spec["alternateBackends"] = [
-            {"kind": "Service", "name": predictor_service(dm.metadata.name, v), "weight": w} for v, w in rest
+            {"kind": "Service", "name": services.get(v) or predictor_service(dm.metadata.name, v), "weight": w}
+            for v, w in rest
         ]
     return {
         "apiVersion": "route.openshift.io/v1",
