@@ -18,6 +18,8 @@ from .plan.model import Observations
 
 log = logging.getLogger("arbiter.reconcile")
 
+CONFLICT_RECHECK_SECONDS = 60.0
+
 
 def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -60,12 +62,15 @@ class Reconciler:
                 log.info("the PodMonitor API (monitoring.coreos.com/v1) is not served: no PodMonitors are created")
         obs = await asyncio.to_thread(observe_children, self.client, dm, bool(self.podmonitor_api))
         obs = await run_observers(dm, obs)
-        p = make_plan(dm, obs, self.clock())
-        writes = await asyncio.to_thread(apply_plan, self.client, raw, dm, p, _live_children(obs))
+        now = self.clock()
+        p = make_plan(dm, obs, now)
+        writes, conflicts = await asyncio.to_thread(apply_plan, self.client, raw, dm, p, _live_children(obs), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);
         # the polls in between stay at DEBUG.
         first = (namespace, name) not in self._seen
         self._seen.add((namespace, name))
         log.log(logging.INFO if writes or first else logging.DEBUG, "reconciled %s/%s: %d writes, requeue %s",
                 namespace, name, writes, p.requeue_after)
+        if conflicts:  # nothing watches the other owner's object: look again now and then
+            return min(p.requeue_after or CONFLICT_RECHECK_SECONDS, CONFLICT_RECHECK_SECONDS)
         return p.requeue_after

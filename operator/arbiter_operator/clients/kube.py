@@ -85,7 +85,7 @@ class KubeClient(Protocol):
     def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
     ) -> dict[str, Any]: ...
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool: ...
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool: ...
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
     def served(self, api_version: str, kind: str) -> bool: ...
 
@@ -182,16 +182,18 @@ class RestKubeClient:
             content_type="application/merge-patch+json",
         )
 
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
+        """uid: delete only that very object (a precondition: never one someone re-created under the name)."""
         self._write("delete", kind, f"{namespace or ''}/{name}")
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._call(
-                "DELETE",
-                kind_of(api_version, kind).path(namespace, name),
-                body={"propagationPolicy": "Background"},
-            )
+            self._call("DELETE", kind_of(api_version, kind).path(namespace, name), body=body)
         except KubeError as exc:
             if exc.status == 404:
+                return False
+            if exc.status == 409 and uid:  # the precondition failed: it is another object now, not ours to delete
                 return False
             raise
         return True

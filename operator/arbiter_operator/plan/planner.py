@@ -268,6 +268,28 @@ def serving_inferenceservices(
     return names, objs
 
 
+CHILD_CONFLICT = "ChildConflict"
+
+
+def conflict_message(conflicts: list[str]) -> str:
+    shown = conflicts[:4] + ([f"{len(conflicts) - 4} more"] if len(conflicts) > 4 else [])
+    return ("; ".join(shown) + ". Arbiter writes only to objects whose controller is this DecisionModel: delete "
+            "or rename those objects, or give this DecisionModel another name")
+
+
+def with_child_conflicts(status: dict[str, Any], conflicts: list[str], generation: int, now: datetime) -> dict[str, Any]:
+    """The planned status, with the children other owners hold reported: Stalled=True and Ready=False, reason
+    ChildConflict (a person must act; the operator retries, and the rest of the DecisionModel is reconciled)."""
+    msg = conflict_message(conflicts)
+    conditions = [Condition.model_validate(x) for x in status.get("conditions") or []]
+    for type_ in (c.STALLED, c.READY):
+        conditions = set_condition(
+            conditions, make_condition(type_, "True" if type_ == c.STALLED else "False", CHILD_CONFLICT, msg,
+                                       generation, now)  # type: ignore[arg-type]
+        )
+    return {**status, "conditions": [x.model_dump(mode="json", exclude_none=True) for x in conditions]}
+
+
 def _retained_note(retained: list[str], st: Any, target: str, names: tuple[str, ...]) -> str:
     """What happens to live versions that left spec.versions (empty when there are none)."""
     out = []
