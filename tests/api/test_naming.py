@@ -1,6 +1,6 @@
 """Child names: injective per (namespace, DecisionModel, version), valid for every consumer (KServe included).
 
-The property tests generate pairs of DecisionModels the CRD accepts (the predicate below mirrors its name rules; the
+The property tests generate pairs of DecisionModels the CRD accepts (tests/naming_rules.py mirrors its name rules; the
 cluster test in tests/operator/test_operator_ownership.py checks the predicate against the real apiserver) from a
 tiny alphabet, so near-collisions such as `a` + `1-0` against `a-1` + `0` come up all the time.
 """
@@ -14,23 +14,10 @@ from hypothesis import given, settings, strategies as st
 from arbiter_operator.api import models as m
 from arbiter_operator.api.models import isvc_name, legacy_isvc_name
 from arbiter_operator.render.naming import derived_labels, derived_names
+from naming_rules import crd_accepts
 
-VERSION_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 ISVC_RE = re.compile(m.ISVC_NAME_PATTERN)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-def crd_accepts(name: str, versions: list[str], nodes: int = 1) -> bool:
-    """The CRD's rules on metadata.name and version names, in Python."""
-    limit = m.MAX_NAME_PLUS_VERSION if nodes == 1 else m.MAX_NAME_PLUS_VERSION_MULTINODE
-    slugs = [v.replace(".", "-") for v in versions]
-    return (
-        bool(ISVC_RE.match(name))
-        and m.NAME_SEPARATOR not in name
-        and all(VERSION_RE.match(v) and len(v) <= 40 and len(name) + len(v) <= limit for v in versions)
-        and len(set(slugs)) == len(slugs)
-        and len(versions) >= 1
-    )
 
 
 names = st.text(alphabet="ab1-", min_size=1, max_size=12)
