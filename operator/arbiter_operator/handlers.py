@@ -4,8 +4,9 @@ workers run the one level-based reconcile (reconcile.Reconciler) and schedule th
 Why `on.event` and a queue instead of kopf's create/update/resume handlers, daemons or timers: those store progress
 and diff-base annotations on the object and (daemons, timers) add a finalizer, i.e. they write to the DecisionModel
 on their own. Level-based reconcile needs none of it, and a converged DecisionModel then sees zero writes.
-kopf's own annotations, where any part adds such a handler (e.g. the registry finalizer), use the `arbiter.dev`
-prefix (see `configure`).
+The registry's delete finalizer is part of that reconcile too (registry_handlers.RegistryFinalizer), so kopf never
+writes an annotation to a DecisionModel: no diff base, no progress, however large the spec. `configure` still gives
+kopf's storage the `arbiter.dev` prefix should a change handler ever be added.
 """
 
 from __future__ import annotations
@@ -151,9 +152,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings)
     queue = WorkQueue()
     kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)))
-    from . import registry_handlers
-
-    memo.setdefault(registry_handlers.KUBE_KEY, kube)  # the registry finalizer uses the same explicit client
     # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
     # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
     from . import artifacts, registration
@@ -179,7 +177,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     if event.get("type") == "DELETED":
-        return  # children go with it (owner references); the registry part archives on its own finalizer
+        return  # children go with it (owner references); a deletion the finalizer holds arrives as MODIFIED
     memo[QUEUE_KEY].add((namespace, name))
 
 

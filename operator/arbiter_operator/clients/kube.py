@@ -85,6 +85,9 @@ class KubeClient(Protocol):
     def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
     ) -> dict[str, Any]: ...
+    def patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]: ...
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool: ...
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
     def served(self, api_version: str, kind: str) -> bool: ...
@@ -181,6 +184,14 @@ class RestKubeClient:
             query=[("fieldManager", self.field_manager)],
             content_type="application/merge-patch+json",
         )
+
+    def patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]:
+        """A plain PATCH (e.g. a JSON patch of metadata.finalizers); never for children (they are applied)."""
+        self._write("patch", kind, f"{namespace or ''}/{name}")
+        return self._call("PATCH", kind_of(api_version, kind).path(namespace, name), body=body,
+                          query=[("fieldManager", self.field_manager)], content_type=content_type)
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
         """uid: delete only that very object (a precondition: never one someone re-created under the name)."""
