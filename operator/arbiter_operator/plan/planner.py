@@ -21,7 +21,7 @@ from ..render import (
 from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
 from .model import ArtifactObservation, Event, Observations, Plan
-from .validate import operator_side_problems
+from .validate import operator_side_problems, size_problems
 
 INVALID_SPEC = "InvalidSpec"
 # KServe's model transition states that mean "this will not become ready without a change".
@@ -86,7 +86,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     events: list[Event] = []
     old_ready = c.get_condition(old.conditions, c.READY)
 
-    problems = operator_side_problems(dm.spec)
+    problems = operator_side_problems(dm.spec) + size_problems(dm)
     if problems:
         # What serves keeps serving: no child is touched, the promotion does not move; the user must fix the spec.
         msg = "; ".join(problems) + ". Nothing was changed: fix the spec to continue."

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import jsonschema
 
-from ..api.models import DecisionModelSpec
-from ..render.configmap import effective_decision
+import json
+
+from ..api.models import DecisionModel, DecisionModelSpec
+from ..render.common import CONFIG_FILE
+from ..render.configmap import decision_config, effective_decision
 from .vllm_args import arg_problems
 
 
@@ -41,3 +44,21 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
     problems.extend(arg_problems(spec.serving.vllm.extraArgs))
     # Report each problem once even when several versions share spec.decision.
     return list(dict.fromkeys(problems))
+
+
+# A ConfigMap's data may hold at most 1 MiB (keys plus values); decision.json is rendered into one per live version.
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+
+
+def size_problems(dm: DecisionModel) -> list[str]:
+    """Versions whose decision.json cannot fit the ConfigMap that carries it to the runtime."""
+    problems = []
+    for version in dm.spec.versions:
+        size = len(json.dumps(decision_config(dm, version), sort_keys=True, indent=2).encode()) + len(CONFIG_FILE)
+        if size > CONFIGMAP_MAX_BYTES:
+            problems.append(
+                f"spec.versions[{version.name}]: its decision.json (schemas and decision settings) would be {size} "
+                f"bytes, and the ConfigMap that carries it holds at most {CONFIGMAP_MAX_BYTES}: shrink its "
+                "inputSchema/outputSchema"
+            )
+    return problems
