@@ -75,11 +75,12 @@ class WorkQueue:
 
 
 QUEUE_KEY = "arbiter_queue"
+NSWATCH_KEY = "arbiter_nswatch"
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
-# make no API or S3 requests (docs/benchmarks.md, idle cost). Set it (seconds) to also catch what no watch reports,
-# such as a namespace's mesh label changing.
+# make no API or S3 requests (docs/benchmarks.md, idle cost). Namespace labels are watched (nswatch.py); set it
+# (seconds) only to catch what no watch reports.
 RESYNC_SECONDS = float(os.environ.get("ARBITER_RESYNC_SECONDS", "0"))
 WORKERS = int(os.environ.get("ARBITER_WORKERS", "4"))
 ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -165,6 +166,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = Reconciler(kube)
     failures: dict[Key, int] = {}
     memo[QUEUE_KEY] = queue
+    from .nswatch import NamespaceWatch
+
+    # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
+    memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
+                                       asyncio.get_running_loop())
     memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures)) for _ in range(WORKERS)]
 
 
@@ -172,12 +178,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("arbiter_tasks", []):
         task.cancel()
+    if memo.get(NSWATCH_KEY) is not None:
+        memo[NSWATCH_KEY].stop()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     if event.get("type") == "DELETED":
+        memo[NSWATCH_KEY].forget(namespace, name)
         return  # children go with it (owner references); a deletion the finalizer holds arrives as MODIFIED
+    memo[NSWATCH_KEY].note(namespace, name)
     memo[QUEUE_KEY].add((namespace, name))
 
 

@@ -250,9 +250,10 @@ def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_
     identity = install_chart_identity(
         cp, admin, tmp_path, values={"watchedNamespaces": [ns]}, release_namespace=f"arbiter-{ns}"
     )
-    # Only a Role in the watched namespace, and cluster-wide nothing but `get` on that namespace.
+    # Only a Role in the watched namespace, and cluster-wide nothing but reading and watching that namespace.
     cluster = [r for where, r in identity.rules if where is None]
-    assert cluster == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"], "resourceNames": [ns]}]
+    assert cluster == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
+                        "resourceNames": [ns]}]
     seed_model_storage(s3_server, admin, ns)
     standin = KServeStandIn(admin, [ns]).start()
     op = _operator(identity, [ns], tmp_path)
