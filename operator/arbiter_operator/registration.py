@@ -616,6 +616,17 @@ def forget(uid: str) -> None:
 # ---------------------------------------------------------------- the operator's observer hook
 
 
+def permanently_refused(dm: DecisionModel) -> Condition | None:
+    """The `RegistrationRejected` condition, when status holds it for the generation being reconciled (the status
+    read is from before this reconcile, so after a spec change its observedGeneration is the older one)."""
+    from .api.conditions import get_condition
+
+    c = get_condition(dm.status.conditions, REGISTERED)
+    if c is not None and c.reason == REASON_REGISTRATION_REJECTED and c.observedGeneration == dm.metadata.generation:
+        return c
+    return None
+
+
 async def observe_registry(kube: Any, dm: DecisionModel, obs: Any) -> Any:
     """Observer hook (see observe.OBSERVERS): registry ids per version + the `Registered` condition.
     Register with `OBSERVERS.append(functools.partial(observe_registry, kube))`.
@@ -635,6 +646,9 @@ async def observe_registry(kube: Any, dm: DecisionModel, obs: Any) -> Any:
     }
     if target.error is not None:
         return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (target.error,))
+    refused = permanently_refused(dm)
+    if refused is not None:  # the registry refused this very spec for good: asking again cannot change its answer
+        return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (refused,))
     async with registry_lock(dm.metadata.uid):
         if dm.metadata.uid in _DELETING:  # the finalizer is archiving: write nothing, say nothing new
             return replace(obs, registry_ids=ids)

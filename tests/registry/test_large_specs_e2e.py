@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from arbiter_operator.clients.kube import KubeError, raw_call
-from arbiter_operator.devenv.kserve_standin import KServeStandIn
 from arbiter_operator.devenv.operator_process import OperatorProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
@@ -88,10 +87,12 @@ def _cond(dm: dict[str, Any] | None, type_: str) -> dict[str, Any]:
 
 
 def _ready_and_registered(api: Any, ns: str, name: str, generation: int) -> Any:
+    """Reconciled at this generation and registered. (Serving needs KServe, which is not what this test is about:
+    the InferenceService is rendered and applied, and the Route waits for it, as with any model still loading.)"""
     def check() -> Any:
         dm = _get(api, ns, name)
-        ok = dm and (dm.get("status") or {}).get("observedGeneration") == generation and _cond(dm, "Ready").get("status") == \
-            "True" and _cond(dm, "Registered").get("status") == "True"
+        ok = dm and (dm.get("status") or {}).get("observedGeneration") == generation and \
+            _cond(dm, "Registered").get("status") == "True" and _cond(dm, "Stalled").get("status") == "False"
         return dm if ok else None
     return check
 
@@ -104,7 +105,6 @@ def _ours(annotations: dict[str, str]) -> list[str]:
 def test_large_spec_create_update_delete(mode, control_plane, namespace, s3_server, model_registry):
     api = control_plane.api_client()
     seed_model_storage(s3_server, api, namespace)
-    standin = KServeStandIn(api, [namespace]).start()
     op = OperatorProcess(control_plane.kubeconfig, [namespace]).start()
     name = "big"
     try:
@@ -151,5 +151,43 @@ def test_large_spec_create_update_delete(mode, control_plane, namespace, s3_serv
         assert set(schema_prop) == {"$ref", "sha256", "bytes"}
     finally:
         op.stop()
-        standin.stop()
+        api.close()
+
+
+def test_a_permanent_registry_refusal_is_a_condition_not_a_retry_loop(control_plane, namespace, model_registry):
+    """A description the registry's database refuses for good: Registered=False, RegistrationRejected, and the
+    registry is not asked again for that spec: reconciles during a registry outage keep the condition (an outage seen
+    by a new attempt would turn it Unknown); a spec change asks again."""
+    api = control_plane.api_client()
+    # debug: every reconcile is logged, also those that write nothing
+    op = OperatorProcess(control_plane.kubeconfig, [namespace], extra_args=("--log-level=debug",)).start()
+    try:
+        body = _body("refused", model_registry.url, 0)
+        body["spec"]["model"]["description"] = _noise(4000, 3)  # within the CRD's 4096, beyond the registry's index
+        raw_call(api, "POST", _path(namespace), body)
+
+        def rejected() -> Any:
+            dm = _get(api, namespace, "refused")
+            c = _cond(dm, "Registered")
+            return c if c.get("reason") == "RegistrationRejected" else None
+
+        c = _wait(rejected, "RegistrationRejected", op, 60)
+        assert c["status"] == "False" and "exceeds btree" in c["message"]
+        model_registry.pause()
+        try:
+            reconciles = op.log().count(f"reconciled {namespace}/")
+            patch = {"metadata": {"annotations": {"example.com/poke": "1"}}}  # a reconcile, same generation
+            raw_call(api, "PATCH", _path(namespace, "refused"), patch, None, "application/merge-patch+json")
+            _wait(lambda: op.log().count(f"reconciled {namespace}/") > reconciles, "a reconcile", op, 30)
+            time.sleep(2)
+            assert _cond(_get(api, namespace, "refused"), "Registered") == c
+        finally:
+            model_registry.resume()
+        # A spec change is a new request: asked again (and, the registry being back, refused again).
+        raw_call(api, "PATCH", _path(namespace, "refused"), {"spec": {"model": {"description": _noise(4000, 4)}}},
+                 None, "application/merge-patch+json")
+        _wait(lambda: (d := _get(api, namespace, "refused")) and _cond(d, "Registered").get("observedGeneration") == 2
+              and _cond(d, "Registered").get("reason") == "RegistrationRejected", "refused again at generation 2", op)
+    finally:
+        op.stop()
         api.close()

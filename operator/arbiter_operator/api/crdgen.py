@@ -181,7 +181,8 @@ def name_rules() -> list[dict[str, str]]:
         {
             "rule": f"!self.metadata.name.contains('{m.NAME_SEPARATOR}')",
             "message": f"metadata.name must not contain '{m.NAME_SEPARATOR}': child names are "
-            f"<name>{m.NAME_SEPARATOR}<version>, and '{m.NAME_SEPARATOR}' is what keeps two DecisionModels' children apart",
+            f"<name>{m.NAME_SEPARATOR}<version>, and '{m.NAME_SEPARATOR}' is what keeps two DecisionModels' "
+            "children apart",
         },
         {
             "rule": f"self.spec.versions.all(v, size(self.metadata.name) + size(v.name) <= {m.MAX_NAME_PLUS_VERSION})",

@@ -277,7 +277,9 @@ def conflict_message(conflicts: list[str]) -> str:
             "or rename those objects, or give this DecisionModel another name")
 
 
-def with_child_conflicts(status: dict[str, Any], conflicts: list[str], generation: int, now: datetime) -> dict[str, Any]:
+def with_child_conflicts(
+    status: dict[str, Any], conflicts: list[str], generation: int, now: datetime
+) -> dict[str, Any]:
     """The planned status, with the children other owners hold reported: Stalled=True and Ready=False, reason
     ChildConflict (a person must act; the operator retries, and the rest of the DecisionModel is reconciled)."""
     msg = conflict_message(conflicts)

@@ -28,7 +28,11 @@ def render_route(
     exposure = dm.spec.exposure
     first, *rest = backends
     spec: dict[str, Any] = {
-        "to": {"kind": "Service", "name": services.get(first[0]) or predictor_service(dm.metadata.name, first[0]), "weight": first[1]},
+        "to": {
+            "kind": "Service",
+            "name": services.get(first[0]) or predictor_service(dm.metadata.name, first[0]),
+            "weight": first[1],
+        },
         "tls": {"termination": exposure.tls, "insecureEdgeTerminationPolicy": "Redirect"},
         "wildcardPolicy": "None",
     }
