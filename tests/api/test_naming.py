@@ -104,3 +104,25 @@ def test_children_under_the_earlier_names_keep_serving_until_their_successors_se
     assert next(c for c in p2.children if c["kind"] == "Route")["spec"]["to"]["name"] == "credit-limit--1-0-0-predictor"
     assert set(p2.deletions) == {("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-1-0-0"),
                                  ("v1", "ConfigMap", "credit-limit-1-0-0-decision")}
+
+
+def test_route_default_host_too_long_for_a_dns_label_is_invalid_spec() -> None:
+    """OpenShift's default host is <route>-<namespace>.<apps domain>; the namespace is beyond CEL's reach."""
+    from api_helpers import make_dm
+    from arbiter_operator.plan import Observations, plan
+    from test_planner import T0
+
+    long_ns = "n" * 51  # "credit-limit-" + 51 = 64
+    p = plan(make_dm(namespace=long_ns), Observations(), T0)
+    ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "InvalidSpec" and "spec.exposure.host" in ready["message"] and p.children is None
+    raw = example_with_host()
+    assert plan(make_dm(raw, namespace=long_ns), Observations(), T0).children is not None
+
+
+def example_with_host() -> dict:
+    from api_helpers import example
+
+    raw = example()
+    raw["spec"]["exposure"]["host"] = "credit.apps.example.com"
+    return raw

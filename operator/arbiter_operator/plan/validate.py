@@ -51,8 +51,15 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024
 
 
 def size_problems(dm: DecisionModel) -> list[str]:
-    """Versions whose decision.json cannot fit the ConfigMap that carries it to the runtime."""
+    """What depends on the namespace or on rendered sizes, beyond the CRD's reach: the router's default host, and
+    versions whose decision.json cannot fit the ConfigMap that carries it to the runtime."""
     problems = []
+    name, ns = dm.metadata.name, dm.metadata.namespace
+    if not dm.spec.exposure.host and len(name) + 1 + len(ns) > 63:
+        problems.append(
+            f"the router's default host for Route {name} begins with {name}-{ns}, {len(name) + 1 + len(ns)} "
+            "characters, and a DNS label holds at most 63: set spec.exposure.host, or use a shorter name"
+        )
     for version in dm.spec.versions:
         size = len(json.dumps(decision_config(dm, version), sort_keys=True, indent=2).encode()) + len(CONFIG_FILE)
         if size > CONFIGMAP_MAX_BYTES:
