@@ -102,6 +102,23 @@ def remove_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
     return ops or None
 
 
+# What earlier builds let kopf store on a DecisionModel (diff base, handler progress): removed once, so a stale copy of
+# an old spec never counts against the annotations' size limit.
+KOPF_RESIDUE = (f"{GROUP}/last-handled-configuration", f"{GROUP}/registry-archive")
+
+
+def residue_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Guarded by the resourceVersion read (not by the values: the apiserver's JSON patch compares their encoded
+    bytes, and Go escapes `<`, `>`, `&` where Python does not)."""
+    meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    ops = [{"op": "remove", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")}
+           for key in KOPF_RESIDUE if key in annotations]
+    if not ops:
+        return None
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}, *ops]
+
+
 class RegistryFinalizer:
     """Called by the reconcile for every DecisionModel it reads (see reconcile.Reconciler)."""
 
@@ -115,10 +132,15 @@ class RegistryFinalizer:
                                 "application/json-patch+json")
 
     async def keep(self, raw: dict[str, Any], dm: DecisionModel) -> None:
-        """A live DecisionModel: hold the finalizer exactly while spec.registry is set."""
+        """A live DecisionModel: hold the finalizer exactly while spec.registry is set; drop kopf's leftovers."""
         ops = add_patch(raw) if dm.spec.registry is not None else remove_patch(raw)
         if ops:
             await self._patch(raw, ops)
+            raw = await asyncio.to_thread(self.kube.get, API_VERSION, KIND, raw["metadata"]["namespace"],
+                                          raw["metadata"]["name"]) or raw
+        residue = residue_patch(raw)
+        if residue:
+            await self._patch(raw, residue)
 
     async def finalize(self, raw: dict[str, Any]) -> float | None:
         """A DecisionModel being deleted that holds our finalizer: archive, then let it go. Returns the seconds

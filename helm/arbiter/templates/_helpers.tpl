@@ -52,9 +52,9 @@ Every rule is exercised by the reconcile and promotion scenarios run as this Ser
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}
-# The DecisionModel: kopf lists and watches it; the reconcile reads it. patch: only metadata.finalizers, only for a
-# DecisionModel with spec.registry (the finalizer that archives its registry versions on delete; registry_handlers.py).
-# The operator never writes its spec or its annotations.
+# The DecisionModel: kopf lists and watches it; the reconcile reads it. patch: metadata only: the finalizer that
+# archives its registry versions on delete (only with spec.registry), and the one-time removal of kopf's annotations
+# earlier builds wrote (registry_handlers.py). The operator never writes its spec.
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels"]
   verbs: ["get", "list", "watch", "patch"]
