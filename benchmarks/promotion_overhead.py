@@ -31,6 +31,7 @@ sys.path[:0] = [str(ROOT / "tests" / "promotion")]
 
 from kubernetes import client, watch  # noqa: E402
 
+from arbiter_operator.api.models import isvc_name  # noqa: E402
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig  # noqa: E402
 from arbiter_operator.devenv import crds  # noqa: E402
 from arbiter_operator.devenv.controlplane import ControlPlane  # noqa: E402
@@ -61,7 +62,7 @@ class RouteWatch:
 
     def _watch(self, api, namespace, name):
         objs = client.CustomObjectsApi(api)
-        by_service = {f"{self._e2e.name}-{v.replace('.', '-')}-predictor": v for v in (V1, V2)}
+        by_service = {f"{isvc_name(self._e2e.name, v)}-predictor": v for v in (V1, V2)}
         for ev in self._w.stream(objs.list_namespaced_custom_object, "route.openshift.io", "v1", namespace, "routes",
                                  field_selector=f"metadata.name={name}"):
             spec = ev["object"]["spec"]

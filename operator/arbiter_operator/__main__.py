@@ -73,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     import kopf
 
     from . import handlers  # noqa: F401  (registers the handlers)
-    from . import registry_handlers  # noqa: F401  (the registry delete finalizer, issue 4)
 
     settings = kopf.OperatorSettings()
     # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed later)

@@ -1,4 +1,5 @@
-"""Make the cluster match a plan: server-side apply of children that differ, deletions, one status patch, events.
+"""Make the cluster match a plan: server-side apply of children that differ (ours only), deletions, one status patch,
+events.
 
 No write when nothing changed. A child is re-applied when (a) the live object lacks or differs in a field we set
 (someone edited or deleted it), or (b) the desired manifest changed since our last apply (its hash, kept in an
@@ -12,9 +13,13 @@ import copy
 import logging
 from typing import Any
 
+from datetime import datetime, timezone
+
 from .api.models import API_VERSION, KIND, DecisionModel
 from .clients.kube import KubeClient, KubeError
-from .plan.model import Plan
+from .observe import controller_of, owned_by
+from .plan.model import Event, Plan
+from .plan.planner import CHILD_CONFLICT, conflict_message, with_child_conflicts
 from .render.common import checksum
 
 log = logging.getLogger("arbiter.apply")
@@ -64,26 +69,56 @@ def _live_child(obs_children: dict[tuple[str, str], dict[str, Any]], desired: di
     return obs_children.get((desired["kind"], desired["metadata"]["name"]))
 
 
+def describe_owner(obj: dict[str, Any], dm: DecisionModel) -> str:
+    """Who holds an object we may not touch, in words (kinds, names and field managers only: nothing secret)."""
+    ref = controller_of(obj)
+    if ref is not None:
+        same = ref.get("kind") == KIND and ref.get("name") == dm.metadata.name
+        note = " (an earlier DecisionModel of this name; it goes once garbage collection removes it)" if same else ""
+        return f"controlled by {ref.get('kind')} {ref.get('name')}{note}"
+    managers = sorted({m.get("manager") for m in (obj["metadata"].get("managedFields") or []) if m.get("manager")})
+    return "not controlled by any owner" + (f" (written by {', '.join(managers)})" if managers else "")
+
+
 def apply_plan(
     client: KubeClient,
     dm_raw: dict[str, Any],
     dm: DecisionModel,
     plan: Plan,
     live_children: dict[tuple[str, str], dict[str, Any]],
-) -> int:
-    """Returns the number of writes made."""
+    now: datetime | None = None,
+) -> tuple[int, list[str]]:
+    """Returns the number of writes made and the children refused because another owner holds them.
+
+    Ownership is decided here, before any write, never by server-side apply: a child is updated only when its
+    controller ownerReference is this DecisionModel (uid); a name nobody holds is created with a non-forcing apply;
+    anything else is left untouched and reported (ChildConflict) with the object and its owner.
+    """
     writes = 0
+    conflicts: list[str] = []
     ns = dm.metadata.namespace
     if plan.children is not None:
         for desired in plan.children:
             stamped = with_hash(desired)
-            if needs_apply(stamped, _live_child(live_children, desired)):
-                client.apply(stamped)
+            kind, name = desired["kind"], desired["metadata"]["name"]
+            live = _live_child(live_children, desired)
+            if live is None:  # not among the children we found as ours: is the name free?
+                live = client.get(desired["apiVersion"], kind, ns, name)
+            if live is not None and not owned_by(live, dm.metadata.uid):
+                conflicts.append(f"{kind} {ns}/{name} already exists and is {describe_owner(live, dm)}")
+                continue
+            if needs_apply(stamped, live):
+                # force only on our own object (taking back fields someone edited); a create never forces.
+                client.apply(stamped, force=live is not None)
                 writes += 1
         for api_version, kind, name in plan.deletions:
-            client.delete(api_version, kind, ns, name)
+            live = live_children.get((kind, name)) or {}
+            client.delete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
             writes += 1
-    patch = merge_patch(dm_raw.get("status") or {}, plan.status)
+    status = plan.status
+    if conflicts:
+        status = with_child_conflicts(status, conflicts, dm.metadata.generation, now or datetime.now(timezone.utc))
+    patch = merge_patch(dm_raw.get("status") or {}, status)
     if patch is not None:
         try:
             client.patch_status(API_VERSION, KIND, ns, dm.metadata.name, {"status": patch})
@@ -92,7 +127,11 @@ def apply_plan(
             if exc.status != 404:  # deleted meanwhile: nothing to report on
                 raise
     involved = {"apiVersion": API_VERSION, "kind": KIND, "metadata": dm_raw["metadata"]}
-    for ev in plan.events:
+    events = list(plan.events)
+    old_ready = next((c for c in (dm_raw.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    if conflicts and old_ready.get("reason") != CHILD_CONFLICT:
+        events.append(Event("Warning", CHILD_CONFLICT, conflict_message(conflicts)))
+    for ev in events:
         client.event(involved, ev.type, ev.reason, ev.message)
         writes += 1
-    return writes
+    return writes, conflicts

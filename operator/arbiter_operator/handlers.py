@@ -4,8 +4,9 @@ workers run the one level-based reconcile (reconcile.Reconciler) and schedule th
 Why `on.event` and a queue instead of kopf's create/update/resume handlers, daemons or timers: those store progress
 and diff-base annotations on the object and (daemons, timers) add a finalizer, i.e. they write to the DecisionModel
 on their own. Level-based reconcile needs none of it, and a converged DecisionModel then sees zero writes.
-kopf's own annotations, where any part adds such a handler (e.g. the registry finalizer), use the `arbiter.dev`
-prefix (see `configure`).
+The registry's delete finalizer is part of that reconcile too (registry_handlers.RegistryFinalizer), so kopf never
+writes an annotation to a DecisionModel: no diff base, no progress, however large the spec. `configure` still gives
+kopf's storage the `arbiter.dev` prefix should a change handler ever be added.
 """
 
 from __future__ import annotations
@@ -74,11 +75,12 @@ class WorkQueue:
 
 
 QUEUE_KEY = "arbiter_queue"
+NSWATCH_KEY = "arbiter_nswatch"
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
-# make no API or S3 requests (docs/benchmarks.md, idle cost). Set it (seconds) to also catch what no watch reports,
-# such as a namespace's mesh label changing.
+# make no API or S3 requests (docs/benchmarks.md, idle cost). Namespace labels are watched (nswatch.py); set it
+# (seconds) only to catch what no watch reports.
 RESYNC_SECONDS = float(os.environ.get("ARBITER_RESYNC_SECONDS", "0"))
 WORKERS = int(os.environ.get("ARBITER_WORKERS", "4"))
 ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -151,9 +153,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings)
     queue = WorkQueue()
     kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)))
-    from . import registry_handlers
-
-    memo.setdefault(registry_handlers.KUBE_KEY, kube)  # the registry finalizer uses the same explicit client
     # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
     # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
     from . import artifacts, registration
@@ -167,6 +166,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = Reconciler(kube)
     failures: dict[Key, int] = {}
     memo[QUEUE_KEY] = queue
+    from .nswatch import NamespaceWatch
+
+    # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
+    memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
+                                       asyncio.get_running_loop())
     memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures)) for _ in range(WORKERS)]
 
 
@@ -174,12 +178,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("arbiter_tasks", []):
         task.cancel()
+    if memo.get(NSWATCH_KEY) is not None:
+        memo[NSWATCH_KEY].stop()
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     if event.get("type") == "DELETED":
-        return  # children go with it (owner references); the registry part archives on its own finalizer
+        memo[NSWATCH_KEY].forget(namespace, name)
+        return  # children go with it (owner references); a deletion the finalizer holds arrives as MODIFIED
+    memo[NSWATCH_KEY].note(namespace, name)
     memo[QUEUE_KEY].add((namespace, name))
 
 

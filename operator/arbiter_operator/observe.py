@@ -23,10 +23,20 @@ Observer = Callable[[DecisionModel, Observations], Awaitable[Observations]]
 OBSERVERS: list[Observer] = []
 
 
-def _owned(obj: dict[str, Any], dm: DecisionModel) -> bool:
-    """Owned by this very DecisionModel (not by a deleted one of the same name still being collected)."""
+def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
     refs = (obj.get("metadata") or {}).get("ownerReferences") or []
-    return any(r.get("uid") == dm.metadata.uid for r in refs)
+    return next((r for r in refs if r.get("controller")), None)
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    """Its controller ownerReference is this very DecisionModel (by uid: not a deleted one of the same name still
+    being collected, not a team's object that merely carries our label)."""
+    ref = controller_of(obj)
+    return bool(uid) and ref is not None and ref.get("uid") == uid
+
+
+def _owned(obj: dict[str, Any], dm: DecisionModel) -> bool:
+    return owned_by(obj, dm.metadata.uid)
 
 
 def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False) -> Observations:
@@ -58,8 +68,8 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         namespace_labels=ns_labels,
         inferenceservices=isvcs,
         configmaps=cms,
-        servingruntime=runtime,
-        route=route,
+        servingruntime=runtime if runtime is not None and _owned(runtime, dm) else None,
+        route=route if route is not None and _owned(route, dm) else None,
         podmonitor_api=podmonitor_api,
         podmonitor=podmonitor if podmonitor is not None and _owned(podmonitor, dm) else None,
         default_runtime_image=settings.runtime_image(),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .api.models import DecisionModel, ModelVersion
 from .clients.kube import KubeError
 from .clients.registry import (
     ModelArtifact,
+    RegistrationRefused,
     RegistryClient,
     RegistryRejected,
     RegistryUnreachable,
@@ -41,6 +43,7 @@ from .clients.registry import (
 # Reasons of the `Registered` condition (docs/registry.md lists them).
 REASON_REGISTERED = "Registered"
 REASON_REJECTED = "RegistryRejected"
+REASON_REGISTRATION_REJECTED = "RegistrationRejected"  # the registry refuses the data itself: permanent
 REASON_UNREACHABLE = "RegistryUnreachable"
 REASON_ARCHIVED = "Archived"
 
@@ -127,11 +130,34 @@ def _json_text(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+# The largest string value sent as a custom property. The registry on PostgreSQL indexes property strings, and an
+# index row holds at most 2,704 bytes (after compression, which text with little repetition does not get); larger
+# values are refused with a 500. 2,048 bytes leaves room for the row's own overhead.
+MAX_PROPERTY_BYTES = 2048
+
+
+def schema_reference_uri(owner: Owner, version: str, field: str) -> str:
+    """Where a schema too large for a property lives: the DecisionModel's own spec, in the cluster."""
+    return (f"kubernetes:///apis/arbiter.dev/v1alpha1/namespaces/{owner.namespace}/decisionmodels/{owner.name}"
+            f"#spec.versions[name={version}].metadata.{field}")
+
+
+def fitted(text: str, uri: str) -> str:
+    """`text` itself when it fits a property; otherwise a reference to it with its digest, as JSON: the registry holds
+    what identifies the content exactly, and anyone with the spec can check it (sha256 of the UTF-8 text, sorted keys
+    and compact separators as sent)."""
+    data = text.encode()
+    if len(data) <= MAX_PROPERTY_BYTES:
+        return text
+    return _json_text({"$ref": uri, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)})
+
+
 def version_properties(version: ModelVersion, owner: Owner) -> dict[str, str | int | float | bool]:
     md = version.metadata
     return {
-        KEY_INPUT_SCHEMA: _json_text(md.inputSchema),
-        KEY_OUTPUT_SCHEMA: _json_text(md.outputSchema),
+        KEY_INPUT_SCHEMA: fitted(_json_text(md.inputSchema), schema_reference_uri(owner, version.name, "inputSchema")),
+        KEY_OUTPUT_SCHEMA: fitted(_json_text(md.outputSchema),
+                                  schema_reference_uri(owner, version.name, "outputSchema")),
         KEY_SLA_P95_MS: float(md.sla.p95LatencyMs),
         KEY_TRAINING_FROM: md.trainingData.from_,
         KEY_TRAINING_TO: md.trainingData.to,
@@ -275,7 +301,10 @@ def registered_condition(
     registered: list[str] | None = None,
     rejected: str | None = None,
     unreachable: str | None = None,
+    refused: str | None = None,
 ) -> Condition:
+    if refused is not None:
+        return make_condition(REGISTERED, "False", REASON_REGISTRATION_REJECTED, refused, generation)
     if unreachable is not None:
         return make_condition(
             REGISTERED, "Unknown", REASON_UNREACHABLE,
@@ -417,6 +446,12 @@ async def sync_registry(client: RegistryClient, dm: DecisionModel) -> RegistryRe
         await _archive(client, rm.id, {v.name for v in want.versions}, owner, result)
     except RegistryUnreachable as exc:
         result.condition = registered_condition(gen, unreachable=str(exc))
+        return result
+    except RegistrationRefused as exc:
+        result.condition = registered_condition(
+            gen, refused=f"the Model Registry refuses what was sent ({exc}); retrying cannot help: change the "
+            "version's metadata, or ask the registry's operators. Serving is not affected",
+        )
         return result
     except RegistryRejected as exc:
         result.condition = registered_condition(
@@ -581,6 +616,17 @@ def forget(uid: str) -> None:
 # ---------------------------------------------------------------- the operator's observer hook
 
 
+def permanently_refused(dm: DecisionModel) -> Condition | None:
+    """The `RegistrationRejected` condition, when status holds it for the generation being reconciled (the status
+    read is from before this reconcile, so after a spec change its observedGeneration is the older one)."""
+    from .api.conditions import get_condition
+
+    c = get_condition(dm.status.conditions, REGISTERED)
+    if c is not None and c.reason == REASON_REGISTRATION_REJECTED and c.observedGeneration == dm.metadata.generation:
+        return c
+    return None
+
+
 async def observe_registry(kube: Any, dm: DecisionModel, obs: Any) -> Any:
     """Observer hook (see observe.OBSERVERS): registry ids per version + the `Registered` condition.
     Register with `OBSERVERS.append(functools.partial(observe_registry, kube))`.
@@ -600,6 +646,9 @@ async def observe_registry(kube: Any, dm: DecisionModel, obs: Any) -> Any:
     }
     if target.error is not None:
         return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (target.error,))
+    refused = permanently_refused(dm)
+    if refused is not None:  # the registry refused this very spec for good: asking again cannot change its answer
+        return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (refused,))
     async with registry_lock(dm.metadata.uid):
         if dm.metadata.uid in _DELETING:  # the finalizer is archiving: write nothing, say nothing new
             return replace(obs, registry_ids=ids)

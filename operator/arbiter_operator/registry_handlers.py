@@ -1,13 +1,18 @@
-"""Thin kopf glue for the Model Registry's delete path: deleting a DecisionModel archives its versions in the registry.
+"""The Model Registry's delete path: deleting a DecisionModel archives its versions in the registry.
 
-The registry lives outside the cluster, so owner references cannot clean it up: a finalizer holds the DecisionModel
-until `registration.archive_all` has set every version it registered to ARCHIVED (nothing is deleted: the audit trail
-stays). The handler is filtered on `spec.registry` being present, and kopf adds its finalizer only to objects that
-match an on-delete handler's filters (and removes it again when `spec.registry` is taken out), so a DecisionModel
-without a registry carries no finalizer and sees no write from this module at all.
+The registry lives outside the cluster, so owner references cannot clean it up: the finalizer
+`arbiter.dev/registry-archive` holds the DecisionModel until `registration.archive_all` has set every version it
+registered to ARCHIVED (nothing is deleted: the audit trail stays). The finalizer is added and removed by the
+operator's own reconcile with small JSON patches on `metadata.finalizers` (each guarded by a `test` op), and only on
+DecisionModels with `spec.registry`; a DecisionModel without one sees no write from this module at all.
 
-Registry down, or refusing (a revoked token): kopf.TemporaryError with a growing delay (5 s doubling, at most 5 min),
-the `Registered` condition says why, a Warning event now and then. The escape hatch for SREs (remove the finalizer
+No kopf change handler is used: kopf would keep its diff base (`last-handled-configuration`, a copy of the whole
+spec) in an annotation and write it together with the finalizer removal, which the apiserver refuses once a large
+spec pushes the annotations past 262,144 bytes, and the object would never go. The finalizer earlier builds added
+through kopf (`arbiter.dev/kopf-finalizer`) is treated as this one: handled, then removed.
+
+Registry down, or refusing (a revoked token): retried with a growing delay (5 s doubling, at most 5 min), the
+`Registered` condition says why, a Warning event now and then. The escape hatch for SREs (remove the finalizer
 by hand, which leaves the entries LIVE) is in docs/operations.md ("Deleting a DecisionModel with a registry").
 The object is let go without archiving in two cases, because nothing would ever unblock it: status records no
 registry entry and the registry cannot be asked (it never registered anything: a typo'd URL, a ModelRegistry that
@@ -21,16 +26,16 @@ import asyncio
 import logging
 from typing import Any
 
-import kopf
-
 from .api.conditions import REGISTERED, get_condition, set_condition
-from .api.models import API_VERSION, GROUP, KIND, PLURAL, VERSION, DecisionModel
-from .clients.kube import KubeError, RestKubeClient
+from .api.models import API_VERSION, GROUP, KIND, DecisionModel
+from .clients.kube import KubeError
 from .registration import archive_all, forget, mark_deleting, registry_lock, resolve_registry
 
 log = logging.getLogger("arbiter.registry")
 
-KUBE_KEY = "arbiter_registry_kube"
+FINALIZER = f"{GROUP}/registry-archive"
+LEGACY_FINALIZERS = (f"{GROUP}/kopf-finalizer",)
+OURS = (FINALIZER, *LEGACY_FINALIZERS)
 FIRST_DELAY = 5.0
 MAX_DELAY = 300.0
 EVENT_EVERY = 6  # retries between repeated Warning events (about every 30 min once the delay is at its cap)
@@ -39,13 +44,6 @@ EVENT_EVERY = 6  # retries between repeated Warning events (about every 30 min o
 def retry_delay(retry: int) -> float:
     """Seconds before the next attempt after `retry` failed ones: 5, 10, 20, ... capped at 5 min."""
     return min(MAX_DELAY, FIRST_DELAY * 2 ** min(retry, 16))
-
-
-def _kube(memo: kopf.Memo) -> Any:
-    kube = memo.get(KUBE_KEY)
-    if kube is None:
-        kube = memo[KUBE_KEY] = RestKubeClient()
-    return kube
 
 
 async def _report(kube: Any, raw: dict[str, Any], dm: DecisionModel, cond: Any, retry: int, delay: float) -> None:
@@ -75,44 +73,135 @@ async def _namespace_terminating(kube: Any, namespace: str) -> bool:
     return bool(ns and (ns.get("metadata") or {}).get("deletionTimestamp"))
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, id="registry-archive", field="spec.registry", value=kopf.PRESENT)
-async def archive_on_delete(
-    body: kopf.Body, namespace: str, name: str, retry: int, memo: kopf.Memo, **_: Any
-) -> None:
-    kube = _kube(memo)
-    raw = {k: body[k] for k in body}  # plain dict: the kube client posts events about it
-    dm = DecisionModel.model_validate(raw)
-    mark_deleting(dm.metadata.uid)  # first: a reconcile that gets the registry lock after this writes nothing
-    target = await resolve_registry(kube, dm)
-    if target is None:  # spec.registry removed meanwhile: the filter will drop the finalizer too
-        return
-    delay = retry_delay(retry)
-    # Nothing registered is recorded in status (a typo'd URL, a ModelRegistry that never existed): when the registry
-    # cannot be asked, there is nothing known to archive, and holding the object would block it for good.
-    recorded = any(v.modelVersionId for v in dm.status.versions)
-    if target.error is not None:
-        if not recorded:
-            log.info("%s/%s deleted: no registry entry recorded in status and the registry cannot be found (%s); "
-                     "nothing to archive", namespace, name, target.error.message)
-            return
-        if await _namespace_terminating(kube, namespace):
-            log.warning(
-                "%s/%s: namespace is being deleted and the registry cannot be reached (%s); its versions stay LIVE "
-                "in the Model Registry: archive them there by hand", namespace, name, target.error.message,
-            )
-            return
-        await _report(kube, raw, dm, target.error, retry, delay)
-        raise kopf.TemporaryError(target.error.message, delay=delay)
-    async with registry_lock(dm.metadata.uid), target.client() as client:
-        result = await archive_all(client, dm)
-    if not result.ok and not recorded:
-        log.info("%s/%s deleted: no registry entry recorded in status and the registry cannot be asked (%s); "
-                 "nothing to archive", namespace, name, result.condition.message)
+def finalizers(raw: dict[str, Any]) -> list[str]:
+    return list((raw.get("metadata") or {}).get("finalizers") or [])
+
+
+def holds(raw: dict[str, Any]) -> bool:
+    return any(f in OURS for f in finalizers(raw))
+
+
+def add_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """JSON patch adding the finalizer (None: already held). Guarded by the resourceVersion read."""
+    if holds(raw):
+        return None
+    rv = {"op": "test", "path": "/metadata/resourceVersion", "value": raw["metadata"]["resourceVersion"]}
+    if not finalizers(raw):
+        return [rv, {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]}]
+    return [rv, {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER}]
+
+
+def remove_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """JSON patch removing every finalizer of ours and nothing else (None: none held); each removal tests the value
+    at its index first, so a list someone changed meanwhile makes the patch fail instead of removing theirs."""
+    ops: list[dict[str, Any]] = []
+    for i, f in sorted(enumerate(finalizers(raw)), reverse=True):
+        if f in OURS:
+            path = f"/metadata/finalizers/{i}"
+            ops += [{"op": "test", "path": path, "value": f}, {"op": "remove", "path": path}]
+    return ops or None
+
+
+# What earlier builds let kopf store on a DecisionModel (diff base, handler progress): removed once, so a stale copy of
+# an old spec never counts against the annotations' size limit.
+KOPF_RESIDUE = (f"{GROUP}/last-handled-configuration", f"{GROUP}/registry-archive")
+
+
+def residue_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """Guarded by the resourceVersion read (not by the values: the apiserver's JSON patch compares their encoded
+    bytes, and Go escapes `<`, `>`, `&` where Python does not)."""
+    meta = raw.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    ops = [{"op": "remove", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")}
+           for key in KOPF_RESIDUE if key in annotations]
+    if not ops:
+        return None
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}, *ops]
+
+
+class RegistryFinalizer:
+    """Called by the reconcile for every DecisionModel it reads (see reconcile.Reconciler)."""
+
+    def __init__(self, kube: Any) -> None:
+        self.kube = kube
+        self.retries: dict[str, int] = {}
+
+    async def _patch(self, raw: dict[str, Any], ops: list[dict[str, Any]]) -> None:
+        meta = raw["metadata"]
+        await asyncio.to_thread(self.kube.patch, API_VERSION, KIND, meta["namespace"], meta["name"], ops,
+                                "application/json-patch+json")
+
+    async def keep(self, raw: dict[str, Any], dm: DecisionModel) -> None:
+        """A live DecisionModel: hold the finalizer exactly while spec.registry is set; drop kopf's leftovers."""
+        ops = add_patch(raw) if dm.spec.registry is not None else remove_patch(raw)
+        if ops:
+            await self._patch(raw, ops)
+            raw = await asyncio.to_thread(self.kube.get, API_VERSION, KIND, raw["metadata"]["namespace"],
+                                          raw["metadata"]["name"]) or raw
+        residue = residue_patch(raw)
+        if residue:
+            await self._patch(raw, residue)
+
+    async def finalize(self, raw: dict[str, Any]) -> float | None:
+        """A DecisionModel being deleted that holds our finalizer: archive, then let it go. Returns the seconds
+        until the next attempt (None: done, the finalizer is removed)."""
+        meta = raw["metadata"]
+        uid = meta.get("uid", "")
+        retry = self.retries.get(uid, 0)
+        delay = await self._archive(raw, retry)
+        if delay is not None:
+            self.retries[uid] = retry + 1
+            return delay
+        self.retries.pop(uid, None)
+        ops = remove_patch(raw)
+        if ops:
+            try:
+                await self._patch(raw, ops)
+            except KubeError as exc:
+                if exc.status != 404:
+                    raise
+        return None
+
+    async def _archive(self, raw: dict[str, Any], retry: int) -> float | None:
+        namespace, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
+        try:
+            dm = DecisionModel.model_validate(raw)
+        except Exception as exc:  # a spec this operator cannot read (version skew): never block the delete for it
+            log.error("%s/%s cannot be read (%s); letting it go without archiving", namespace, name, exc)
+            return None
+        kube = self.kube
+        mark_deleting(dm.metadata.uid)  # first: a reconcile that gets the registry lock after this writes nothing
+        target = await resolve_registry(kube, dm)
+        if target is None:  # spec.registry removed meanwhile: nothing to archive
+            return None
+        delay = retry_delay(retry)
+        # Nothing registered is recorded in status (a typo'd URL, a ModelRegistry that never existed): when the
+        # registry cannot be asked, there is nothing known to archive, and holding the object would block it for good.
+        recorded = any(v.modelVersionId for v in dm.status.versions)
+        if target.error is not None:
+            if not recorded:
+                log.info("%s/%s deleted: no registry entry recorded in status and the registry cannot be found (%s); "
+                         "nothing to archive", namespace, name, target.error.message)
+                return None
+            if await _namespace_terminating(kube, namespace):
+                log.warning(
+                    "%s/%s: namespace is being deleted and the registry cannot be reached (%s); its versions stay "
+                    "LIVE in the Model Registry: archive them there by hand", namespace, name, target.error.message,
+                )
+                return None
+            await _report(kube, raw, dm, target.error, retry, delay)
+            return delay
+        async with registry_lock(dm.metadata.uid), target.client() as client:
+            result = await archive_all(client, dm)
+        if not result.ok and not recorded:
+            log.info("%s/%s deleted: no registry entry recorded in status and the registry cannot be asked (%s); "
+                     "nothing to archive", namespace, name, result.condition.message)
+            forget(dm.metadata.uid)
+            return None
+        if not result.ok:
+            await _report(kube, raw, dm, result.condition, retry, delay)
+            return delay
         forget(dm.metadata.uid)
-        return
-    if not result.ok:
-        await _report(kube, raw, dm, result.condition, retry, delay)
-        raise kopf.TemporaryError(result.condition.message, delay=delay)
-    forget(dm.metadata.uid)
-    log.info("%s/%s deleted: archived %s in the Model Registry", namespace, name,
-             ", ".join(result.archived) or "nothing (no LIVE version of it was registered)")
+        log.info("%s/%s deleted: archived %s in the Model Registry", namespace, name,
+                 ", ".join(result.archived) or "nothing (no LIVE version of it was registered)")
+        return None

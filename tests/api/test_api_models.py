@@ -35,7 +35,7 @@ def test_unknown_field_is_an_error():
 
 
 def test_isvc_name_replaces_dots():
-    assert isvc_name("credit-limit", "1.0.0") == "credit-limit-1-0-0"
+    assert isvc_name("credit-limit", "1.0.0") == "credit-limit--1-0-0"
 
 
 def test_canary_example_parses():

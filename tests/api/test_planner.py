@@ -44,8 +44,8 @@ def _converge(dm, obs_for, now=T0, rounds=6):
 def test_first_deployment_then_ready():
     dm = make_dm()
     p = plan(dm, Observations(), T0)
-    assert _kinds(p) == [("ServingRuntime", "credit-limit-runtime"), ("ConfigMap", "credit-limit-1-0-0-decision"),
-                         ("InferenceService", "credit-limit-1-0-0")]
+    assert _kinds(p) == [("ServingRuntime", "credit-limit-runtime"), ("ConfigMap", "credit-limit--1-0-0-decision"),
+                         ("InferenceService", "credit-limit--1-0-0")]
     assert _cond(p, "Ready")["status"] == "False"
     assert _cond(p, "Reconciling")["status"] == "True"
     assert p.status["observedGeneration"] == 1
@@ -56,7 +56,7 @@ def test_first_deployment_then_ready():
     obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)})
     dm, p = _converge(_with_status(dm, p.status), lambda _: obs)
     route = next(c for c in p.children if c["kind"] == "Route")
-    assert route["spec"]["to"] == {"kind": "Service", "name": "credit-limit-1-0-0-predictor", "weight": 100}
+    assert route["spec"]["to"] == {"kind": "Service", "name": "credit-limit--1-0-0-predictor", "weight": 100}
     assert _cond(p, "Ready")["status"] == "True"
     assert _cond(p, "Serving")["status"] == "True"
     assert _cond(p, "Promoted")["status"] == "True"
@@ -113,12 +113,12 @@ def test_failed_isvc_reports_why():
 
 def test_version_not_live_is_deleted():
     dm = make_dm()
-    stray = {"metadata": {"name": "credit-limit-0-9-0", "labels": {"arbiter.dev/version": "0.9.0"}}}
-    stray_cm = {"metadata": {"name": "credit-limit-0-9-0-decision"}}
-    p = plan(dm, Observations(inferenceservices={"credit-limit-0-9-0": stray},
-                              configmaps={"credit-limit-0-9-0-decision": stray_cm}), T0)
-    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-0-9-0") in p.deletions
-    assert ("v1", "ConfigMap", "credit-limit-0-9-0-decision") in p.deletions
+    stray = {"metadata": {"name": "credit-limit--0-9-0", "labels": {"arbiter.dev/version": "0.9.0"}}}
+    stray_cm = {"metadata": {"name": "credit-limit--0-9-0-decision"}}
+    p = plan(dm, Observations(inferenceservices={"credit-limit--0-9-0": stray},
+                              configmaps={"credit-limit--0-9-0-decision": stray_cm}), T0)
+    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit--0-9-0") in p.deletions
+    assert ("v1", "ConfigMap", "credit-limit--0-9-0-decision") in p.deletions
 
 
 def test_invalid_artifacts_deploy_nothing_for_the_version():
@@ -180,7 +180,7 @@ def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves()
     first = plan(dm, Observations(), T0)
     v1 = _ready(next(c for c in first.children if c["kind"] == "InferenceService"))
     v1_cm = next(c for c in first.children if c["kind"] == "ConfigMap")
-    obs1 = Observations(inferenceservices={"credit-limit-1-0-0": v1}, configmaps={v1_cm["metadata"]["name"]: v1_cm})
+    obs1 = Observations(inferenceservices={"credit-limit--1-0-0": v1}, configmaps={v1_cm["metadata"]["name"]: v1_cm})
     dm, _ = _converge(_with_status(dm, first.status), lambda _: obs1)
 
     raw = dm.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -190,12 +190,12 @@ def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves()
     dm2 = DecisionModel.model_validate(raw)
 
     p = plan(dm2, obs1, T0 + timedelta(minutes=1))
-    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-1-0-0") not in p.deletions
-    assert ("v1", "ConfigMap", "credit-limit-1-0-0-decision") not in p.deletions
-    assert ("InferenceService", "credit-limit-1-0-0") not in _kinds(p)  # no spec to render it from: left as it is
-    assert ("InferenceService", "credit-limit-2-0-0") in _kinds(p)
+    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit--1-0-0") not in p.deletions
+    assert ("v1", "ConfigMap", "credit-limit--1-0-0-decision") not in p.deletions
+    assert ("InferenceService", "credit-limit--1-0-0") not in _kinds(p)  # no spec to render it from: left as it is
+    assert ("InferenceService", "credit-limit--2-0-0") in _kinds(p)
     route = next(c for c in p.children if c["kind"] == "Route")
-    assert route["spec"]["to"]["name"] == "credit-limit-1-0-0-predictor"
+    assert route["spec"]["to"]["name"] == "credit-limit--1-0-0-predictor"
     serving = _cond(p, "Serving")
     assert serving["status"] == "True"
     assert "1.0.0 left spec.versions" in serving["message"] and "stopped once 2.0.0" in serving["message"]
@@ -204,14 +204,14 @@ def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves()
 
     # The successor turns ready: it is promoted, and only then is the removed version's InferenceService deleted.
     v2 = _ready(next(c for c in p.children if (c["kind"], c["metadata"]["name"]) ==
-                     ("InferenceService", "credit-limit-2-0-0")))
-    obs2 = Observations(inferenceservices={"credit-limit-1-0-0": v1, "credit-limit-2-0-0": v2},
+                     ("InferenceService", "credit-limit--2-0-0")))
+    obs2 = Observations(inferenceservices={"credit-limit--1-0-0": v1, "credit-limit--2-0-0": v2},
                         configmaps=obs1.configmaps)
     dm2, p2 = _converge(_with_status(dm2, p.status), lambda _: obs2, now=T0 + timedelta(minutes=2))
     assert p2.status["promotion"]["stable"] == "2.0.0"
-    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-1-0-0") in p2.deletions
-    assert ("v1", "ConfigMap", "credit-limit-1-0-0-decision") in p2.deletions
-    assert next(c for c in p2.children if c["kind"] == "Route")["spec"]["to"]["name"] == "credit-limit-2-0-0-predictor"
+    assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit--1-0-0") in p2.deletions
+    assert ("v1", "ConfigMap", "credit-limit--1-0-0-decision") in p2.deletions
+    assert next(c for c in p2.children if c["kind"] == "Route")["spec"]["to"]["name"] == "credit-limit--2-0-0-predictor"
     assert "left spec.versions" not in _cond(p2, "Serving")["message"]
 
 

@@ -32,7 +32,7 @@ def _with(**serving):
 def test_inferenceservice_basics():
     isvc = _isvc()
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
-    assert isvc["metadata"]["name"] == "credit-limit-1-0-0"
+    assert isvc["metadata"]["name"] == "credit-limit--1-0-0"
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
     assert isvc["metadata"]["labels"]["arbiter.dev/decision-model"] == "credit-limit"
     assert isvc["metadata"]["labels"]["arbiter.dev/version"] == "1.0.0"
@@ -135,7 +135,7 @@ def test_configmap_is_the_runtime_contract():
 
     dm = make_dm()
     cm = render_configmap(dm, dm.spec.versions[0])
-    assert cm["metadata"]["name"] == "credit-limit-1-0-0-decision"
+    assert cm["metadata"]["name"] == "credit-limit--1-0-0-decision"
     cfg = json.loads(cm["data"]["decision.json"])
     assert set(cfg) >= {"model", "version", "labels", "reasoningCodes", "steps", "trajectoryMode",
                         "confidenceThreshold", "lowConfidencePolicy", "deadlineMs", "inputSchema", "outputSchema",
@@ -158,9 +158,9 @@ def test_route_weights_tls_and_timeout():
     dm = make_dm()
     route = render_route(dm, {"1.0.0": 90, "1.1.0": 10})
     assert route["metadata"]["name"] == "credit-limit"  # never an InferenceService's name
-    assert route["spec"]["to"] == {"kind": "Service", "name": "credit-limit-1-0-0-predictor", "weight": 90}
+    assert route["spec"]["to"] == {"kind": "Service", "name": "credit-limit--1-0-0-predictor", "weight": 90}
     assert route["spec"]["alternateBackends"] == [
-        {"kind": "Service", "name": "credit-limit-1-1-0-predictor", "weight": 10}
+        {"kind": "Service", "name": "credit-limit--1-1-0-predictor", "weight": 10}
     ]
     # auth on (the default): re-encrypt to the platform's authenticating proxy port on every predictor Service
     assert route["spec"]["tls"] == {"termination": "reencrypt", "insecureEdgeTerminationPolicy": "Redirect"}

@@ -35,7 +35,7 @@ def test_runtime_env_names_its_inferenceservice_and_proxy_trust_follows_the_mesh
     env = _env(make_dm())
     assert env["ARBITER_AUTH"] == "true"
     assert env["ARBITER_AUTH_NAMESPACE"] == "team-a"
-    assert env["ARBITER_AUTH_INFERENCESERVICE"] == "credit-limit-1-0-0"
+    assert env["ARBITER_AUTH_INFERENCESERVICE"] == "credit-limit--1-0-0"
     assert env["ARBITER_AUTH_PROXY_HEADERS"] == "true"
     raw = example()
     raw["spec"]["mesh"] = {"sidecar": "none"}

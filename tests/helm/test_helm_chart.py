@@ -74,10 +74,11 @@ def test_a_namespace_list_switches_the_cluster_role_to_roles() -> None:
     roles = of_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
-    # What stays cluster-wide: only `get` on exactly the watched namespaces (their mesh labels).
+    # What stays cluster-wide: only get/list/watch on exactly the watched namespaces (their mesh labels).
     (cluster_role,) = of_kind(_operator_only(docs), "ClusterRole")
     assert cluster_role["rules"] == [
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"], "resourceNames": ["team-a", "team-b"]}
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
+         "resourceNames": ["team-a", "team-b"]}
     ]
     # The namespaced rules are the ones the all-namespaces ClusterRole grants, no more.
     all_ns_rules = one(_operator_only(render()), "ClusterRole")["rules"]

@@ -74,7 +74,27 @@ CASES = {
                                    "gpuMemoryUtilization in body should be less than or equal to 1"),
     "multi-node-replicas": (lambda b: _set("spec.serving.replicas", 2)(_set("spec.serving.nodes", 2)(b)),
                             "spec.serving.replicas must be 1 when spec.serving.nodes > 1"),
-    "name-too-long": (_set("metadata.name", "a" * 50), "metadata.name plus the longest version name must be at most 52"),
+    "name-too-long": (_set("metadata.name", "a" * 50), "metadata.name plus each version name must be at most 46"),
+    # 42 + len("1.0.0") = 47: the InferenceService would be 49 characters and KServe's label isvc.<isvc>-predictor 64.
+    "name-one-too-long-for-kserves-label": (_set("metadata.name", "a" * 42),
+                                             "app=isvc.<InferenceService>-predictor, a label value of at most 63"),
+    "name-too-long-multi-node": (
+        lambda b: _set("spec.serving.nodes", 2)(_set("metadata.name", "a" * 35)(b)),
+        "with spec.serving.nodes > 1, metadata.name plus each version name must be at most 39",
+    ),
+    "name-with-dot": (_set("metadata.name", "credit.limit"), "KServe requires [a-z]([-a-z0-9]*[a-z0-9])?"),
+    "name-leading-digit": (_set("metadata.name", "1credit"), "metadata.name must start with a letter"),
+    "name-with-separator": (_set("metadata.name", "credit--limit"), "metadata.name must not contain '--'"),
+    "tp-short-alias": (_set("spec.serving.vllm.extraArgs", ["-tp", "3"]),
+                       "--tensor-parallel-size is set by the operator from spec.serving.gpus"),
+    "tp-underscores": (_set("spec.serving.vllm.extraArgs", ["--tensor_parallel_size=3"]),
+                       "--tensor-parallel-size is set by the operator from spec.serving.gpus"),
+    "swap-space-underscore": (_set("spec.serving.vllm.extraArgs", ["--swap_space", "4"]),
+                              "--swap-space was removed in vLLM 0.26"),
+    "disable-log-requests-underscore": (_set("spec.serving.vllm.extraArgs", ["--disable_log_requests"]),
+                                        "--disable-log-requests was removed in vLLM 0.26"),
+    "structured-outputs-dotted": (_set("spec.serving.vllm.extraArgs", ["--structured_outputs_config.backend=x"]),
+                                  "--structured-outputs-config is set by the operator"),
     "one-label": (_set("spec.decision.labels", ["approved"]), "spec.decision.labels: Invalid value"),
 }
 
@@ -115,3 +135,33 @@ def test_canary_example_is_accepted(control_plane, namespace):
     finally:
         api.close()
     assert created["spec"]["promote"]["steps"][1] == {"weight": 50, "holdSeconds": 300}
+
+
+def test_abbreviated_managed_flag_is_reported_by_the_operator_and_nothing_is_deployed(
+    control_plane, namespace, operator_process
+):
+    """`--tensor-parallel 3` passes CEL (argparse prefixes are beyond it) but vLLM reads it as
+    --tensor-parallel-size: the operator refuses it with InvalidSpec and creates no InferenceService."""
+    from kubernetes import client
+
+    from operator_kit import condition, create_dm, eventually, get
+
+    api = control_plane.api_client()
+    try:
+        operator_process(namespaces=[namespace])
+        body = _set("spec.serving.vllm.extraArgs", ["--tensor-parallel", "3"])(example())
+        create_dm(api, namespace, body)
+
+        def stalled():
+            dm = get(api, "arbiter.dev/v1alpha1", "decisionmodels", namespace, "credit-limit")
+            c = condition(dm or {}, "Stalled")
+            return c if c and c["status"] == "True" else None
+
+        c = eventually(stalled, 60, "Stalled=True")
+        assert c["reason"] == "InvalidSpec"
+        assert "'--tensor-parallel'" in c["message"] and "--tensor-parallel-size" in c["message"]
+        isvcs = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "serving.kserve.io", "v1beta1", namespace, "inferenceservices")["items"]
+        assert isvcs == []
+    finally:
+        api.close()

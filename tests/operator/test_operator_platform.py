@@ -35,7 +35,7 @@ def test_dashboard_labels_stable_service_and_address_follow_promotion(
     create_dm(api, namespace, body)
     dm = eventually(lambda: _ready_at(api, namespace, "1.0.0"), 90, "Ready on 1.0.0")
 
-    isvc = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, "credit-limit-1-0-0")
+    isvc = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, "credit-limit--1-0-0")
     assert isvc["metadata"]["labels"]["opendatahub.io/dashboard"] == "true"
     assert isvc["metadata"]["annotations"]["security.opendatahub.io/enable-auth"] == "true"
     runtime = get(api, "serving.kserve.io/v1alpha1", "servingruntimes", namespace, "credit-limit-runtime")

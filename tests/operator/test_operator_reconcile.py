@@ -10,7 +10,7 @@ from kubernetes import client
 from operator_kit import condition, create_dm, eventually, example, get, kubectl
 
 DM = "credit-limit"
-ISVC = "credit-limit-1-0-0"
+ISVC = "credit-limit--1-0-0"
 
 
 def _dm(api, ns):
@@ -30,7 +30,7 @@ def _versions(api, ns) -> dict[str, str]:
         "isvc": get(api, "serving.kserve.io/v1beta1", "inferenceservices", ns, ISVC),
         "runtime": get(api, "serving.kserve.io/v1alpha1", "servingruntimes", ns, "credit-limit-runtime"),
         "route": get(api, "route.openshift.io/v1", "routes", ns, DM),
-        "configmap": get(api, "v1", "configmaps", ns, "credit-limit-1-0-0-decision"),
+        "configmap": get(api, "v1", "configmaps", ns, "credit-limit--1-0-0-decision"),
         "podmonitor": get(api, "monitoring.coreos.com/v1", "podmonitors", ns, DM),
     }
     return {k: o["metadata"]["resourceVersion"] for k, o in objs.items()}
@@ -60,7 +60,7 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
 
     runtime = get(api, "serving.kserve.io/v1alpha1", "servingruntimes", namespace, "credit-limit-runtime")
     assert runtime["spec"]["supportedModelFormats"][0]["name"] == "vLLM"
-    cm = get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")
+    cm = get(api, "v1", "configmaps", namespace, "credit-limit--1-0-0-decision")
     assert json.loads(cm["data"]["decision.json"])["labels"] == ["approved", "rejected", "review"]
     route = get(api, "route.openshift.io/v1", "routes", namespace, DM)
     assert route["spec"]["to"] == {"kind": "Service", "name": f"{ISVC}-predictor", "weight": 100}
@@ -120,9 +120,9 @@ def test_converged_reconcile_writes_nothing_and_drift_is_restored(
     # Deleted children come back.
     custom.delete_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", ISVC)
     custom.delete_namespaced_custom_object("route.openshift.io", "v1", namespace, "routes", DM)
-    client.CoreV1Api(api).delete_namespaced_config_map("credit-limit-1-0-0-decision", namespace)
+    client.CoreV1Api(api).delete_namespaced_config_map("credit-limit--1-0-0-decision", namespace)
     eventually(lambda: get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC), 30, "ISVC back")
-    eventually(lambda: get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision"), 30, "ConfigMap back")
+    eventually(lambda: get(api, "v1", "configmaps", namespace, "credit-limit--1-0-0-decision"), 30, "ConfigMap back")
     eventually(lambda: _ready(api, namespace), 30, "Ready again")
     eventually(lambda: get(api, "route.openshift.io/v1", "routes", namespace, DM), 30, "Route back")
 
@@ -175,7 +175,7 @@ def test_operator_side_invalid_spec_stalls_without_touching_serving(
     assert condition(dm, "Ready")["status"] == "False"
     after = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC)
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
-    cm = get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")
+    cm = get(api, "v1", "configmaps", namespace, "credit-limit--1-0-0-decision")
     assert json.loads(cm["data"]["decision.json"])["fallbackRules"][0]["decision"] == "review"
 
 
@@ -191,7 +191,7 @@ def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
         "arbiter.dev", "v1alpha1", namespace, "decisionmodels", DM, {"spec": {"decision": {"confidenceThreshold": 0.9}}}
     )
     eventually(
-        lambda: json.loads(get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")["data"]
+        lambda: json.loads(get(api, "v1", "configmaps", namespace, "credit-limit--1-0-0-decision")["data"]
                            ["decision.json"])["confidenceThreshold"] == 0.9,
         30, "ConfigMap updated",
     )
@@ -264,13 +264,13 @@ def test_removed_stable_version_serves_until_its_successor_does(
 
     def successor_loading():
         d = _dm(api, namespace)
-        new = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, "credit-limit-1-1-0")
+        new = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, "credit-limit--1-1-0")
         return d if new and d["status"]["observedGeneration"] == 2 and d["status"]["promotion"]["phase"] == "Waiting" \
             else None
 
     dm = eventually(successor_loading, 60, "1.1.0 deployed and loading")
     assert get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC), "serving version torn down"
-    assert get(api, "v1", "configmaps", namespace, "credit-limit-1-0-0-decision")
+    assert get(api, "v1", "configmaps", namespace, "credit-limit--1-0-0-decision")
     assert get(api, "route.openshift.io/v1", "routes", namespace, DM)["spec"]["to"]["name"] == f"{ISVC}-predictor"
     serving = condition(dm, "Serving")
     assert serving["status"] == "True", serving
@@ -278,7 +278,7 @@ def test_removed_stable_version_serves_until_its_successor_does(
     old = next(v for v in dm["status"]["versions"] if v["name"] == "1.0.0")
     assert old["phase"] == "Ready" and "left spec.versions" in old["message"]
 
-    set_state("credit-limit-1-1-0", "ready")
+    set_state("credit-limit--1-1-0", "ready")
 
     def switched():
         d = _ready(api, namespace)
@@ -288,4 +288,4 @@ def test_removed_stable_version_serves_until_its_successor_does(
     eventually(lambda: get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC) is None, 30,
                "1.0.0 stopped")
     route = get(api, "route.openshift.io/v1", "routes", namespace, DM)
-    assert route["spec"]["to"]["name"] == "credit-limit-1-1-0-predictor"
+    assert route["spec"]["to"]["name"] == "credit-limit--1-1-0-predictor"

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from arbiter_operator.api.models import isvc_name
 from arbiter_operator.devenv.kserve_standin import STATE_ANNOTATION, KServeStandIn
 from arbiter_operator.devenv.operator_process import OperatorProcess
 from plannerdrive import two_versions
@@ -121,7 +122,7 @@ class E2E:
 
     def set_state(self, version: str, state: str) -> None:
         """Steer the KServe stand-in for this version's InferenceService (ready | pending | failed)."""
-        name = f"{self.name}-{version.replace('.', '-')}"
+        name = isvc_name(self.name, version)
         self.objs.patch_namespaced_custom_object(
             "serving.kserve.io", "v1beta1", self.ns, "inferenceservices", name,
             {"metadata": {"annotations": {STATE_ANNOTATION: state}}}, _content_type="application/merge-patch+json",
@@ -137,7 +138,7 @@ class E2E:
             raise
         spec = route["spec"]
         backends = [spec["to"], *(spec.get("alternateBackends") or [])]
-        by_service = {f"{self.name}-{v.replace('.', '-')}-predictor": v for v in (V1, V2)}
+        by_service = {f"{isvc_name(self.name, v)}-predictor": v for v in (V1, V2)}
         return {by_service[b["name"]]: b.get("weight", 100) for b in backends if b.get("weight", 100) > 0}
 
     # -- waiting ----------------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from arbiter_operator.api.models import isvc_name
+
 WORKLOAD = Path(__file__).with_name("prom_workload.py")
 
 
@@ -70,7 +72,7 @@ class Target:
         urllib.request.urlopen(req, timeout=5).close()
 
     def labels(self) -> dict[str, str]:
-        isvc = f"{self.model}-{self.version.replace('.', '-')}"
+        isvc = isvc_name(self.model, self.version)
         return {
             "namespace": self.namespace,
             "pod": f"{isvc}-predictor-5d9f7c-abcde",

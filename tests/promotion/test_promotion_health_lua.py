@@ -117,3 +117,49 @@ def test_snapshots_from_the_real_operator(path):
     each file holds the object and the health Argo CD must show for it."""
     case = json.loads(path.read_text())
     assert health(case["object"])[0] == case["health"]
+
+
+def _failed_promotion() -> dict:
+    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
+                            analysis={"intervalSeconds": 30, "minRequests": 50}))
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(5)
+    d.edit_spec(version="1.1.0")
+    d.reconcile(1)
+    d.set_ready("1.1.0")
+    d.reconcile(1)
+    d.now += timedelta(seconds=30)
+    d.reconcile(0, d.analysis(0.4, 0, 500))
+    return d.reconcile(1)
+
+
+def test_degraded_message_names_the_stable_version_from_status_promotion():
+    s = _failed_promotion()
+    for c in s["status"]["conditions"]:  # whatever the conditions happen to say
+        c["message"] = "something went wrong"
+    status, message = health(s)
+    assert status == "Degraded"
+    assert "promotion of 1.1.0 failed" in message and "stable version 1.0.0 keeps serving" in message
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(stalled_message=st.text(max_size=200), reason=st.text(min_size=1, max_size=40),
+       stable=st.text(alphabet="0123456789.abc-", min_size=1, max_size=20), failed=st.booleans())
+def test_every_degraded_message_names_the_stable_version(stalled_message, reason, stable, failed):
+    """Hostile condition text and promotion fields: Degraded always says which version serves."""
+    s = copy.deepcopy(_FAILED)
+    s["status"]["promotion"]["stable"] = stable
+    if not failed:
+        s["status"]["promotion"]["phase"] = "Idle"
+    for c in s["status"]["conditions"]:
+        if c["type"] == "Stalled":
+            c.update(message=stalled_message, reason=reason)
+    status, message = health(s)
+    assert status == "Degraded" and f"stable version {stable} keeps serving" in message
+
+
+_FAILED = _failed_promotion()

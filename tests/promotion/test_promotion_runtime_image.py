@@ -77,13 +77,13 @@ def test_new_image_arrives_as_the_canary_candidate_and_rolls_back_with_it():
         d.reconcile(1)
     route = next(c for c in d.last_children if c["kind"] == "Route")
     weights = {b["name"]: b["weight"] for b in [route["spec"]["to"], *route["spec"].get("alternateBackends", [])]}
-    assert weights == {"credit-limit-1-0-0-predictor": 90, "credit-limit-1-1-0-predictor": 10}
+    assert weights == {"credit-limit--1-0-0-predictor": 90, "credit-limit--1-1-0-predictor": 10}
     # The candidate on the new image breaches its SLA: the promotion fails and stable (old image) takes all traffic.
     for _ in range(4):
         d.reconcile(6, d.analysis(p95_s=5.0, errors=0.0, requests=100.0))
     assert d.body["status"]["promotion"]["phase"] == "Failed"
     route = next(c for c in d.last_children if c["kind"] == "Route")
-    assert route["spec"]["to"]["name"] == "credit-limit-1-0-0-predictor" and route["spec"]["to"]["weight"] == 100
+    assert route["spec"]["to"]["name"] == "credit-limit--1-0-0-predictor" and route["spec"]["to"]["weight"] == 100
     assert d.image_of("1.0.0") == OLD
 
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.cluster
 
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "decisionmodel.yaml"
-FINALIZER = "arbiter.dev/kopf-finalizer"
+FINALIZER = "arbiter.dev/registry-archive"
 RM_LABEL = "modelregistry.opendatahub.io/registered-model-id"
 MV_LABEL = "modelregistry.opendatahub.io/model-version-id"
 

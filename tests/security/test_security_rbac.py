@@ -132,7 +132,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
         c = condition(dm_now or {}, "Promoted")
         isvcs = custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", ns, "inferenceservices")["items"]
         names = sorted(i["metadata"]["name"] for i in isvcs)
-        return c and c["status"] == "True" and names == ["credit-limit-1-1-0"]
+        return c and c["status"] == "True" and names == ["credit-limit--1-1-0"]
 
     eventually(promoted, 120, "1.1.0 promoted and 1.0.0 stopped")
     _ready(admin, ns, "credit-limit")
@@ -147,7 +147,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
         dm_now = get(admin, f"{G}/{V}", P, ns, "credit-limit") or {}
         phase = ((dm_now.get("status") or {}).get("promotion") or {}).get("phase")
         isvcs = custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", ns, "inferenceservices")["items"]
-        return phase == "Failed" and [i["metadata"]["name"] for i in isvcs] == ["credit-limit-1-1-0"]
+        return phase == "Failed" and [i["metadata"]["name"] for i in isvcs] == ["credit-limit--1-1-0"]
 
     eventually(rolled_back, 120, "the canary to 1.0.0 rolled back")
 
@@ -273,9 +273,10 @@ def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_
     identity = install_chart_identity(
         cp, admin, tmp_path, values={"watchedNamespaces": [ns]}, release_namespace=f"arbiter-{ns}"
     )
-    # Only a Role in the watched namespace, and cluster-wide nothing but `get` on that namespace.
+    # Only a Role in the watched namespace, and cluster-wide nothing but reading and watching that namespace.
     cluster = [r for where, r in identity.rules if where is None]
-    assert cluster == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"], "resourceNames": [ns]}]
+    assert cluster == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
+                        "resourceNames": [ns]}]
     seed_model_storage(s3_server, admin, ns)
     standin = KServeStandIn(admin, [ns]).start()
     op = _operator(identity, [ns], tmp_path)

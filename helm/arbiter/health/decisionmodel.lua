@@ -60,9 +60,29 @@ local reconciling = condition("Reconciling")
 local promotion = obj.status.promotion or {}
 local phase = promotion.phase or "Idle"
 
+-- Who serves, from status.promotion (not from a condition's wording): named in every Degraded message.
+local function serving_note()
+  if promotion.stable ~= nil and promotion.stable ~= "" then
+    return "stable version " .. promotion.stable .. " keeps serving"
+  end
+  return "no stable version serves yet"
+end
+
 if stalled ~= nil and stalled.status == "True" then
   hs.status = "Degraded"
-  hs.message = (stalled.reason or "Stalled") .. ": " .. msg(stalled, "the operator cannot progress without a change")
+  if phase == "Failed" then
+    local version = promotion.failedVersion or promotion.candidate or "the candidate"
+    local reason = promotion.failureReason or stalled.reason or "PromotionFailed"
+    local why = promotion.failureMessage
+    if why == nil or why == "" then
+      why = msg(stalled, "the promotion failed")
+    end
+    hs.message = reason .. ": promotion of " .. version .. " failed and was rolled back (" .. why .. "); "
+      .. serving_note()
+  else
+    hs.message = (stalled.reason or "Stalled") .. ": " .. msg(stalled, "the operator cannot progress without a change")
+      .. "; " .. serving_note()
+  end
   return hs
 end
 

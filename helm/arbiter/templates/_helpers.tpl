@@ -52,9 +52,9 @@ Every rule is exercised by the reconcile and promotion scenarios run as this Ser
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}
-# The DecisionModel: kopf lists and watches it; the reconcile reads it. patch: only metadata, only for a DecisionModel
-# with spec.registry (the finalizer that archives its registry versions on delete, and kopf's arbiter.dev/ retry
-# annotations while the registry is down; registry_handlers.py). The operator never writes its spec.
+# The DecisionModel: kopf lists and watches it; the reconcile reads it. patch: metadata only: the finalizer that
+# archives its registry versions on delete (only with spec.registry), and the one-time removal of kopf's annotations
+# earlier builds wrote (registry_handlers.py). The operator never writes its spec.
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels"]
   verbs: ["get", "list", "watch", "patch"]
@@ -63,12 +63,15 @@ reason for each is in docs/security.md. Keep the three in step.
   resources: ["decisionmodels/status"]
   verbs: ["patch"]
 # Children are written by server-side apply: a `patch`, which needs `create` too when the object is new. They are
-# watched (kopf, by the arbiter.dev/decision-model label) and listed to see drift; InferenceServices and decision
-# ConfigMaps of retired versions are deleted (everything else goes with the DecisionModel through owner references).
+# watched (kopf, by the arbiter.dev/decision-model label) and listed to see drift; a name not found among the
+# DecisionModel's own is read (get) before it is created, so an object someone else owns is never written;
+# InferenceServices and decision ConfigMaps of retired versions are deleted (everything else goes with the
+# DecisionModel through owner references).
 - apiGroups: ["serving.kserve.io"]
   resources: ["inferenceservices"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
-# get: CA bundles named by spec.storage.caBundleConfigMapRef and spec.registry.caBundleConfigMapRef, read by name.
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# get: CA bundles named by spec.storage.caBundleConfigMapRef and spec.registry.caBundleConfigMapRef, read by name,
+# and a decision ConfigMap's name read before it is created.
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -110,10 +113,11 @@ reason for each is in docs/security.md. Keep the three in step.
 
 {{/* Cluster-scoped reads, granted by a ClusterRole in both modes. */}}
 {{- define "arbiter.clusterRules" -}}
-# Namespace labels decide the Istio sidecar exclusion (spec.mesh.sidecar: auto).
+# Namespace labels decide the Istio sidecar exclusion (spec.mesh.sidecar: auto); each namespace holding
+# DecisionModels is read and watched alone (fieldSelector metadata.name, which resourceNames can grant).
 - apiGroups: [""]
   resources: ["namespaces"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 {{- if .resourceNames }}
   resourceNames:
 {{ toYaml .resourceNames | indent 4 }}

@@ -169,6 +169,37 @@ def _strip_defaults(node: Any) -> Any:
     return node
 
 
+def name_rules() -> list[dict[str, str]]:
+    """Rules on metadata.name: every name the operator and KServe derive from it must be valid (see models.py)."""
+    m = models
+    return [
+        {
+            "rule": f"self.metadata.name.matches('{m.ISVC_NAME_PATTERN}')",
+            "message": "metadata.name must start with a letter and hold only lowercase letters, digits and '-' "
+            f"(no dots): it begins every InferenceService name, and KServe requires {m.ISVC_NAME_PATTERN[1:-1]}",
+        },
+        {
+            "rule": f"!self.metadata.name.contains('{m.NAME_SEPARATOR}')",
+            "message": f"metadata.name must not contain '{m.NAME_SEPARATOR}': child names are "
+            f"<name>{m.NAME_SEPARATOR}<version>, and '{m.NAME_SEPARATOR}' is what keeps two DecisionModels' "
+            "children apart",
+        },
+        {
+            "rule": f"self.spec.versions.all(v, size(self.metadata.name) + size(v.name) <= {m.MAX_NAME_PLUS_VERSION})",
+            "message": f"metadata.name plus each version name must be at most {m.MAX_NAME_PLUS_VERSION} characters: "
+            f"the InferenceService is <name>{m.NAME_SEPARATOR}<version> and KServe labels its pods "
+            f"app=isvc.<InferenceService>-predictor, a label value of at most {m.LABEL_VALUE_MAX} characters",
+        },
+        {
+            "rule": f"self.spec.serving.nodes == 1 || self.spec.versions.all(v, size(self.metadata.name) + "
+            f"size(v.name) <= {m.MAX_NAME_PLUS_VERSION_MULTINODE})",
+            "message": f"with spec.serving.nodes > 1, metadata.name plus each version name must be at most "
+            f"{m.MAX_NAME_PLUS_VERSION_MULTINODE} characters: KServe labels the workers "
+            f"app=isvc.<InferenceService>-predictor-worker, a label value of at most {m.LABEL_VALUE_MAX} characters",
+        },
+    ]
+
+
 def openapi_schema() -> dict[str, Any]:
     spec = _object_schema(DecisionModelSpec)
     status = _strip_defaults(_object_schema(DecisionModelStatus))
@@ -187,16 +218,7 @@ def openapi_schema() -> dict[str, Any]:
             "spec": spec,
             "status": status,
         },
-        "x-kubernetes-validations": [
-            {
-                # Child names: <dm>-<version> for the InferenceService and <isvc>-predictor for KServe's Service.
-                "rule": f"self.spec.versions.all(v, size(self.metadata.name) + size(v.name) <= "
-                f"{models.MAX_NAME_PLUS_VERSION})",
-                "message": f"metadata.name plus the longest version name must be at most "
-                f"{models.MAX_NAME_PLUS_VERSION} characters (KServe names the Service <name>-<version>-predictor, "
-                "a 63-character DNS label)",
-            }
-        ],
+        "x-kubernetes-validations": name_rules(),
     }
 
 

@@ -33,9 +33,21 @@ DEFAULT_RUNTIME_IMAGE = "quay.io/arbiter-dev/arbiter-runtime:0.1.0"
 # KServe's own name for the Secret its storage initializer reads (one key per storage profile).
 DEFAULT_STORAGE_SECRET = "storage-config"
 
-# The longest name Kubernetes accepts for a Service (a DNS label). KServe names the predictor Service
-# `<isvc>-predictor`, and the InferenceService is `<dm>-<version slug>`: 63 - len("-") - len("-predictor") = 52.
-MAX_NAME_PLUS_VERSION = 52
+# Child names (api/naming below; docs/architecture.md "Child names" has the proof that they never coincide):
+# the InferenceService is `<name>--<version slug>`, and KServe v0.17 derives from it the predictor Deployment and
+# Service `<isvc>-predictor` and the pod label `app: isvc.<isvc>-predictor`; a label value is at most 63 characters,
+# so the InferenceService name is at most 63 - len("isvc.") - len("-predictor") = 48 characters, i.e. name plus
+# version at most 48 - len("--") = 46. Multi-node predictors add `-worker` (label `isvc.<isvc>-predictor-worker`):
+# 41 and 39.
+NAME_SEPARATOR = "--"
+LABEL_VALUE_MAX = 63
+MAX_ISVC_NAME = LABEL_VALUE_MAX - len("isvc.") - len("-predictor")
+MAX_ISVC_NAME_MULTINODE = MAX_ISVC_NAME - len("-worker")
+MAX_NAME_PLUS_VERSION = MAX_ISVC_NAME - len(NAME_SEPARATOR)
+MAX_NAME_PLUS_VERSION_MULTINODE = MAX_ISVC_NAME_MULTINODE - len(NAME_SEPARATOR)
+# KServe's InferenceService name rule (IsvcNameFmt in its validating webhook); the DecisionModel's name starts every
+# InferenceService name, so it must fit the same rule (no dots, a letter first).
+ISVC_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=63)]
 ShortStr = Annotated[str, StringConstraints(max_length=256)]
@@ -70,12 +82,31 @@ MANAGED_VLLM_FLAGS: dict[str, str] = {
     "--dtype": "spec.serving.vllm.dtype",
     "--seed": "spec.serving.vllm.seed",
     "--structured-outputs-config": "spec.serving.vllm.structuredOutputsBackend",
+    "--port": "the runtime contract (vLLM listens on 8000 inside the pod, behind the decision server)",
+    "--served-model-name": "spec.model.name",
+}
+# vLLM 0.26's short spellings of long flags (EngineArgs.add_cli_args; `-O` is FlexibleArgumentParser's own case).
+VLLM_SHORT_ALIASES: dict[str, str] = {
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-dp": "--data-parallel-size",
+    "-dpl": "--data-parallel-size-local",
+    "-dpa": "--data-parallel-address",
+    "-dpp": "--data-parallel-rpc-port",
+    "-q": "--quantization",
+    "-O": "--optimization-level",
 }
 
 
 def _flag_rule(flag: str, message: str) -> dict[str, str]:
-    # `--flag` and `--flag=value` both count.
-    return {"rule": f"!self.exists(a, a == '{flag}' || a.startsWith('{flag}='))", "message": message}
+    # As vLLM's parser reads them: `--flag`, `--flag=value`, `--flag.key=value`, with `_` for `-` anywhere in the
+    # name, and the flag's short aliases. Prefix abbreviations are the operator's check (plan/vllm_args.py).
+    n = "a.replace('_', '-')"
+    spellings = [f"{n} == '{flag}'", f"{n}.startsWith('{flag}=')", f"{n}.startsWith('{flag}.')"]
+    for alias, target in VLLM_SHORT_ALIASES.items():
+        if target == flag:
+            spellings += [f"a == '{alias}'", f"a.startsWith('{alias}=')"]
+    return {"rule": f"!self.exists(a, {' || '.join(spellings)})", "message": message}
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -575,4 +606,12 @@ def version_slug(version: str) -> str:
 
 
 def isvc_name(dm_name: str, version: str) -> str:
+    """`<dm>--<slug>`. Injective on (dm, slug) because a DecisionModel name never contains `--` and never ends with
+    `-` (the CRD refuses both): the first `--` of an InferenceService name is the separator."""
+    return f"{dm_name}{NAME_SEPARATOR}{version_slug(version)}"
+
+
+def legacy_isvc_name(dm_name: str, version: str) -> str:
+    """The name earlier builds gave an InferenceService (`<dm>-<slug>`, not injective). Only read, to replace such
+    children without an outage; never created."""
     return f"{dm_name}-{version_slug(version)}"

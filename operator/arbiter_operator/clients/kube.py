@@ -85,7 +85,10 @@ class KubeClient(Protocol):
     def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
     ) -> dict[str, Any]: ...
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool: ...
+    def patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]: ...
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool: ...
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
     def served(self, api_version: str, kind: str) -> bool: ...
 
@@ -182,16 +185,26 @@ class RestKubeClient:
             content_type="application/merge-patch+json",
         )
 
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+    def patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]:
+        """A plain PATCH (e.g. a JSON patch of metadata.finalizers); never for children (they are applied)."""
+        self._write("patch", kind, f"{namespace or ''}/{name}")
+        return self._call("PATCH", kind_of(api_version, kind).path(namespace, name), body=body,
+                          query=[("fieldManager", self.field_manager)], content_type=content_type)
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
+        """uid: delete only that very object (a precondition: never one someone re-created under the name)."""
         self._write("delete", kind, f"{namespace or ''}/{name}")
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
-            self._call(
-                "DELETE",
-                kind_of(api_version, kind).path(namespace, name),
-                body={"propagationPolicy": "Background"},
-            )
+            self._call("DELETE", kind_of(api_version, kind).path(namespace, name), body=body)
         except KubeError as exc:
             if exc.status == 404:
+                return False
+            if exc.status == 409 and uid:  # the precondition failed: it is another object now, not ours to delete
                 return False
             raise
         return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -49,6 +50,20 @@ class RegistryRejected(RegistryError):
         self.path = path
         self.server_message = message
         super().__init__(f"registry answered {status} to {method} {path}: {message}")
+
+
+class RegistrationRefused(RegistryRejected):
+    """The registry answered 5xx, but for the data sent, not for an outage: retrying the same request can never
+    succeed (e.g. PostgreSQL's SQLSTATE 54000, a property value too large for its index). Permanent."""
+
+
+# Database errors a 5xx carries when the request's data, not the server, is the problem (PostgreSQL SQLSTATE classes
+# 22 "data exception" and 54 "program limit exceeded"; the registry on PostgreSQL reports both as 500).
+_PERMANENT_5XX = re.compile(r"SQLSTATE (22\d\d\d|54\d\d\d)|index row (size|requires)|value too long")
+
+
+def permanent_refusal(status: int, message: str) -> bool:
+    return status >= 500 and bool(_PERMANENT_5XX.search(message))
 
 
 # ---------------------------------------------------------------- typed custom properties
@@ -214,6 +229,8 @@ class RegistryClient:
             raise RegistryUnreachable(f"cannot reach the registry ({type(exc).__name__}: {exc})") from None
         if resp.status_code == 404 and not_found_ok:
             return None
+        if permanent_refusal(resp.status_code, msg := _message(resp, self._redact)):
+            raise RegistrationRefused(resp.status_code, method, path, msg)
         if resp.status_code >= 500:
             raise RegistryUnreachable(
                 f"registry answered {resp.status_code} to {method} {path}: {_message(resp, self._redact)}",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Mapping
 
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
@@ -23,7 +23,7 @@ from ..render import (
 from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
 from .model import ArtifactObservation, Event, Observations, Plan
-from .validate import operator_side_problems
+from .validate import operator_side_problems, size_problems
 
 INVALID_SPEC = "InvalidSpec"
 # KServe's model transition states that mean "this will not become ready without a change".
@@ -100,7 +100,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     events: list[Event] = []
     old_ready = c.get_condition(old.conditions, c.READY)
 
-    problems = operator_side_problems(dm.spec)
+    problems = operator_side_problems(dm.spec) + size_problems(dm)
     if problems:
         # What serves keeps serving: no child is touched, the promotion does not move; the user must fix the spec.
         msg = "; ".join(problems) + ". Nothing was changed: fix the spec to continue."
@@ -114,11 +114,9 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
 
     versions = {v.name: v for v in dm.spec.versions}
     names = tuple(versions)
-    isvc_by_version: dict[str, dict[str, Any]] = {}
-    for name, isvc in obs.inferenceservices.items():
-        label = ((isvc.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION)
-        if label:
-            isvc_by_version[label] = isvc
+    # The InferenceService that speaks for each version (see `serving_inferenceservices`); `serving_names` holds its
+    # name, which differs from isvc_name() only while one under an earlier naming scheme still carries the traffic.
+    serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.inferenceservices)
 
     vobs: dict[str, VersionObservation] = {}
     for v in set(names) | set(isvc_by_version):
@@ -164,7 +162,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None
     if stable is not None and stable in versions:
         children.append(render_stable_service(dm, stable))  # follows the stable version; status.address names it
-    route = render_route(dm, pplan.traffic)
+    route = render_route(dm, pplan.traffic, {v: f"{n}-predictor" for v, n in serving_names.items()})
     if route is not None:
         children.append(route)
     # No ready version: the Route is left as it is (it may point at a version coming back); never pointed at nothing.
@@ -173,8 +171,10 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
     # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
     retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
-    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained}
+    kept = [v for v in live + retained if v in serving_names]  # earlier-named ones still serving, or retained
+    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained} | {serving_names[v] for v in kept}
     wanted_cms = {configmap_name(dm.metadata.name, v) for v in live + retained}
+    wanted_cms |= {f"{serving_names[v]}-decision" for v in kept}  # the ConfigMap that InferenceService mounts
     deletions = [("serving.kserve.io/v1beta1", "InferenceService", n) for n in sorted(obs.inferenceservices)
                  if n not in wanted_isvcs]
     deletions += [("v1", "ConfigMap", n) for n in sorted(obs.configmaps) if n not in wanted_cms]
@@ -244,7 +244,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             VersionStatus(
                 name=v,
                 phase=_phase(o.exists, o.ready, o.failed, v in pplan.live, art),  # type: ignore[arg-type]
-                inferenceService=isvc_name(dm.metadata.name, v) if o.exists or v in pplan.live else None,
+                inferenceService=serving_names.get(v, isvc_name(dm.metadata.name, v))
+                if o.exists or v in pplan.live else None,
                 ready=o.ready,
                 registeredModelId=ids.get("registeredModelId"),
                 modelVersionId=ids.get("modelVersionId"),
@@ -266,6 +267,54 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         promotion=pplan.status,
     )
     return Plan(children, deletions, _dump(status), events, sooner(pplan.requeue_after, recheck_after(conditions, now)))
+
+
+def serving_inferenceservices(
+    dm_name: str, owned: Mapping[str, dict[str, Any]]
+) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    """Per version (by its label): the name and object of the InferenceService that speaks for it.
+
+    That is the one named isvc_name(), unless it is not ready yet and an owned one under an earlier naming scheme
+    is: then the earlier one keeps the traffic (and is kept) until its successor serves. Renaming therefore never
+    tears a live version down before the new object is ready. `owned` holds only this DecisionModel's children.
+    """
+    names: dict[str, str] = {}
+    objs: dict[str, dict[str, Any]] = {}
+    for name, isvc in sorted(owned.items()):
+        version = ((isvc.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION)
+        if not version:
+            continue
+        canonical = name == isvc_name(dm_name, version)
+        current = objs.get(version)
+        if current is None or canonical and (isvc_state(isvc)[1] or not isvc_state(current)[1]) or (
+            not canonical and isvc_state(isvc)[1] and not isvc_state(current)[1]
+        ):
+            names[version], objs[version] = name, isvc
+    return names, objs
+
+
+CHILD_CONFLICT = "ChildConflict"
+
+
+def conflict_message(conflicts: list[str]) -> str:
+    shown = conflicts[:4] + ([f"{len(conflicts) - 4} more"] if len(conflicts) > 4 else [])
+    return ("; ".join(shown) + ". Arbiter writes only to objects whose controller is this DecisionModel: delete "
+            "or rename those objects, or give this DecisionModel another name")
+
+
+def with_child_conflicts(
+    status: dict[str, Any], conflicts: list[str], generation: int, now: datetime
+) -> dict[str, Any]:
+    """The planned status, with the children other owners hold reported: Stalled=True and Ready=False, reason
+    ChildConflict (a person must act; the operator retries, and the rest of the DecisionModel is reconciled)."""
+    msg = conflict_message(conflicts)
+    conditions = [Condition.model_validate(x) for x in status.get("conditions") or []]
+    for type_ in (c.STALLED, c.READY):
+        conditions = set_condition(
+            conditions, make_condition(type_, "True" if type_ == c.STALLED else "False", CHILD_CONFLICT, msg,
+                                       generation, now)  # type: ignore[arg-type]
+        )
+    return {**status, "conditions": [x.model_dump(mode="json", exclude_none=True) for x in conditions]}
 
 
 def _retained_note(retained: list[str], st: Any, target: str, names: tuple[str, ...]) -> str:

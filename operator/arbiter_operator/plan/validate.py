@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import jsonschema
 
-from ..api.models import DecisionModelSpec
-from ..render.configmap import effective_decision
+from ..api.models import DecisionModel, DecisionModelSpec
+from ..render.common import CONFIG_FILE
+from ..render.configmap import decision_config, effective_decision
+from .vllm_args import arg_problems
 from .output_schema import output_schema_clash
 
 
@@ -42,5 +46,31 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
                 problems.append(
                     f"fallback rule {rule.name!r} (version {version.name}): `when` is not valid CEL: {err}"
                 )
+    problems.extend(arg_problems(spec.serving.vllm.extraArgs))
     # Report each problem once even when several versions share spec.decision.
     return list(dict.fromkeys(problems))
+
+
+# A ConfigMap's data may hold at most 1 MiB (keys plus values); decision.json is rendered into one per live version.
+CONFIGMAP_MAX_BYTES = 1024 * 1024
+
+
+def size_problems(dm: DecisionModel) -> list[str]:
+    """What depends on the namespace or on rendered sizes, beyond the CRD's reach: the router's default host, and
+    versions whose decision.json cannot fit the ConfigMap that carries it to the runtime."""
+    problems = []
+    name, ns = dm.metadata.name, dm.metadata.namespace
+    if not dm.spec.exposure.host and len(name) + 1 + len(ns) > 63:
+        problems.append(
+            f"the router's default host for Route {name} begins with {name}-{ns}, {len(name) + 1 + len(ns)} "
+            "characters, and a DNS label holds at most 63: set spec.exposure.host, or use a shorter name"
+        )
+    for version in dm.spec.versions:
+        size = len(json.dumps(decision_config(dm, version), sort_keys=True, indent=2).encode()) + len(CONFIG_FILE)
+        if size > CONFIGMAP_MAX_BYTES:
+            problems.append(
+                f"spec.versions[{version.name}]: its decision.json (schemas and decision settings) would be {size} "
+                f"bytes, and the ConfigMap that carries it holds at most {CONFIGMAP_MAX_BYTES}: shrink its "
+                "inputSchema/outputSchema"
+            )
+    return problems

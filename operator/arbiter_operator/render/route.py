@@ -25,8 +25,12 @@ def route_tls(dm: DecisionModel) -> str:
     return exposure.tls or ("reencrypt" if exposure.auth else "edge")
 
 
-def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any] | None:
-    """traffic: version -> percent (sums to 100). None when no version can take traffic yet."""
+def render_route(
+    dm: DecisionModel, traffic: Mapping[str, int], services: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """traffic: version -> percent (sums to 100). None when no version can take traffic yet. services: version ->
+    predictor Service, where it is not the one named after the version's InferenceService (an earlier name)."""
+    services = services or {}
     backends = [(v, w) for v, w in traffic.items() if w > 0]
     if not backends:
         return None
@@ -35,7 +39,11 @@ def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any
     exposure = dm.spec.exposure
     first, *rest = backends
     spec: dict[str, Any] = {
-        "to": {"kind": "Service", "name": predictor_service(dm.metadata.name, first[0]), "weight": first[1]},
+        "to": {
+            "kind": "Service",
+            "name": services.get(first[0]) or predictor_service(dm.metadata.name, first[0]),
+            "weight": first[1],
+        },
         "port": {"targetPort": PROXY_PORT_NAME if route_tls(dm) == "reencrypt" else SERVING_PORT},
         "tls": {"termination": route_tls(dm), "insecureEdgeTerminationPolicy": "Redirect"},
         "wildcardPolicy": "None",
@@ -44,7 +52,8 @@ def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any
         spec["host"] = exposure.host
     if rest:
         spec["alternateBackends"] = [
-            {"kind": "Service", "name": predictor_service(dm.metadata.name, v), "weight": w} for v, w in rest
+            {"kind": "Service", "name": services.get(v) or predictor_service(dm.metadata.name, v), "weight": w}
+            for v, w in rest
         ]
     return {
         "apiVersion": "route.openshift.io/v1",

@@ -1,0 +1,89 @@
+"""Namespaces whose labels change the rendering: a mesh label (`istio-injection`, `istio.io/rev`) added or removed
+after a DecisionModel is Ready must reach its InferenceServices without waiting for a resync.
+
+One watch per namespace that holds DecisionModels, on that Namespace alone (`fieldSelector=metadata.name=<ns>`): a
+per-namespace Role install can grant it with `resourceNames`, and no request ever lists every namespace. When the
+namespace's labels change, every DecisionModel seen there is queued. Each watch runs in its own daemon thread (the
+kubernetes client's watch blocks) and stops when the namespace holds no DecisionModel any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from kubernetes import client as k8s, watch
+
+log = logging.getLogger("arbiter.nswatch")
+
+Enqueue = Callable[[tuple[str, str]], None]
+
+
+class NamespaceWatch:
+    def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop) -> None:
+        self.api = api
+        self.enqueue = enqueue
+        self.loop = loop
+        self.models: dict[str, set[str]] = {}
+        self._threads: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+
+    def note(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self.models.setdefault(namespace, set()).add(name)
+            if namespace in self._threads and self._threads[namespace].is_alive():
+                return
+            t = threading.Thread(target=self._run, args=(namespace,), name=f"nswatch-{namespace}", daemon=True)
+            self._threads[namespace] = t
+        t.start()
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self.models.get(namespace, set()).discard(name)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _wanted(self, namespace: str) -> bool:
+        with self._lock:
+            return bool(self.models.get(namespace)) and not self._stopped.is_set()
+
+    def _changed(self, namespace: str) -> None:
+        with self._lock:
+            names = sorted(self.models.get(namespace, ()))
+        log.info("labels of namespace %s changed: reconciling %s", namespace, ", ".join(names))
+        for name in names:
+            self.loop.call_soon_threadsafe(self.enqueue, (namespace, name))
+
+    def _run(self, namespace: str) -> None:
+        core = k8s.CoreV1Api(self.api)
+        labels: dict[str, str] | None = None  # as last seen; None until the first answer
+        delay = 1.0
+        while self._wanted(namespace):
+            try:
+                listed = core.list_namespace(field_selector=f"metadata.name={namespace}")
+                now = (listed.items[0].metadata.labels or {}) if listed.items else {}
+                if labels is not None and now != labels:
+                    self._changed(namespace)
+                labels = now
+                w = watch.Watch()
+                for ev in w.stream(core.list_namespace, field_selector=f"metadata.name={namespace}",
+                                   resource_version=listed.metadata.resource_version, timeout_seconds=300):
+                    if not self._wanted(namespace):
+                        w.stop()
+                        break
+                    obj: Any = ev["object"]
+                    now = (obj.metadata.labels or {}) if ev["type"] != "DELETED" else {}
+                    if now != labels:
+                        labels = now
+                        self._changed(namespace)
+                delay = 1.0
+            except Exception as exc:  # an expired resourceVersion, a dropped connection, a missing grant: retry
+                log.warning("watch on namespace %s failed (%s); retrying in %.0fs", namespace,
+                            getattr(exc, "reason", None) or type(exc).__name__, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 60.0)

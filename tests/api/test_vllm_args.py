@@ -1,0 +1,78 @@
+"""extraArgs read as vLLM reads them: no spelling slips a managed or removed flag past the operator."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from arbiter_operator.api.models import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, DecisionModel
+from arbiter_operator.plan import Observations, plan
+from arbiter_operator.plan.vllm_args import arg_problems, flag_name
+
+from api_helpers import example
+from test_planner import T0
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["-tp", "3"], "--tensor-parallel-size"),
+        (["-tp=3"], "--tensor-parallel-size"),
+        (["--tensor_parallel_size=3"], "--tensor-parallel-size"),
+        (["--tensor-parallel", "3"], "--tensor-parallel-size"),  # argparse prefix matching
+        (["-pp", "2"], "--pipeline-parallel-size"),
+        (["--swap_space", "4"], "--swap-space"),
+        (["--disable_log_requests"], "--disable-log-requests"),
+        (["--guided_decoding_backend=xgrammar"], "--guided-decoding-backend"),
+        (["--structured_outputs_config.backend=guidance"], "--structured-outputs-config"),
+        (["--max_model_len", "9"], "--max-model-len"),
+        (["--port=9000"], "--port"),
+        (["--config", "/tmp/flags.yaml"], "--config"),
+    ],
+)
+def test_spellings_vllm_accepts_are_refused(args: list[str], flag: str) -> None:
+    problems = arg_problems(args)
+    assert problems and all(flag in p for p in problems), problems
+
+
+@pytest.mark.parametrize("args", [["--enable-prefix-caching"], ["--enable_prefix_caching"], ["--kv-cache-dtype", "fp8"],
+                                  ["-O3"], ["--quantization", "fp8"], ["--max-num-batched-tokens", "-1"]])
+def test_other_flags_pass(args: list[str]) -> None:
+    assert arg_problems(args) == []
+
+
+def _respell(flag: str, draw: st.DrawFn) -> str:
+    name = flag[2:]
+    name = "".join(draw(st.sampled_from([c, "_"])) if c == "-" else c for c in name)
+    if draw(st.booleans()):
+        name = name[: draw(st.integers(min_value=min(len(name), 4), max_value=len(name)))]
+    form = draw(st.sampled_from(["{}", "{}=1", "{}.x=1"]))
+    return "--" + form.format(name)
+
+
+@st.composite
+def smuggled(draw: st.DrawFn) -> tuple[str, str]:
+    flag = draw(st.sampled_from(sorted({**MANAGED_VLLM_FLAGS, **REMOVED_VLLM_FLAGS})))
+    return flag, _respell(flag, draw)
+
+
+@settings(max_examples=500, deadline=None)
+@given(smuggled())
+def test_no_respelling_of_a_checked_flag_passes(case: tuple[str, str]) -> None:
+    flag, arg = case
+    name = flag_name(arg)
+    assert name is not None and flag.startswith(name)
+    assert arg_problems([arg]), arg
+
+
+def test_operator_reports_a_smuggled_flag_as_invalid_spec_and_touches_nothing() -> None:
+    raw: dict[str, Any] = copy.deepcopy(example())
+    raw["metadata"].update(namespace="team", uid="u1", generation=2)
+    raw["spec"]["serving"]["vllm"]["extraArgs"] = ["--tensor-parallel", "3"]
+    p = plan(DecisionModel.model_validate(raw), Observations(), T0)
+    assert p.children is None  # nothing that serves is changed
+    ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "InvalidSpec" and "--tensor-parallel-size" in ready["message"]
