@@ -237,6 +237,17 @@ def agreement(model, tokenizer, apps, torch, device) -> dict:
     return out
 
 
+def save_tokenizer(tokenizer, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    # transformers may keep the template only in a side file; keep it in tokenizer_config.json too, where every
+    # version of vLLM's tokenizer loading finds it.
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = CHAT_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, type=Path)
@@ -274,10 +285,10 @@ def main(argv=None) -> int:
         corpus.append(prompts.messages_text(a, "scored"))
         corpus.append(prompts.messages_text(a, "generated"))
         corpus.append(uw.lines_answer(uw.decide(a)))
-        corpus.append(uw.compact_answer(uw.decide(a)))
         corpus.append(uw.trajectory_answer(uw.decide(a)))
     tokenizer = build_tokenizer(corpus, args.vocab_size)
     single_token_ids(tokenizer, (*uw.CODES, *uw.LABELS))
+    save_tokenizer(tokenizer, args.out)  # early, so other work (bench_7b.py build) can start before training ends
     examples = encode_examples(tokenizer, train_apps, rng, args.json_share, args.lines_share)
     longest = max(len(x[0]) for x in examples)
     print(f"tokenizer: {len(tokenizer)} tokens; {len(examples)} examples, longest {longest} tokens; "
@@ -350,13 +361,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     # Saved in bf16 (save_pretrained records the dtype in config.json; vLLM's --dtype=auto then serves bf16).
     model.to(torch.bfloat16).save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
-    # transformers may keep the template only in a side file; keep it in tokenizer_config.json too, where every
-    # version of vLLM's tokenizer loading finds it.
-    cfg_path = args.out / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["chat_template"] = CHAT_TEMPLATE
-    cfg_path.write_text(json.dumps(cfg, indent=2))
+    save_tokenizer(tokenizer, args.out)
     (args.out / "arbiter-fixture.json").write_text(json.dumps(result, indent=2))
     print(f"saved to {args.out} ({sum(f.stat().st_size for f in args.out.iterdir()) / 1e6:.1f} MB) "
           f"in {time.time() - t0:.0f}s", flush=True)
