@@ -11,9 +11,9 @@ weights, built on the GPU from a config, with the GPU fixture's tokenizer (every
 token). Random weights are enough for timing: validity comes from the structured-outputs constraint. One thing is
 not random: a fine-tuned model writes each code and label as its one whole token, but under a regex a random model
 may as well spell `INCOME_OK` from pieces (`INC`, `OME`, ...), each piece a forward pass. So one residual direction
-carries a constant that no layer writes to, and the output head reads it only for the whole label, code and
-end-of-sequence tokens: among the tokens the constraint allows, a whole token always wins, as it does for a trained
-model; which code and which label stays random.
+carries a constant that no layer writes to, larger for the whole label, code and end-of-sequence tokens, and the
+final norm keeps it while it damps the rest: among the tokens the constraint allows, a whole token always wins, as
+it does for a trained model; which code and which label stays random.
 
 Serving: the operator's rendered `vllm serve` arguments (fixture/vllm-args-tp1.json, model at /mnt/models) started
 through the runtime's real entrypoint (`python -m arbiter_runtime supervise -- <args>`, what the container runs)
@@ -77,7 +77,8 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
     shape = dict(GEMMA_7B)
     if layers:
         shape["num_hidden_layers"] = layers
-    config = GemmaConfig(vocab_size=len(tok), tie_word_embeddings=False, pad_token_id=tok.pad_token_id,
+    # Tied embeddings: vLLM's Gemma reads the output head from the embedding table.
+    config = GemmaConfig(vocab_size=len(tok), tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **shape)
     t0 = time.time()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -87,14 +88,18 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
         model = GemmaForCausalLM(config)
     d0 = 0
     with torch.no_grad():
-        # The whole-token direction (see the module docstring): a constant in residual dimension 0 that no layer
-        # writes to; after the final norm it dominates, and only the whole tokens' output rows read it.
-        model.model.embed_tokens.weight[:, d0] = 20.0
+        # The whole-token direction (see the module docstring): every token's embedding carries a constant in
+        # residual dimension 0, the whole tokens a larger one; no layer writes to that dimension. The final norm
+        # keeps dimension 0 and scales the random rest down to a tenth (Gemma's norm multiplies by 1 + weight), so
+        # the output (the tied embedding table) ranks the whole tokens first and leaves a random choice among them.
+        emb = model.model.embed_tokens.weight
+        emb[:, d0] = 1.0
+        emb[whole, d0] = 5.0
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight[d0, :] = 0
             layer.mlp.down_proj.weight[d0, :] = 0
-        model.lm_head.weight[:, d0] = 0
-        model.lm_head.weight[whole, d0] = 1.0
+        model.model.norm.weight[:] = -0.9
+        model.model.norm.weight[d0] = 0.0
     params = sum(p.numel() for p in model.parameters())
     built_s = time.time() - t0
     out.mkdir(parents=True, exist_ok=True)

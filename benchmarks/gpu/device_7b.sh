@@ -53,7 +53,7 @@ case $step in
     $py benchmarks/gpu/bench_7b.py build --tokenizer-dir $FIXTURE --out /tmp/smoke --layers 1 2>&1 | tail -3
     rm -rf /tmp/smoke ;;
   start)
-    t0=$(date +%s); unpack; echo "vLLM unpacked in $(( $(date +%s) - t0 ))s"
+    t0=$(date +%s); [ -d $SITE/vllm ] || unpack; echo "vLLM unpacked in $(( $(date +%s) - t0 ))s"
     wait_fixture; tail -4 /tmp/train.log
     $py benchmarks/gpu/bench_7b.py build --tokenizer-dir $FIXTURE --out $BIG 2>&1 | tail -3 | tee "$OUT/build-7b.log"
     mkdir -p /mnt && ln -sfn $BIG /mnt/models
