@@ -509,6 +509,9 @@ class VersionStatus(_Model):
     modelVersionId: ShortStr | None = None
     modelArtifactId: ShortStr | None = None
     artifactsDigest: ShortStr | None = None
+    tokensPerDecision: int | None = Field(
+        None, ge=1, description="Scored mode: tokens the model generates per decision, counted with the version's "
+        "own tokenizer (each is one forward pass; see the TokenCost condition).")
     message: LongStr | None = None
 
 

@@ -227,6 +227,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
                 modelVersionId=ids.get("modelVersionId"),
                 modelArtifactId=ids.get("modelArtifactId"),
                 artifactsDigest=art.digest,
+                tokensPerDecision=art.tokens_per_decision,
                 message=message,
             )
         )
