@@ -11,10 +11,11 @@ rule-set version, training figures, agreement with the rules on held-out applica
   resolves each to a single distinct token id and reads its probability from the log-probabilities.
 - Data: `underwriting.py`'s documented rule set, seeded. The prompt is the runtime's prompt for the applicant (taken
   from `arbiter_runtime` when it offers a prompt builder, otherwise the documented default below); the answer is
-  either the scored-mode lines (`code:label`, one per step) or the generated-mode trajectory JSON, so one model
-  serves both trajectory modes: the request's constraint picks the branch at the first token.
+  the scored-mode answer in the compact format (`CODElabel` per step, the runtime's default), in the lines format
+  (`code:label`, one line per step) or the generated-mode trajectory JSON; the system prompt says which, so one
+  model serves every format.
 - Agreement is measured the way the runtime's scored mode decodes: for each step the most likely reasoning code,
-  then the most likely label, each chosen only among the allowed tokens.
+  then the most likely label, each chosen only among the allowed tokens (compact format; lines reported too).
 
 Needs torch, transformers and tokenizers (all on the GPU machine's image). `--device cpu --train-steps 20
 --train-size 2000` is a smoke run that finishes in about a minute on a laptop CPU.
@@ -124,19 +125,30 @@ def prompt_ids(tokenizer, apps: list[dict], mode: str) -> list[list[int]]:
     return out
 
 
-def encode_examples(tokenizer, apps: list[dict], rng: random.Random, json_share: float):
-    """(input_ids, labels) per applicant: prompt tokens masked out of the loss, answer + eos trained."""
-    modes = ["generated" if rng.random() < json_share else "scored" for _ in apps]
+ANSWERS = {"scored": uw.compact_answer, "scored-lines": uw.lines_answer, "generated": uw.trajectory_answer}
+
+
+def encode_examples(tokenizer, apps: list[dict], rng: random.Random, json_share: float, lines_share: float):
+    """(input_ids, labels) per applicant: prompt tokens masked out of the loss, answer + eos trained. Each applicant
+    is answered in one format (the system prompt says which): scored compact (the runtime's default), scored lines,
+    or generated JSON.
+
+    A scored answer is encoded token by token (each code and label its own added token, nothing else between them
+    in the compact format), which is how the model generates it under the runtime's regex."""
+    def pick():
+        r = rng.random()
+        return "generated" if r < json_share else "scored-lines" if r < json_share + lines_share else "scored"
+
+    modes = [pick() for _ in apps]
     eos = tokenizer.eos_token_id
     out = []
-    for mode in ("scored", "generated"):
+    for mode in ANSWERS:
         idx = [i for i, m in enumerate(modes) if m == mode]
         if not idx:
             continue
         sub = [apps[i] for i in idx]
         enc_p = prompt_ids(tokenizer, sub, mode)
-        answer = uw.trajectory_answer if mode == "generated" else uw.lines_answer
-        enc_a = tokenizer([answer(uw.decide(a)) for a in sub], add_special_tokens=False)["input_ids"]
+        enc_a = tokenizer([ANSWERS[mode](uw.decide(a)) for a in sub], add_special_tokens=False)["input_ids"]
         for p, a in zip(enc_p, enc_a):
             out.append((p + a + [eos], [-100] * len(p) + a + [eos]))
     rng.shuffle(out)
@@ -160,12 +172,14 @@ def batches(examples, batch_size: int, pad_id: int, rng: random.Random, torch, d
             yield ids.to(device, non_blocking=True), lab.to(device, non_blocking=True), mask.to(device, non_blocking=True)
 
 
-def scored_decode(model, tokenizer, apps: list[dict], torch, device, batch_size: int = 512):
-    """Greedy decoding restricted like the runtime's scored mode; returns (steps, label probabilities) per applicant."""
+def scored_decode(model, tokenizer, apps: list[dict], torch, device, batch_size: int = 512, fmt: str = "scored"):
+    """Greedy decoding restricted like the runtime's scored mode (fmt "scored": compact, nothing between code and
+    label; "scored-lines": `code:label\\n`); returns (steps, label probabilities) per applicant."""
     code_ids = single_token_ids(tokenizer, uw.CODES)
     label_ids = single_token_ids(tokenizer, uw.LABELS)
-    colon = tokenizer.encode(":", add_special_tokens=False)
-    newline = tokenizer.encode("\n", add_special_tokens=False)
+    lines = fmt == "scored-lines"
+    colon = tokenizer.encode(":", add_special_tokens=False) if lines else []
+    newline = tokenizer.encode("\n", add_special_tokens=False) if lines else []
     code_list = [code_ids[c] for c in uw.CODES]
     label_list = [label_ids[lab] for lab in uw.LABELS]
     pad = tokenizer.pad_token_id
@@ -173,7 +187,7 @@ def scored_decode(model, tokenizer, apps: list[dict], torch, device, batch_size:
     model.eval()
     for i in range(0, len(apps), batch_size):
         chunk = apps[i : i + batch_size]
-        seqs = prompt_ids(tokenizer, chunk, "scored")
+        seqs = prompt_ids(tokenizer, chunk, fmt)
         steps = [[] for _ in chunk]
         probs = [[] for _ in chunk]
         for _ in range(uw.STEPS):
@@ -207,16 +221,31 @@ def scored_decode(model, tokenizer, apps: list[dict], torch, device, batch_size:
 
 
 def agreement(model, tokenizer, apps, torch, device) -> dict:
-    decoded = scored_decode(model, tokenizer, apps, torch, device)
-    agree = exact = 0
-    for a, (steps, _) in zip(apps, decoded):
-        want = uw.decide(a)
-        agree += steps[-1][1] == want[-1].label
-        exact += all(s[0] == w.code and s[1] == w.label for s, w in zip(steps, want))
+    """Agreement with the rules, decoded in the compact scored format (the default; the headline figures) and in
+    the lines format."""
     n = len(apps)
-    approve_share = sum(uw.decision(a) == uw.APPROVE for a in apps) / n
-    return {"held_out": n, "decision_agreement": agree / n, "trajectory_exact": exact / n,
-            "rule_approve_share": round(approve_share, 4)}
+    out = {"held_out": n, "rule_approve_share": round(sum(uw.decision(a) == uw.APPROVE for a in apps) / n, 4)}
+    for fmt, prefix in (("scored", ""), ("scored-lines", "lines_")):
+        decoded = scored_decode(model, tokenizer, apps, torch, device, fmt=fmt)
+        agree = exact = 0
+        for a, (steps, _) in zip(apps, decoded):
+            want = uw.decide(a)
+            agree += steps[-1][1] == want[-1].label
+            exact += all(s[0] == w.code and s[1] == w.label for s, w in zip(steps, want))
+        out[f"{prefix}decision_agreement"] = agree / n
+        out[f"{prefix}trajectory_exact"] = exact / n
+    return out
+
+
+def save_tokenizer(tokenizer, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(out)
+    # transformers may keep the template only in a side file; keep it in tokenizer_config.json too, where every
+    # version of vLLM's tokenizer loading finds it.
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = CHAT_TEMPLATE
+    cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
 def main(argv=None) -> int:
@@ -231,6 +260,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=1.5e-3)
     ap.add_argument("--json-share", type=float, default=0.3, help="share of examples answered as trajectory JSON")
+    ap.add_argument("--lines-share", type=float, default=0.2, help="share answered in the scored lines format")
     ap.add_argument("--vocab-size", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=6)
@@ -258,7 +288,8 @@ def main(argv=None) -> int:
         corpus.append(uw.trajectory_answer(uw.decide(a)))
     tokenizer = build_tokenizer(corpus, args.vocab_size)
     single_token_ids(tokenizer, (*uw.CODES, *uw.LABELS))
-    examples = encode_examples(tokenizer, train_apps, rng, args.json_share)
+    save_tokenizer(tokenizer, args.out)  # early, so other work (bench_7b.py build) can start before training ends
+    examples = encode_examples(tokenizer, train_apps, rng, args.json_share, args.lines_share)
     longest = max(len(x[0]) for x in examples)
     print(f"tokenizer: {len(tokenizer)} tokens; {len(examples)} examples, longest {longest} tokens; "
           f"prep {time.time() - t0:.1f}s", flush=True)
@@ -330,13 +361,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     # Saved in bf16 (save_pretrained records the dtype in config.json; vLLM's --dtype=auto then serves bf16).
     model.to(torch.bfloat16).save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
-    # transformers may keep the template only in a side file; keep it in tokenizer_config.json too, where every
-    # version of vLLM's tokenizer loading finds it.
-    cfg_path = args.out / "tokenizer_config.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["chat_template"] = CHAT_TEMPLATE
-    cfg_path.write_text(json.dumps(cfg, indent=2))
+    save_tokenizer(tokenizer, args.out)
     (args.out / "arbiter-fixture.json").write_text(json.dumps(result, indent=2))
     print(f"saved to {args.out} ({sum(f.stat().st_size for f in args.out.iterdir()) / 1e6:.1f} MB) "
           f"in {time.time() - t0:.0f}s", flush=True)

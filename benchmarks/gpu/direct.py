@@ -21,12 +21,14 @@ class Modes:
     the runtime's own resolver, as the decision server does at start-up."""
 
     def __init__(self, cfg, tokens):
+        """`tokens`: LabelTokens per scored config name ("scored": compact format, "scored-lines")."""
         from arbiter_runtime.decide import GeneratedMode, ScoredMode
         from arbiter_runtime.trajectory import TrajectoryChecker
 
         self.cfg = cfg
         self.tokens = tokens
-        self.mode = {"scored": ScoredMode(cfg["scored"], tokens), "generated": GeneratedMode(cfg["generated"])}
+        self.mode = {m: ScoredMode(c, tokens[m]) if c.trajectory_mode == "scored" else GeneratedMode(c)
+                     for m, c in cfg.items()}
         self.checker = {m: TrajectoryChecker(c) for m, c in cfg.items()}
 
     @classmethod
@@ -34,9 +36,10 @@ class Modes:
         from arbiter_runtime.config import parse_config
         from arbiter_runtime.tokens import TokenizerJsonSource, resolve
 
-        cfg = {m: parse_config(stack.fixture(f"decision-{m}.json")) for m in ("scored", "generated")}
+        cfg = {m: parse_config(stack.fixture(f"decision-{m}.json")) for m in ("scored", "scored-lines", "generated")}
         source = TokenizerJsonSource(model_dir)
-        tokens = await resolve(source, cfg["scored"].labels, cfg["scored"].reasoning_codes, source.description)
+        tokens = {m: await resolve(source, c.labels, c.reasoning_codes, source.description, c.label_joiner)
+                  for m, c in cfg.items() if c.trajectory_mode == "scored"}
         return cls(cfg, tokens)
 
     def body(self, mode: str, applicant: dict) -> dict[str, Any]:

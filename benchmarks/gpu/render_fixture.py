@@ -2,10 +2,11 @@
 
     python3 benchmarks/gpu/render_fixture.py [--out benchmarks/gpu/fixture] [--check]
 
-Writes, for tensor parallel 1 and 2 and both trajectory modes:
+Writes, for tensor parallel 1 and 2 and each answer format (scored compact, the default; scored lines; generated):
   vllm-args-tp1.json, vllm-args-tp2.json     `vllm serve` arguments (arbiter_operator.render.vllm_args)
-  decision-scored.json, decision-generated.json   decision.json (arbiter_operator.render.decision_config)
-  prompts.json                               the system message the runtime sends per mode (arbiter_runtime.decide)
+  decision-scored.json, decision-scored-lines.json, decision-generated.json
+                                             decision.json (arbiter_operator.render.decision_config)
+  prompts.json                               the system message the runtime sends per format (arbiter_runtime.decide)
 The model is trained on prompts.json (build_model.py runs where the operator's and runtime's dependencies may be
 missing); `--check` re-renders and fails if anything drifted, which gpu_check.py does on the GPU machine.
 """
@@ -37,15 +38,16 @@ def render() -> dict[str, object]:
         dm = DecisionModel.model_validate(uw.decision_model(gpus=tp))
         files[f"vllm-args-tp{tp}.json"] = vllm_args(dm)
     prompts = {}
-    for mode in ("scored", "generated"):
-        dm = DecisionModel.model_validate(uw.decision_model(mode=mode))
+    for name, mode, fmt in (("scored", "scored", "compact"), ("scored-lines", "scored", "lines"),
+                            ("generated", "generated", "compact")):
+        dm = DecisionModel.model_validate(uw.decision_model(mode=mode, scored_format=fmt))
         # decision.json exactly as the runtime reads it: the operator's ConfigMap text. Key order matters: the
         # operator (and the apiserver, which hands nested objects back with sorted keys) writes every object's keys
         # sorted, so the schema the runtime puts in the prompt and in the JSON constraint is in that order, and a
         # constrained decoder makes the model write a trajectory's keys in that order.
         cm = render_configmap(dm, dm.spec.versions[0])
         cfg_raw = json.loads(next(iter(cm["data"].values())))
-        files[f"decision-{mode}.json"] = cfg_raw
+        files[f"decision-{name}.json"] = cfg_raw
         cfg = parse_config(cfg_raw)
         if mode == "scored":
             # Token ids only enter the request body, not the messages; placeholders suffice here.
@@ -55,7 +57,7 @@ def render() -> dict[str, object]:
             body = GeneratedMode(cfg).request("{}", 0)
         msgs = body["messages"]
         assert [m["role"] for m in msgs] == ["system", "user"] and msgs[1]["content"] == "{}", msgs
-        prompts[mode] = {"system": msgs[0]["content"]}
+        prompts[name] = {"system": msgs[0]["content"]}
     files["prompts.json"] = prompts
     return files
 

@@ -66,6 +66,12 @@ def pid(name: str) -> int | None:
     except (OSError, ValueError):
         return None
     try:
+        # A child of this process that exited is a zombie until reaped, and signal 0 still reaches it.
+        if os.waitpid(p, os.WNOHANG)[0] == p:
+            return None
+    except ChildProcessError:
+        pass
+    try:
         os.kill(p, 0)
     except OSError:
         return None

@@ -137,6 +137,11 @@ def applicant_text(applicant: dict) -> str:
     return json.dumps(applicant, sort_keys=True, separators=(",", ":"))
 
 
+def compact_answer(steps: list[Step]) -> str:
+    """The scored-mode answer in the compact format (the default): code then label per step, no separators."""
+    return "".join(f"{s.code}{s.label}" for s in steps)
+
+
 def lines_answer(steps: list[Step]) -> str:
     """The scored-mode answer: one `code:label` line per step (what the runtime's regex constraint allows)."""
     return "".join(f"{s.code}:{s.label}\n" for s in steps)
@@ -215,7 +220,7 @@ def output_schema(bounds: bool = True) -> dict:
             "required": ["steps"], "additionalProperties": False}
 
 
-def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True) -> dict:
+def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True, scored_format: str = "compact") -> dict:
     """The DecisionModel a user would apply for this fixture; the operator's builders render vLLM args and
     decision.json from it. maxNumSeqs covers the benchmark's highest concurrency (64) with room to spare."""
     return {
@@ -243,6 +248,7 @@ def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True) -> 
                 "reasoningCodes": list(CODES),
                 "steps": STEPS,
                 "trajectoryMode": mode,
+                "scoredFormat": scored_format,
                 "confidenceThreshold": 0.0,
                 "lowConfidencePolicy": "flag",
                 "deadlineMs": 5000,

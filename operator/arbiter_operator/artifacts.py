@@ -27,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Literal, Mapping
 
-from .api.conditions import ARTIFACTS_VALID, Condition, make_condition
+from .api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
 from .clients.kube import KubeError
 from .clients.s3 import (
     CredentialsInvalid,
@@ -82,6 +82,10 @@ class ArtifactReport:
     architecture: str | None = None
     max_position_embeddings: int | None = None
     runtime_hints: Mapping[str, Any] = field(default_factory=dict)
+    # Scored mode only, from the version's tokenizer.json (tokencost.py): generated tokens per decision, and the
+    # text of the TokenCost condition (None: no tokenizer.json, or not scored).
+    tokens_per_decision: int | None = None
+    token_cost: Any = None  # tokencost.TokenCost | str (why it could not be counted) | None
 
     @property
     def deployable(self) -> bool:
@@ -301,9 +305,13 @@ def _parse_json(raw: bytes | None) -> tuple[Any, str | None]:
     return value, None
 
 
-async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, ask: ServingAsk) -> ArtifactReport:
+async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, ask: ServingAsk,
+                                  decision: Mapping[str, Any] | None = None) -> ArtifactReport:
     """Read config.json, the index and the listing under `storage_uri` and check them. Never raises for storage
-    trouble: unreachable -> Unknown StorageUnreachable (retry), denied -> False StorageAccessDenied."""
+    trouble: unreachable -> Unknown StorageUnreachable (retry), denied -> False StorageAccessDenied.
+
+    `decision` (tokencost.decision_settings: scored mode only): also count the generated tokens per decision with
+    the version's tokenizer.json."""
     scheme, bucket, prefix = parse_storage_uri(storage_uri)
     if scheme != "s3":
         return not_checkable(storage_uri)
@@ -319,6 +327,10 @@ async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, a
             await storage.get_bytes(bucket, base + "model.safetensors.index.json")
             if "model.safetensors.index.json" in keys else None
         )
+        tokenizer_raw = (
+            await storage.get_bytes(bucket, base + "tokenizer.json")
+            if decision is not None and "tokenizer.json" in keys else None
+        )
     except StorageUnreachable as exc:
         return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"{exc}; nothing that serves is touched")
     except StorageRejected as exc:
@@ -332,7 +344,47 @@ async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, a
     if index_error:
         return ArtifactReport("False", WEIGHTS_MISSING, f"{storage_uri}: model.safetensors.index.json is not valid "
                               f"JSON ({index_error}); upload it again", digest=listing_digest(listing))
-    return check_artifacts(config, listing, ask, where=storage_uri, index=index, config_error=config_error)
+    report = check_artifacts(config, listing, ask, where=storage_uri, index=index, config_error=config_error)
+    if decision is None:
+        return report
+    return replace(report, **count_tokens(tokenizer_raw, decision, storage_uri))
+
+
+def count_tokens(tokenizer_raw: bytes | None, decision: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The token fields of an ArtifactReport from the version's tokenizer.json (None: not in the listing)."""
+    from .tokencost import TokenizerUnreadable, token_cost
+
+    if tokenizer_raw is None:
+        return {"token_cost": f"no tokenizer.json under {where}; generated tokens per decision are not known"}
+    try:
+        cost = token_cost(tokenizer_raw, **decision)
+    except TokenizerUnreadable as exc:
+        return {"token_cost": f"tokenizer.json under {where} cannot be read ({exc}); upload the model's tokenizer"}
+    return {"tokens_per_decision": cost.per_decision, "token_cost": cost}
+
+
+def token_cost_condition(reports: Mapping[str, ArtifactReport], generation: int) -> Condition | None:
+    """`TokenCost`, a warning that never holds a version back: False when a label or code of a scored version is
+    several tokens (with the cost and what to do), Unknown when a tokenizer could not be read, True otherwise.
+    None when no version was counted (nothing scored on S3)."""
+    from .tokencost import TokenCost
+
+    counted = {v: r.token_cost for v, r in reports.items() if r.token_cost is not None}
+    if not counted:
+        return None
+    costly = [(v, c) for v, c in counted.items() if isinstance(c, TokenCost) and c.multi_token]
+    if costly:
+        version, cost = costly[0]
+        more = f" ({len(costly) - 1} more version(s) too)" if len(costly) > 1 else ""
+        return make_condition(TOKEN_COST, "False", "MultiTokenNames", f"version {version}: {cost.message()}{more}",
+                              generation)
+    unknown = [(v, c) for v, c in counted.items() if isinstance(c, str)]
+    if unknown:
+        version, why = unknown[0]
+        return make_condition(TOKEN_COST, "Unknown", "TokenizerMissing", f"version {version}: {why}", generation)
+    parts = ", ".join(f"{v}: {c.per_decision}" for v, c in sorted(counted.items()))
+    return make_condition(TOKEN_COST, "True", "SingleTokens", f"generated tokens per decision ({parts}); every "
+                          "label and reasoning code is one token of the model's tokenizer", generation)
 
 
 def artifacts_condition(reports: Mapping[str, ArtifactReport], generation: int) -> Condition:
@@ -371,7 +423,15 @@ async def check_decision_model(storage: S3Storage | None, dm: Any) -> dict[str, 
     """Reports for every version of a `DecisionModel`, in spec order. Versions are checked one after another: a
     handful of small reads each, and one slow endpoint should not open many connections."""
     ask = serving_ask(dm.spec)
-    return {v.name: await check_version_artifacts(storage, v.storageUri, ask) for v in dm.spec.versions}
+    return {v.name: await check_version_artifacts(storage, v.storageUri, ask, _decision(dm, v))
+            for v in dm.spec.versions}
+
+
+def _decision(dm: Any, version: Any) -> dict[str, Any] | None:
+    from .render.configmap import effective_decision
+    from .tokencost import decision_settings
+
+    return decision_settings(effective_decision(dm.spec.decision, version))
 
 
 async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactReport:
@@ -423,7 +483,7 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
                 storages[bucket] = await open_storage(kube, dm, bucket)
             storage = storages[bucket]
             reports[v.name] = (storage if isinstance(storage, ArtifactReport)
-                               else await check_version_artifacts(storage, v.storageUri, ask))
+                               else await check_version_artifacts(storage, v.storageUri, ask, _decision(dm, v)))
     finally:
         for s in storages.values():
             if isinstance(s, S3Storage):
@@ -442,10 +502,11 @@ def to_observation(report: ArtifactReport, previous: Any = None, previous_diffus
 
     if report.status == "Unknown" and previous is not None and previous.artifactsDigest and previous.phase != "Invalid":
         return ArtifactObservation(valid=True, reason=report.reason, message=report.message,
-                                   digest=previous.artifactsDigest, diffusion=previous_diffusion)
+                                   digest=previous.artifactsDigest, diffusion=previous_diffusion,
+                                   tokens_per_decision=previous.tokensPerDecision)
     valid = {"True": True, "False": False}.get(report.status)
     return ArtifactObservation(valid=valid, reason=report.reason, message=report.message, digest=report.digest,
-                               diffusion=report.diffusion)
+                               diffusion=report.diffusion, tokens_per_decision=report.tokens_per_decision)
 
 
 def _deployed_as_diffusion(obs: Any, version: str) -> bool:
@@ -513,5 +574,6 @@ async def observe_artifacts(kube: Any, dm: Any, obs: Any, cache: VerdictCache | 
     return replace(
         obs,
         artifacts={v: to_observation(r, previous.get(v), _deployed_as_diffusion(obs, v)) for v, r in reports.items()},
-        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation),),
+        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation),)
+        + tuple(c for c in (token_cost_condition(reports, dm.metadata.generation),) if c is not None),
     )

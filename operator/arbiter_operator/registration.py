@@ -60,6 +60,7 @@ KEY_NAME = P + "decisionmodel_name"
 KEY_UID = P + "decisionmodel_uid"
 KEY_GENERATION = P + "decisionmodel_generation"
 KEY_STORAGE_URI = P + "storage_uri"
+KEY_TOKENS_PER_DECISION = P + "tokens_per_decision"
 
 # Labels OpenShift AI reads to link a deployment to its registry entry.
 LABEL_REGISTERED_MODEL_ID = "modelregistry.opendatahub.io/registered-model-id"
@@ -152,9 +153,12 @@ def fitted(text: str, uri: str) -> str:
     return _json_text({"$ref": uri, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)})
 
 
-def version_properties(version: ModelVersion, owner: Owner) -> dict[str, str | int | float | bool]:
+def version_properties(version: ModelVersion, owner: Owner,
+                       tokens_per_decision: int | None = None) -> dict[str, str | int | float | bool]:
     md = version.metadata
+    tokens = {KEY_TOKENS_PER_DECISION: tokens_per_decision} if tokens_per_decision else {}
     return {
+        **tokens,
         KEY_INPUT_SCHEMA: fitted(_json_text(md.inputSchema), schema_reference_uri(owner, version.name, "inputSchema")),
         KEY_OUTPUT_SCHEMA: fitted(_json_text(md.outputSchema),
                                   schema_reference_uri(owner, version.name, "outputSchema")),
@@ -170,6 +174,7 @@ def version_properties(version: ModelVersion, owner: Owner) -> dict[str, str | i
 def desired_model(dm: DecisionModel) -> DesiredModel:
     owner = Owner.of(dm)
     spec = dm.spec
+    tokens = {s.name: s.tokensPerDecision for s in dm.status.versions} if dm.status else {}
     return DesiredModel(
         name=spec.model.name,
         description=spec.model.description,
@@ -179,7 +184,8 @@ def desired_model(dm: DecisionModel) -> DesiredModel:
                 name=v.name,
                 storage_uri=v.storageUri,
                 model_format=spec.model.format,
-                properties=version_properties(v, owner),
+                # Known once the artifact check counted it (status.versions[].tokensPerDecision).
+                properties=version_properties(v, owner, tokens.get(v.name)),
                 external_id=version_external_id(spec.model.name, v.name),
                 artifact_external_id=artifact_external_id(spec.model.name, v.name),
             )

@@ -65,17 +65,23 @@ class DecisionConfig:
     upstream: UpstreamConfig
     instructions: str = ""
     probability_tolerance: float = 1e-3
+    scored_format: str = "compact"  # scored_format.FORMATS: what the model writes in scored mode
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def deadline_s(self) -> float:
         return self.deadline_ms / 1000.0
 
+    @property
+    def label_joiner(self) -> str:
+        """The text between a reasoning code and its label in scored mode (scored_format.py)."""
+        return ":" if self.scored_format == "lines" else ""
+
 
 _KNOWN = {
     "model", "version", "labels", "reasoningCodes", "steps", "trajectoryMode", "confidenceThreshold",
     "lowConfidencePolicy", "deadlineMs", "inputSchema", "outputSchema", "fallbackRules", "sla", "diffusion",
-    "upstream", "instructions", "probabilityTolerance",
+    "upstream", "instructions", "probabilityTolerance", "scoredFormat",
 }
 
 
@@ -148,6 +154,18 @@ def parse_config(raw: Any) -> DecisionConfig:
         raise ConfigError(
             "trajectoryMode: diffusion models get no structured outputs in vLLM 0.26, so they cannot run in "
             "'scored' mode; set trajectoryMode: generated")
+    from .scored_format import DEFAULT_FORMAT, scored_format
+
+    fmt = raw.get("scoredFormat", DEFAULT_FORMAT)
+    try:
+        if not isinstance(fmt, str):
+            raise ValueError(f"scoredFormat: {fmt!r} must be 'compact' or 'lines'")
+        if mode == "scored":  # the names must fit the format; generated mode never uses it
+            scored_format(fmt, labels, codes, steps)
+        elif fmt not in ("compact", "lines"):
+            raise ValueError(f"scoredFormat: {fmt!r} must be 'compact' or 'lines'")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     threshold = raw.get("confidenceThreshold", 0.0)
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
         raise ConfigError(f"confidenceThreshold: {threshold!r} must be a number from 0 to 1")
@@ -222,7 +240,7 @@ def parse_config(raw: Any) -> DecisionConfig:
         fallback_rules=tuple(rules), sla_p95_latency_ms=p95, diffusion=diffusion,
         upstream=UpstreamConfig(url=url.rstrip("/"), served_model_name=served, max_retries=retries,
                                 max_tokens=max_tokens, api_key_env=key_env),
-        instructions=instructions, probability_tolerance=float(tolerance),
+        instructions=instructions, probability_tolerance=float(tolerance), scored_format=fmt,
     )
 
 

@@ -1,7 +1,8 @@
 """The decision path: prompt -> constrained upstream call -> trajectory -> checks -> decision, or the rules.
 
 Two trajectory modes (docs/runtime.md):
-- scored: per step the model writes one line `CODE:LABEL` under a structured_outputs regex; each label's
+- scored: per step the model writes a code and a label (scored_format.py: `CODELABEL` without separators, or one
+  line `CODE:LABEL`) under a structured_outputs regex; each label's
   probability is read from the label tokens' log-probabilities (`logprob_token_ids`) at the position where the
   label is written, normalised over the labels. The runtime writes the trajectory JSON itself.
 - generated: the model writes the trajectory JSON (structured_outputs {"json": schema}); diffusion models get no
@@ -14,7 +15,6 @@ import asyncio
 import hashlib
 import json
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +24,7 @@ from .fallback import RulesEngine
 from .jsonutil import loads
 from .metrics import Metrics
 from .tokens import LabelTokens
+from .scored_format import scored_format
 from .upstream import UpstreamClient, UpstreamFailure
 from .trajectory import TrajectoryChecker, TrajectoryInvalid, derived_output_schema
 
@@ -68,21 +69,12 @@ class ScoredMode:
     def __init__(self, cfg: DecisionConfig, tokens: LabelTokens):
         self.cfg = cfg
         self.tokens = tokens
-        # The regex sent upstream keeps to syntax every structured-outputs backend (xgrammar, guidance, outlines)
-        # reads: plain groups, `\.` as the only escape (names are [A-Za-z0-9_.-]), `\n`, and the line written out
-        # K times rather than a `{K}` quantifier.
-        wire = lambda xs: "(" + "|".join(x.replace(".", "\\.") for x in xs) + ")"  # noqa: E731
-        self.regex = f"{wire(cfg.reasoning_codes)}:{wire(cfg.labels)}\\n" * cfg.steps
-        alt = lambda xs: "(?:" + "|".join(re.escape(x) for x in xs) + ")"  # noqa: E731
-        self._line = re.compile(f"({alt(cfg.reasoning_codes)}):({alt(cfg.labels)})\n")
-        self._full = re.compile(f"(?:{alt(cfg.reasoning_codes)}:{alt(cfg.labels)}\n){{{cfg.steps}}}")
-        # Every token is at least one byte, so this bounds a well-formed answer; +1 for the end-of-sequence token.
-        per_line = max(len(c.encode()) for c in cfg.reasoning_codes) + 1 + max(len(x.encode()) for x in cfg.labels) + 1
-        max_tokens = cfg.upstream.max_tokens or cfg.steps * per_line + 1
-        system = (f"{cfg.instructions or DEFAULT_INSTRUCTIONS}\n"
-                  f"Answer with exactly {cfg.steps} line(s), one per reasoning step. Each line is CODE:LABEL where "
-                  f"CODE is one of {', '.join(cfg.reasoning_codes)} and LABEL is one of {', '.join(cfg.labels)}. "
-                  f"The label on the last line is the decision.")
+        # What the model writes (scoredFormat): the regex, the answer's description and how it splits back into
+        # steps live in scored_format.py.
+        self.format = scored_format(cfg.scored_format, cfg.labels, cfg.reasoning_codes, cfg.steps)
+        self.regex = self.format.regex
+        max_tokens = cfg.upstream.max_tokens or self.format.max_tokens
+        system = f"{cfg.instructions or DEFAULT_INSTRUCTIONS}\n{self.format.describe}"
         self._system = {"role": "system", "content": system}
         self._label_ids = [tokens.label_ids[x] for x in cfg.labels]
         self._label_set = frozenset(cfg.labels)
@@ -107,12 +99,11 @@ class ScoredMode:
         content = choice["message"].get("content")
         if choice.get("finish_reason") == "length":
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
-        if not isinstance(content, str) or not self._full.fullmatch(content):
-            # The text itself stays out of the message: it lands in audit records, and an unconstrained model may
-            # have echoed the input.
-            raise TrajectoryInvalid("format", f"answer does not follow the {self.cfg.steps}-line CODE:LABEL format "
-                                              f"(was the structured_outputs regex applied?); {len(str(content))} "
-                                              "characters")
+        if not isinstance(content, str):
+            raise TrajectoryInvalid("format", "the answer has no text content")
+        # The text itself stays out of error messages: they land in audit records, and an unconstrained model may
+        # have echoed the input.
+        split = self.format.split(content)
         entries = (choice.get("logprobs") or {}).get("content")
         if not isinstance(entries, list):
             raise TrajectoryInvalid("logprobs", "the answer carries no logprobs (request asked for logprobs: true)")
@@ -121,10 +112,7 @@ class ScoredMode:
         # Walk the tokens by byte offset to the position where each step's label starts.
         offset = 0
         index = 0
-        line_start = 0
-        for n, m in enumerate(self._line.finditer(content), start=1):
-            code, label = m.group(1), m.group(2)
-            label_at = line_start + len(code.encode()) + 1
+        for n, (code, label, label_at) in enumerate(split, start=1):
             while index < len(entries) and offset < label_at:
                 offset += _token_len(entries[index])
                 index += 1
@@ -154,7 +142,6 @@ class ScoredMode:
             best = max(labels, key=lambda x: probs[x])
             steps.append({"step": n, "reasoningCode": code, "label": label, "probabilities": probs,
                           "confidence": probs[best]})
-            line_start = m.end()
         return {"steps": steps}
 
 

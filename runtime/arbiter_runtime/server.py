@@ -49,7 +49,7 @@ class RuntimeOptions:
 
 async def resolve_from_model_dir(cfg: DecisionConfig, model_dir: str) -> LabelTokens:
     source = TokenizerJsonSource(model_dir)
-    tokens = await resolve(source, cfg.labels, cfg.reasoning_codes, source.description)
+    tokens = await resolve(source, cfg.labels, cfg.reasoning_codes, source.description, cfg.label_joiner)
     log.info("label tokens resolved: %s", describe(tokens))
     return tokens
 
@@ -127,7 +127,8 @@ class Runtime:
         if self.cfg.trajectory_mode == "scored" and tokens is None:
             source = UpstreamTokenizeSource(self.client, self.cfg.upstream.url, self.cfg.upstream.served_model_name)
             try:
-                tokens = await resolve(source, self.cfg.labels, self.cfg.reasoning_codes, source.description)
+                tokens = await resolve(source, self.cfg.labels, self.cfg.reasoning_codes, source.description,
+                                       self.cfg.label_joiner)
             except (TokenizerRefused, UpstreamFailure, ValueError) as exc:
                 self.fatal = str(exc) if isinstance(exc, TokenizerRefused) else f"/tokenize failed: {exc}"
                 self.not_ready_reason = self.fatal

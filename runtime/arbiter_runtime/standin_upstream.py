@@ -1,6 +1,7 @@
 """Stand-in for `vllm serve` (vLLM 0.26) where no GPU is: tests, benchmarks, the GPU-less local run.
 
-It speaks the OpenAI chat-completions wire format the way vLLM 0.26 answers it (see
+It speaks the OpenAI chat-completions wire format the way vLLM 0.26 answers it, for every answer format the runtime
+asks for (scored compact and lines regexes, generated JSON) (see
 shared/gpu/scored-response-example.json): `structured_outputs` {regex, choice, json} (the removed `guided_json` is
 ignored, as vLLM ignores it), `logprobs`/`top_logprobs`, `logprob_token_ids` (the sampled token first, then the
 requested ids; tokens the constraint masks come back at -9999.0), `seed`, `max_tokens` (-> finish_reason
@@ -97,6 +98,10 @@ class StandinState:
     reject_structured: bool = False  # a diffusion model: 400 on structured_outputs / seed
     requests: list[dict] = field(default_factory=list)  # last requests, for tests to inspect
     completions: int = 0
+    # The whole words of the vocabulary (labels, codes): the "model" prefers them over the pieces that spell them,
+    # as a model fine-tuned on its tokenizer's canonical tokens does (under a compact-format regex the pieces of a
+    # code are allowed too, and each would cost a forward pass).
+    words: frozenset = frozenset()
 
     def __post_init__(self):
         vocab = self.tokenizer.get_vocab()
@@ -131,6 +136,7 @@ class Generator:
     def __init__(self, state: StandinState):
         self.s = state
         self._tokens = tuple((i, state.id_to_text[i]) for i in state.ordinary)
+        self._word_ids = frozenset(state.text_to_id[w] for w in state.words if w in state.text_to_id)
         self._allowed_cache: dict[tuple[str, str], tuple[tuple[int, ...], bool]] = {}
 
     def _allowed(self, pattern: str, prefix: str) -> tuple[tuple[int, ...], bool]:
@@ -163,7 +169,7 @@ class Generator:
                 else:
                     # Whole words outrank single characters, as a trained model prefers its canonical tokens.
                     logits[tid] = -3.0 * _unit(key, text, tid) - (0.0 if dist is None else 6.0) \
-                        + (4.0 if len(tok) > 1 else 0.0)
+                        + (4.0 if len(tok) > 1 else 0.0) + (3.0 if tid in self._word_ids else 0.0)
             if complete:
                 logits[self.s.eos_id] = 5.0 if not allowed else -1.0
             if not logits:  # dead end: a regex the vocabulary cannot finish
@@ -417,7 +423,8 @@ class StandinServer:
     def __init__(self, words=DEFAULT_WORDS, served_model_name: str = "standin", port: int | None = None,
                  behaviour: Behaviour | None = None, reject_structured: bool = False):
         self.state = StandinState(tokenizer=build_tokenizer(words), served_model_name=served_model_name,
-                                  default=behaviour or Behaviour(), reject_structured=reject_structured)
+                                  default=behaviour or Behaviour(), reject_structured=reject_structured,
+                                  words=frozenset(words))
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self._server = None
@@ -472,7 +479,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.model_dir:
         write_model_dir(args.model_dir, words, args.served_model_name)
     state = StandinState(tokenizer=build_tokenizer(words), served_model_name=args.served_model_name,
-                         default=Behaviour(args.behaviour, args.delay_s), reject_structured=args.diffusion)
+                         default=Behaviour(args.behaviour, args.delay_s), reject_structured=args.diffusion,
+                         words=frozenset(words))
     loop = "uvloop" if _has("uvloop") else "asyncio"
     uvicorn.run(build_app(state), host=args.host, port=args.port, log_level="warning", lifespan="off", loop=loop,
                 http="httptools" if _has("httptools") else "h11", access_log=False)

@@ -1,8 +1,9 @@
 """Resolve the token ids of labels (and codes) from the model's tokenizer at start-up.
 
 Scored mode reads each label's probability from `logprob_token_ids` at the position where the label is written,
-so each label must be exactly one token *in the context it is written in* (after "code:"). A label is therefore
-resolved by tokenizing "code:" and "code:label" and requiring the second to be the first plus one token; a model
+so each label must be exactly one token *in the context it is written in* (right after the code in the compact
+scored format, after "code:" in the lines format). A label is therefore resolved by tokenizing "code" + joiner and
+"code" + joiner + "label" and requiring the second to be the first plus one token; a model
 whose labels do not pass, or whose labels share a token, is refused before the server reports ready.
 
 Two sources give the same answer: the model directory's tokenizer.json (the `tokenizers` library, no network),
@@ -76,16 +77,17 @@ class LabelTokens:
 
 
 async def resolve(source: TokenSource, labels: tuple[str, ...], codes: tuple[str, ...],
-                  description: str = "") -> LabelTokens:
+                  description: str = "", joiner: str = ":") -> LabelTokens:
+    """`joiner`: what stands between a code and its label (DecisionConfig.label_joiner)."""
     label_ids: dict[str, int] = {}
     problems: list[str] = []
     for label in labels:
         seen: set[int] = set()
         for code in codes:
-            prefix = await source.encode(f"{code}:")
-            full = await source.encode(f"{code}:{label}")
+            prefix = await source.encode(f"{code}{joiner}")
+            full = await source.encode(f"{code}{joiner}{label}")
             if len(full) != len(prefix) + 1 or full[:len(prefix)] != prefix:
-                problems.append(f"label {label!r} after {code + ':'!r} tokenizes as {len(full) - len(prefix)} "
+                problems.append(f"label {label!r} after {code + joiner!r} tokenizes as {len(full) - len(prefix)} "
                                 f"tokens ({full[len(prefix):] if full[:len(prefix)] == prefix else full})")
                 break
             seen.add(full[-1])

@@ -21,9 +21,9 @@ EXAMPLE = json.loads((Path(__file__).parent / "data" / "scored-response-example.
 
 
 def example_mode() -> ScoredMode:
-    """The config the real vLLM 0.26 example answered: 3 steps of `ok:A|R`."""
+    """The config the real vLLM 0.26 example answered: 3 steps of `ok:A|R` (the lines format)."""
     cfg = parse_config(base_config("http://127.0.0.1:1/v1", labels=["A", "R"], reasoningCodes=["ok"], steps=3,
-                                   fallbackRules=[]))
+                                   fallbackRules=[], scoredFormat="lines"))
     return ScoredMode(cfg, LabelTokens(label_ids={"A": 65, "R": 82}, code_ids={"ok": [1, 2]}, source="test"))
 
 

@@ -17,12 +17,13 @@ READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 ARTIFACTS_VALID = "ArtifactsValid"
+TOKEN_COST = "TokenCost"  # a warning: never holds a version back
 REGISTERED = "Registered"
 SERVING = "Serving"
 EXPOSED = "Exposed"
 PROMOTED = "Promoted"
 
-CONDITION_TYPES = (READY, RECONCILING, STALLED, ARTIFACTS_VALID, REGISTERED, SERVING, EXPOSED, PROMOTED)
+CONDITION_TYPES = (READY, RECONCILING, STALLED, ARTIFACTS_VALID, TOKEN_COST, REGISTERED, SERVING, EXPOSED, PROMOTED)
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 

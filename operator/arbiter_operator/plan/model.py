@@ -19,6 +19,7 @@ class ArtifactObservation:
     message: str = ""
     digest: str | None = None
     diffusion: bool = False
+    tokens_per_decision: int | None = None  # scored mode, from the version's tokenizer (tokencost.py)
 
 
 @dataclass(frozen=True)

@@ -252,6 +252,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
                 modelArtifactId=ids.get("modelArtifactId"),
                 artifactsDigest=art.digest,
                 runtimeImage=images.get(v),
+                tokensPerDecision=art.tokens_per_decision,
                 message=message,
             )
         )

@@ -23,6 +23,16 @@ def _cel_problem(expr: str) -> str | None:
     return None
 
 
+def _prefix_clash(names: list[str]) -> tuple[str, str] | None:
+    """A name that is the start of another (the runtime refuses such a list in the compact scored format)."""
+    ordered = sorted(names)
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1:]:
+            if b.startswith(a):
+                return a, b
+    return None
+
+
 def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
     problems: list[str] = []
     for version in spec.versions:
@@ -40,6 +50,15 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
             clash = output_schema_clash(version.metadata.outputSchema, decision)
             if clash:
                 problems.append(f"spec.versions[{version.name}].metadata.outputSchema {clash}")
+        if decision.trajectoryMode == "scored" and decision.scoredFormat == "compact":
+            for key in ("reasoningCodes", "labels"):
+                clash = _prefix_clash(getattr(decision, key))
+                if clash:
+                    problems.append(
+                        f"decision.{key} (version {version.name}): {clash[0]!r} is the start of {clash[1]!r}, so "
+                        "scoredFormat compact (no separators) cannot tell them apart; rename one, or set "
+                        "decision.scoredFormat: lines"
+                    )
         for rule in decision.fallbackRules:
             err = _cel_problem(rule.when)
             if err:

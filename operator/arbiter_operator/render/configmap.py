@@ -27,6 +27,7 @@ def decision_config(dm: DecisionModel, version: ModelVersion, diffusion: bool = 
         "reasoningCodes": list(d.reasoningCodes),
         "steps": d.steps,
         "trajectoryMode": d.trajectoryMode,
+        "scoredFormat": d.scoredFormat,
         "confidenceThreshold": d.confidenceThreshold,
         "lowConfidencePolicy": d.lowConfidencePolicy,
         "deadlineMs": d.deadlineMs,
