@@ -91,6 +91,8 @@ class RuntimeServer:
         self._thread.join(15)
 
     def records(self) -> list[dict[str, Any]]:
+        if self.runtime.audit is not None:
+            assert self.runtime.audit.wait_written(10), "audit writer did not catch up"
         return [json.loads(line) for line in self.stdout.getvalue().splitlines() if line]
 
     def client(self) -> httpx.Client:
