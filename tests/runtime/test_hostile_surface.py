@@ -350,3 +350,37 @@ def test_every_valid_input_gets_a_rules_decision(doc, reason, model_conf):
     if amount > 10000:
         assert decided.rule == "large-amount"
     assert _RULES.eval_errors - before <= 2  # only rules reading absent fields may fail, never the conversion
+
+
+def test_serve_exits_0_after_a_clean_sigterm(standin, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from arbiter_runtime.standin_upstream import free_port
+
+    port = free_port()
+    cfg = tmp_path / "decision.json"
+    cfg.write_text(json.dumps(fuzz_config(standin.url)))
+    proc = subprocess.Popen([sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(cfg), "--port",
+                             str(port), "--host", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=dict(os.environ))
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "server did not become ready"
+            time.sleep(0.1)
+        r = httpx.post(f"http://127.0.0.1:{port}/v1/decisions", json={"amount": 5, "country": "DE"}, timeout=10)
+        assert r.status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, proc.stderr.read().decode()[-2000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
