@@ -148,9 +148,11 @@ class S3BatchSink:
             conf = self._client.get_object_lock_configuration(Bucket=self.s.bucket)
         except Exception as exc:
             code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
-            if code in ("ObjectLockConfigurationNotFoundError", "ObjectLockConfigurationNotFound"):
+            if code in ("ObjectLockConfigurationNotFoundError", "ObjectLockConfigurationNotFound") and \
+                    self._bucket_exists():
                 self._set_retention("unlocked", f"bucket {self.s.bucket} has no object lock")
             else:
+                self.failures += 1
                 self._set_retention(None, f"cannot read the object-lock configuration of {self.s.bucket} ({code})")
             return
         lock = conf.get("ObjectLockConfiguration", {})
@@ -161,6 +163,14 @@ class S3BatchSink:
                                             "ARBITER_AUDIT_S3_RETENTION_DAYS is 0")
         else:
             self._set_retention("locked", f"bucket {self.s.bucket} object lock on")
+
+    def _bucket_exists(self) -> bool:
+        # Some S3 servers answer "no object-lock configuration" for a bucket that does not exist at all.
+        try:
+            self._client.head_bucket(Bucket=self.s.bucket)
+            return True
+        except Exception:
+            return False
 
     def _set_retention(self, state: str | None, why: str) -> None:
         if state != self.retention or self._retention_why != why:
