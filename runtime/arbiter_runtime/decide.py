@@ -32,8 +32,31 @@ MASKED_AT = -9998.0  # vLLM writes -inf (a token the constraint masks) as -9999.
 
 
 def fallback_reserve_s(deadline_s: float) -> float:
-    """Time kept back from the model for the rules and the answer, so a fallback lands within the deadline."""
+    """The least time kept back from the model for the rules and the answer."""
     return min(0.1 * deadline_s, 0.025)
+
+
+class DeadlineReserve:
+    """How much of deadlineMs the model gets, learnt from how late deadline fallbacks actually land.
+
+    Under load many decisions time out together and their rules and answers queue on one event loop, so a fixed
+    reserve is either too small (fallbacks late) or wasteful. Each deadline fallback reports its latency: one
+    that lands after 95% of the deadline grows the reserve by half its overshoot; one that lands earlier shrinks it
+    by a small fraction of its slack. The reserve settles where late fallbacks are rare, between the floor above and
+    half the deadline.
+    """
+
+    GROW, SHRINK, TARGET = 0.5, 0.01, 0.95
+
+    def __init__(self, deadline_s: float):
+        self.deadline_s = deadline_s
+        self.floor = fallback_reserve_s(deadline_s)
+        self.s = self.floor
+
+    def observe(self, latency_s: float) -> None:
+        error = latency_s - self.TARGET * self.deadline_s
+        step = self.GROW * error if error > 0 else self.SHRINK * error
+        self.s = min(max(self.s + step, self.floor), self.deadline_s / 2)
 
 
 def canonical_json(document: Any) -> str:
@@ -236,6 +259,7 @@ class Decider:
         self.rules = rules
         self.metrics = metrics
         self.checker = TrajectoryChecker(cfg)
+        self.reserve = DeadlineReserve(cfg.deadline_s)
         self.mode: ScoredMode | GeneratedMode | None = None
         self._url = cfg.upstream.url + "/chat/completions"
 
@@ -312,7 +336,7 @@ class Decider:
         canonical = canonical or canonical_json(document)
         out = Outcome(None, None, {}, "none", "error")
         waited = 0.0 if arrived is None else time.perf_counter() - arrived
-        budget = self.cfg.deadline_s - waited - fallback_reserve_s(self.cfg.deadline_s)
+        budget = self.cfg.deadline_s - waited - self.reserve.s
         try:
             if budget <= 0:
                 raise TimeoutError

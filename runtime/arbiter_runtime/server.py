@@ -210,6 +210,8 @@ class Runtime:
         assert self.decider is not None
         out = await self.decider.decide(document, canonical, started)
         latency = time.perf_counter() - started
+        if out.fallback_reason == "deadline":
+            self.decider.reserve.observe(latency)
         self.metrics.decision(out.outcome, out.source, latency)
         record = {
             "kind": "arbiter.decision", "time": now_iso(), "traceId": trace.trace_id, "spanId": trace.span_id,

@@ -64,7 +64,7 @@ def fuzz_config(upstream_url: str, mode: str = "scored", deadline_ms: int = 300)
 
 # Text including lone surrogates (what a "\ud800" escape decodes to) and other code points hypothesis avoids.
 texts = st.one_of(
-    st.text(max_size=12),
+    st.text(max_size=12), st.text(max_size=12), st.text(max_size=12), st.text(max_size=12),
     st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2),
     st.text(st.characters(codec="utf-8"), max_size=6).map(lambda s: s + "\ud800"),
     st.sampled_from(["DE", "US", "", "é", "\u0000", "\U0001F600"]),
@@ -93,8 +93,8 @@ countries = st.one_of(st.sampled_from(["DE", "US", "FR", "PL", "é", "\U0001F600
                       texts)
 documents = st.one_of(
     *[st.fixed_dictionaries({"amount": numbers, "country": countries},
-                            optional={"count": numbers, "extra": st.one_of(json_values,
-                                                                           st.integers(0, 40).map(nested))})] * 4,
+                            optional={"count": st.one_of(st.integers(), numbers),
+                                      "extra": st.one_of(json_values, st.integers(0, 40).map(nested))})] * 4,
     st.fixed_dictionaries({"amount": numbers, "country": texts},
                           optional={"count": numbers, "extra": st.one_of(json_values,
                                                                          st.integers(0, 40).map(nested))}),
