@@ -84,6 +84,9 @@ async def _caller(port: int, body: bytes, count: int, lat: list, sources: dict) 
             m = re.search(rb"(?i)content-length:\s*(\d+)", header)
             payload = json.loads(await reader.readexactly(int(m.group(1))))
             lat.append(time.perf_counter() - t0)
+            t = re.search(rb"(?i)server-timing:[^\r]*total;dur=([\d.]+)", header)
+            if t:
+                sources.setdefault("_server_ms", []).append(float(t.group(1)))
             key = f"{header.split(b' ')[1].decode()} {payload.get('source')} {payload.get('fallbackReason')}"
             sources[key] = sources.get(key, 0) + 1
     finally:
@@ -101,7 +104,8 @@ def deadline(args) -> int:
     model_dir = write_model_dir(work / "model", LABELS, "credit-v1")
     cfg = base_config(f"http://127.0.0.1:{up_port}/v1", deadlineMs=args.deadline_ms)
     (work / "decision.json").write_text(json.dumps(cfg))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "runtime"))
+    # ARBITER_BENCH_RUNTIME: the runtime package directory to measure (default: this checkout's), to compare versions
+    env = dict(os.environ, PYTHONPATH=os.environ.get("ARBITER_BENCH_RUNTIME", str(ROOT / "runtime")))
     upstream = subprocess.Popen([sys.executable, "-m", "arbiter_runtime", "standin", "--port", str(up_port),
                                  "--served-model-name", "credit-v1", "--words", ",".join(LABELS),
                                  "--behaviour", "slow", "--delay-s", str(args.deadline_ms / 1000 * 20)], env=env)
@@ -124,7 +128,9 @@ def deadline(args) -> int:
         lat: list[float] = []
         sources: dict[str, int] = {}
         per = max(1, args.requests // args.concurrency)
-        asyncio.run(_gather(rt_port, body, min(args.concurrency, 8), 2, [], {}))  # warm-up
+        warm: list[float] = []
+        # warm-up: --warmup rounds at full concurrency (the server learns its deadline reserve), reported apart
+        asyncio.run(_gather(rt_port, body, args.concurrency, args.warmup, warm, {"_server_ms": []}))
         t0 = time.perf_counter()
         asyncio.run(_gather(rt_port, body, args.concurrency, per, lat, sources))
         elapsed = time.perf_counter() - t0
@@ -136,12 +142,21 @@ def deadline(args) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     lat.sort()
+    server_ms = sorted(sources.pop("_server_ms", []))
+    sq = lambda p: server_ms[min(len(server_ms) - 1, int(round(p / 100 * (len(server_ms) - 1))))]  # noqa: E731
     q = lambda p: lat[min(len(lat) - 1, int(round(p / 100 * (len(lat) - 1))))] * 1000  # noqa: E731
     over = sum(1 for x in lat if x * 1000 > args.deadline_ms)
+    warm.sort()
+    if warm:
+        print(f"warm-up: {len(warm)} answers, p99 {warm[min(len(warm) - 1, int(0.99 * (len(warm) - 1)))] * 1000:.1f} ms, "
+              f"max {warm[-1] * 1000:.1f} ms, over the deadline: {sum(1 for x in warm if x * 1000 > args.deadline_ms)}")
     print(f"deadline fallback, deadlineMs={args.deadline_ms}, concurrency {args.concurrency}, {len(lat)} answers "
           f"in {elapsed:.1f} s: p50 {q(50):.1f} ms, p99 {q(99):.1f} ms, max {lat[-1] * 1000:.1f} ms; "
           f"p99 - deadline = {q(99) - args.deadline_ms:+.1f} ms; over the deadline: {over}; answers: {sources}; "
           f"server exit code {server.returncode}")
+    if server_ms:
+        print(f"inside the server (Server-Timing total, handler start to answer): p50 {sq(50):.1f} ms, "
+              f"p99 {sq(99):.1f} ms, max {server_ms[-1]:.1f} ms")
     return 0 if q(99) <= args.deadline_ms else 1
 
 
@@ -160,6 +175,7 @@ def main() -> int:
     d.add_argument("--deadline-ms", type=int, default=250)
     d.add_argument("--concurrency", type=int, default=64)
     d.add_argument("--requests", type=int, default=3200)
+    d.add_argument("--warmup", type=int, default=5, help="rounds per caller before measuring")
     args = p.parse_args()
     return fuzz(args) if args.cmd == "fuzz" else deadline(args)
 

@@ -391,11 +391,11 @@ def test_the_deadline_reserve_grows_when_fallbacks_land_late_and_stays_bounded()
 
     r = DeadlineReserve(0.250)
     assert r.s == pytest.approx(0.025)
-    r.observe(0.300)  # 62.5 ms past 95% of the deadline
-    assert r.s == pytest.approx(0.025 + 0.5 * (0.300 - 0.2375))
-    for _ in range(100):
+    r.observe(0.300)  # 87.5 ms past 85% of the deadline
+    assert r.s == pytest.approx(0.025 + DeadlineReserve.GROW * (0.300 - 0.2125))
+    for _ in range(1000):
         r.observe(5.0)
     assert r.s == pytest.approx(0.125)  # never more than half the deadline
-    for _ in range(5000):
+    for _ in range(20000):
         r.observe(0.100)
     assert r.s == pytest.approx(0.025)  # back to the floor once fallbacks are early again
