@@ -63,12 +63,13 @@ def fuzz_config(upstream_url: str, mode: str = "scored", deadline_ms: int = 300)
 # -- strategies ---------------------------------------------------------------------------------------------------
 
 # Text including lone surrogates (what a "\ud800" escape decodes to) and other code points hypothesis avoids.
-texts = st.one_of(
-    st.text(max_size=12), st.text(max_size=12), st.text(max_size=12), st.text(max_size=12),
+clean_texts = st.one_of(st.text(max_size=12), st.sampled_from(["DE", "US", "", "é", "\u0000", "\U0001F600"]))
+bad_texts = st.one_of(
     st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), min_size=1, max_size=2),
     st.text(st.characters(codec="utf-8"), max_size=6).map(lambda s: s + "\ud800"),
-    st.sampled_from(["DE", "US", "", "é", "\u0000", "\U0001F600"]),
 )
+# Mostly valid text; one draw in ~8 carries a lone surrogate (what a "\ud800" escape decodes to).
+texts = st.integers(0, 7).flatmap(lambda i: bad_texts if i == 7 else clean_texts)
 numbers = st.one_of(
     st.integers(min_value=-10**6, max_value=10**6),
     st.integers(min_value=-10**6, max_value=10**6).map(float),  # 1200.0: must decide as 1200
@@ -89,17 +90,16 @@ def nested(depth: int) -> Any:
 
 json_values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(texts, c, max_size=3),
                            max_leaves=8)
-countries = st.one_of(st.sampled_from(["DE", "US", "FR", "PL", "é", "\U0001F600", ""]), st.sampled_from(["DE", "US"]),
-                      texts)
-documents = st.one_of(
-    *[st.fixed_dictionaries({"amount": numbers, "country": countries},
-                            optional={"count": st.one_of(st.integers(), numbers),
-                                      "extra": st.one_of(json_values, st.integers(0, 40).map(nested))})] * 4,
-    st.fixed_dictionaries({"amount": numbers, "country": texts},
-                          optional={"count": numbers, "extra": st.one_of(json_values,
-                                                                         st.integers(0, 40).map(nested))}),
-    json_values,
-)
+countries = st.one_of(st.sampled_from(["DE", "US", "FR", "PL", "é", "\U0001F600", ""]), texts)
+_documents = st.fixed_dictionaries(
+    {"amount": numbers, "country": countries},
+    optional={"count": st.one_of(st.integers(), numbers),
+              "extra": st.one_of(json_values, st.integers(0, 40).map(nested))})
+_odd_documents = st.one_of(
+    st.fixed_dictionaries({"amount": numbers, "country": texts}, optional={"count": numbers, "extra": json_values}),
+    json_values)
+# Mostly documents shaped like the input schema (they reach the model and the rules), one in five anything at all.
+documents = st.integers(0, 4).flatmap(lambda i: _odd_documents if i == 4 else _documents)
 
 
 def dumps_doc(doc: Any) -> str:
@@ -132,7 +132,7 @@ def cases(draw, hostile: bool = False) -> Case:
         docs = draw(st.lists(documents, min_size=1, max_size=4))
         data: Any = [dumps_doc(d) for d in docs]
         tensor: dict[str, Any] = {"name": "input", "shape": [len(data)], "datatype": "BYTES", "data": data}
-        if draw(st.integers(0, 4)) == 0:  # a tensor missing some of its fields
+        if draw(st.integers(0, 9)) == 9:  # a tensor missing some of its fields
             tensor = draw(st.fixed_dictionaries({}, optional={k: st.just(v) for k, v in tensor.items()}))
         req: dict[str, Any] = {"inputs": [tensor]}
         if draw(st.booleans()):
