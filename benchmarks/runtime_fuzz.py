@@ -148,7 +148,8 @@ def deadline(args) -> int:
     over = sum(1 for x in lat if x * 1000 > args.deadline_ms)
     warm.sort()
     if warm:
-        print(f"warm-up: {len(warm)} answers, p99 {warm[min(len(warm) - 1, int(0.99 * (len(warm) - 1)))] * 1000:.1f} ms, "
+        p99 = warm[min(len(warm) - 1, int(0.99 * (len(warm) - 1)))] * 1000
+        print(f"warm-up: {len(warm)} answers, p99 {p99:.1f} ms, "
               f"max {warm[-1] * 1000:.1f} ms, over the deadline: {sum(1 for x in warm if x * 1000 > args.deadline_ms)}")
     print(f"deadline fallback, deadlineMs={args.deadline_ms}, concurrency {args.concurrency}, {len(lat)} answers "
           f"in {elapsed:.1f} s: p50 {q(50):.1f} ms, p99 {q(99):.1f} ms, max {lat[-1] * 1000:.1f} ms; "

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.trajectory import TrajectoryChecker
-from hostile_upstream import BEHAVIOURS, MUTATIONS, RAW, TRANSPORT
-from runtime_helpers import CODES, LABELS, base_config
+from hostile_upstream import BEHAVIOURS
+from runtime_helpers import base_config
 
 SLOW_BEHAVIOURS = ("slow", "trickle")
 FAST_BEHAVIOURS = tuple(b for b in BEHAVIOURS if b not in SLOW_BEHAVIOURS)
@@ -237,7 +237,8 @@ class Oracle:
         if case.chunked:
             body = case.body
             content = iter([body[i:i + 7] for i in range(0, len(body), 7)] or [b""])
-        where = f"{case.path} ct={case.content_type} chunked={case.chunked} script={case.script} body={case.body[:300]!r}"
+        where = (f"{case.path} ct={case.content_type} chunked={case.chunked} script={case.script} "
+                 f"body={case.body[:300]!r}")
         try:
             r = client.post(case.path, content=content, headers=headers)
         except httpx.HTTPError as exc:

@@ -168,7 +168,8 @@ def _raw_exchange(port: int, request: bytes, sock: socket.socket | None = None) 
     while b"\r\n\r\n" not in data:
         data += sock.recv(65536)
     head, _, rest = data.partition(b"\r\n\r\n")
-    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
     while len(rest) < length:
         rest += sock.recv(65536)
     return sock, head + b"\r\n\r\n" + rest
