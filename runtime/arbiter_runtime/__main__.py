@@ -56,6 +56,12 @@ def serve(argv: list[str]) -> int:
                             http="httptools" if _fast("httptools") else "h11")
     server = uvicorn.Server(config)
     options.on_fatal = lambda _msg: setattr(server, "should_exit", True)
+    # uvicorn re-raises the signal it shut down on once it is done, with the handler that was there before it:
+    # make that one a no-op, so a clean SIGTERM/SIGINT shutdown exits 0 (not 143), as the supervisor expects.
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     server.run()
     rt = app.state.runtime
     if rt.fatal or not server.started:

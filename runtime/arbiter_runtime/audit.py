@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
+import queue
 import re
 import secrets
 import sys
@@ -102,6 +103,9 @@ class S3Settings:
                    lock_mode=mode)
 
 
+UNRETAINED_SUFFIX = "-unretained"
+
+
 class S3BatchSink:
     """Buffers lines and uploads them as one object per batch, from a worker thread (boto3 blocks).
 
@@ -121,25 +125,62 @@ class S3BatchSink:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._closing = False
-        self.object_lock = False
+        self.retention: str | None = None  # locked | unlocked | None: not known (S3 did not answer)
+        self._retention_why = ""
         self.uploaded_objects: list[str] = []
         self.failures = 0
 
     async def start(self) -> None:
-        self.object_lock = await asyncio.to_thread(self._probe_object_lock)
+        await asyncio.to_thread(self._check_retention)
         self._task = asyncio.create_task(self._loop(), name="audit-s3")
 
-    def _probe_object_lock(self) -> bool:
+    @property
+    def object_lock(self) -> bool:
+        return self.retention == "locked"
+
+    def _check_retention(self) -> None:
+        """Ask the bucket whether what we write will be retained: locked | unlocked | None (could not tell).
+
+        Asked before the first upload and again after any S3 error: an outage at start-up, or a bucket replaced
+        while the pod runs, must not mean records written without retention by mistake.
+        """
         try:
             conf = self._client.get_object_lock_configuration(Bucket=self.s.bucket)
-        except Exception as exc:  # ObjectLockConfigurationNotFoundError and the like: no object lock
+        except Exception as exc:
             code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
-            log.info("audit bucket %s has no object lock (%s); records are written without retention",
-                     self.s.bucket, code)
+            if code in ("ObjectLockConfigurationNotFoundError", "ObjectLockConfigurationNotFound") and \
+                    self._bucket_exists():
+                self._set_retention("unlocked", f"bucket {self.s.bucket} has no object lock")
+            else:
+                self.failures += 1
+                self._set_retention(None, f"cannot read the object-lock configuration of {self.s.bucket} ({code})")
+            return
+        lock = conf.get("ObjectLockConfiguration", {})
+        if lock.get("ObjectLockEnabled") != "Enabled":
+            self._set_retention("unlocked", f"bucket {self.s.bucket} has object lock off")
+        elif self.s.retention_days <= 0 and not lock.get("Rule", {}).get("DefaultRetention"):
+            self._set_retention("unlocked", f"bucket {self.s.bucket} has object lock but no default retention and "
+                                            "ARBITER_AUDIT_S3_RETENTION_DAYS is 0")
+        else:
+            self._set_retention("locked", f"bucket {self.s.bucket} object lock on")
+
+    def _bucket_exists(self) -> bool:
+        # Some S3 servers answer "no object-lock configuration" for a bucket that does not exist at all.
+        try:
+            self._client.head_bucket(Bucket=self.s.bucket)
+            return True
+        except Exception:
             return False
-        enabled = conf.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled"
-        log.info("audit bucket %s object lock: %s", self.s.bucket, "enabled" if enabled else "off")
-        return enabled
+
+    def _set_retention(self, state: str | None, why: str) -> None:
+        if state != self.retention or self._retention_why != why:
+            level = logging.INFO if state == "locked" else logging.WARNING if state is None else logging.ERROR
+            where = {"locked": f"s3://{self.s.bucket}/{self.s.prefix}/",
+                     "unlocked": f"s3://{self.s.bucket}/{self.s.prefix}{UNRETAINED_SUFFIX}/ (records WITHOUT "
+                                 "retention)",
+                     None: "nowhere yet: records wait in memory and the check is repeated"}[state]
+            log.log(level, "audit retention: %s; writing to %s", why, where)
+        self.retention, self._retention_why = state, why
 
     def write(self, line: str) -> None:
         with self._lock:
@@ -170,18 +211,27 @@ class S3BatchSink:
                 batch, self._buffer = self._buffer, []
             if not batch:
                 return 0
+            if self.retention is None:
+                self._check_retention()
+            if self.retention is None:  # S3 unknown: the records wait (they are on stdout meanwhile)
+                with self._lock:
+                    self._buffer[:0] = batch
+                return 0
             now = dt.datetime.now(dt.timezone.utc)
-            key = (f"{self.s.prefix}/{self._model}/{self._version}/{now:%Y/%m/%d}/"
+            # Without retention the records go under a prefix that says so, never among the retained ones.
+            prefix = self.s.prefix if self.retention == "locked" else self.s.prefix + UNRETAINED_SUFFIX
+            key = (f"{prefix}/{self._model}/{self._version}/{now:%Y/%m/%d}/"
                    f"{now:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:12]}.jsonl")
             args: dict[str, Any] = {"Bucket": self.s.bucket, "Key": key, "Body": ("\n".join(batch) + "\n").encode(),
                                     "ContentType": "application/x-ndjson"}
-            if self.object_lock and self.s.retention_days > 0:
+            if self.retention == "locked" and self.s.retention_days > 0:
                 args["ObjectLockMode"] = self.s.lock_mode
                 args["ObjectLockRetainUntilDate"] = now + dt.timedelta(days=self.s.retention_days)
             try:
                 self._client.put_object(**args)
             except Exception as exc:
                 self.failures += 1
+                self.retention = None  # re-check before the next upload: the bucket may have changed
                 with self._lock:
                     self._buffer[:0] = batch  # keep order; retried on the next round
                 code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
@@ -200,14 +250,81 @@ class S3BatchSink:
 
 
 class AuditLog:
-    def __init__(self, sinks: list[Sink]):
+    """Hands records to the sinks from one writer thread, so a slow or stalled sink never blocks a request.
+
+    The queue is bounded by reservation: a request reserves one slot per row *before* it is decided
+    (`reserve`), so a decision that leaves the server always has room for its record; when the slots are used up
+    (a sink is stalled) new requests are refused with 503 rather than decided without a record. `depth` is what
+    is reserved or waiting (arbiter_audit_queue_depth).
+    """
+
+    def __init__(self, sinks: list[Sink], capacity: int = 10_000, on_write_error: Any = None):
         self.sinks = sinks
+        self.capacity = capacity
+        self._queue: "queue.SimpleQueue[str | None]" = queue.SimpleQueue()
+        self._held = 0  # reserved + queued, not yet written
+        self._queued = 0
+        self._cond = threading.Condition()
+        self._on_write_error = on_write_error
+        self.written = 0
+        self.write_errors = 0
+        self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
+        self._thread.start()
 
-    def record(self, record: dict[str, Any]) -> None:
+    @property
+    def depth(self) -> int:
+        return self._held
+
+    def reserve(self, n: int) -> bool:
+        with self._cond:
+            if self._held + n > self.capacity:
+                return False
+            self._held += n
+            return True
+
+    def release(self, n: int) -> None:
+        """Give back slots reserved for rows that will not be recorded (they did not leave the server)."""
+        if n:
+            with self._cond:
+                self._held -= n
+                self._cond.notify_all()
+
+    def record(self, record: dict[str, Any], reserved: bool = True) -> None:
         line = dumps(record)
-        for sink in self.sinks:
-            sink.write(line)
+        with self._cond:
+            if not reserved:
+                self._held += 1
+            self._queued += 1
+        self._queue.put(line)
 
-    async def close(self) -> None:
+    def _run(self) -> None:
+        while True:
+            line = self._queue.get()
+            if line is None:
+                return
+            for sink in self.sinks:
+                try:
+                    sink.write(line)
+                except Exception as exc:  # a closed stdout, a sink bug: keep writing to the others
+                    self.write_errors += 1
+                    log.error("audit sink %s failed: %s", type(sink).__name__, type(exc).__name__)
+                    if self._on_write_error is not None:
+                        self._on_write_error(type(sink).__name__)
+            with self._cond:
+                self._held -= 1
+                self._queued -= 1
+                self.written += 1
+                self._cond.notify_all()
+
+    def wait_written(self, timeout: float = 10.0) -> bool:
+        """Block until every queued record is written (tests, shutdown)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._queued == 0, timeout)
+
+    async def close(self, timeout: float = 20.0) -> None:
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join, timeout)
+        if self._thread.is_alive():
+            log.error("audit writer still blocked after %.0f s: %d records not written", timeout, self._queued)
         for sink in self.sinks:
             await sink.close()

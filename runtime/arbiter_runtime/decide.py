@@ -27,8 +27,38 @@ from .tokens import LabelTokens
 from .scored_format import scored_format
 from .upstream import UpstreamClient, UpstreamFailure
 from .trajectory import TrajectoryChecker, TrajectoryInvalid, derived_output_schema
+from .wire import WireError, check_choice
 
 MASKED_AT = -9998.0  # vLLM writes -inf (a token the constraint masks) as -9999.0
+
+
+def fallback_reserve_s(deadline_s: float) -> float:
+    """The least time kept back from the model for the rules and the answer."""
+    return min(0.1 * deadline_s, 0.025)
+
+
+class DeadlineReserve:
+    """How much of deadlineMs the model gets, learnt from how late deadline fallbacks actually land.
+
+    Under load many decisions time out together and their rules and answers queue on one event loop, so a fixed
+    reserve is either too small (fallbacks late) or wasteful. Each deadline fallback reports its latency: one
+    that lands after 85% of the deadline (the rest is for what the server cannot see: queueing before the handler
+    runs, the network) grows the reserve by a tenth of its overshoot; one that lands earlier shrinks it by a
+    fiftieth of that rate. The reserve settles where late fallbacks are rare, between the floor above and
+    half the deadline.
+    """
+
+    GROW, SHRINK, TARGET = 0.1, 0.002, 0.85
+
+    def __init__(self, deadline_s: float):
+        self.deadline_s = deadline_s
+        self.floor = fallback_reserve_s(deadline_s)
+        self.s = self.floor
+
+    def observe(self, latency_s: float) -> None:
+        error = latency_s - self.TARGET * self.deadline_s
+        step = self.GROW * error if error > 0 else self.SHRINK * error
+        self.s = min(max(self.s + step, self.floor), self.deadline_s / 2)
 
 
 def canonical_json(document: Any) -> str:
@@ -48,7 +78,7 @@ def derive_seed(cfg: DecisionConfig, canonical: str) -> int:
 @dataclass
 class Outcome:
     decision: str | None
-    confidence: float
+    confidence: float | None  # None: a rules decision (the rules estimate no probability)
     trajectory: dict[str, Any]
     source: str  # model | rules | none
     outcome: str  # ok | low_confidence | fallback | error
@@ -95,7 +125,7 @@ class ScoredMode:
         return body
 
     def parse(self, response: dict[str, Any]) -> dict[str, Any]:
-        choice = _first_choice(response)
+        choice = check_choice(response, want_logprobs=True)
         content = choice["message"].get("content")
         if choice.get("finish_reason") == "length":
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
@@ -127,7 +157,7 @@ class ScoredMode:
                     # sends the bytes: match on them.
                     tok = self._label_by_bytes.get(tuple(alt.get("bytes") or ()))
                 if tok is not None and tok not in found:
-                    found[tok] = float(alt.get("logprob", -math.inf))
+                    found[tok] = float(alt["logprob"])
             missing = [x for x in labels if x not in found]
             if missing:
                 raise TrajectoryInvalid("logprobs", f"step {n}: no log-probability for label(s) {missing}; does the "
@@ -140,6 +170,11 @@ class ScoredMode:
             total = sum(weights.values())
             probs = {x: w / total for x, w in weights.items()}
             best = max(labels, key=lambda x: probs[x])
+            if probs[label] < probs[best] - self.cfg.probability_tolerance:
+                # The text says one label, the model's own probabilities another: not a decision to act on.
+                raise TrajectoryInvalid("inconsistent", f"step {n}: the answer writes {label} (p={probs[label]:.4f}) "
+                                                        f"but the log-probabilities favour {best} "
+                                                        f"(p={probs[best]:.4f})")
             steps.append({"step": n, "reasoningCode": code, "label": label, "probabilities": probs,
                           "confidence": probs[best]})
         return {"steps": steps}
@@ -169,7 +204,7 @@ class GeneratedMode:
         return body
 
     def parse(self, response: dict[str, Any]) -> dict[str, Any]:
-        choice = _first_choice(response)
+        choice = check_choice(response, want_logprobs=False)
         if choice.get("finish_reason") == "length":
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
         content = choice["message"].get("content")
@@ -212,6 +247,7 @@ class Decider:
         self.rules = rules
         self.metrics = metrics
         self.checker = TrajectoryChecker(cfg)
+        self.reserve = DeadlineReserve(cfg.deadline_s)
         self.mode: ScoredMode | GeneratedMode | None = None
         self._url = cfg.upstream.url + "/chat/completions"
 
@@ -231,11 +267,11 @@ class Decider:
             raise UpstreamFailure("http_4xx", f"upstream answered {status}: {content[:200]!r}", retryable=False)
         try:
             return loads(content)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise UpstreamFailure("protocol", "upstream answered 200 with a body that is not JSON",
                                   retryable=True) from None
 
-    async def _model(self, canonical: str, out: Outcome) -> tuple[dict, str, float] | str:
+    async def _model(self, canonical: str, out: Outcome, budget_s: float) -> tuple[dict, str, float] | str:
         """Try the model within the attempts allowed; returns (trajectory, decision, confidence) or a reason."""
         assert self.mode is not None
         body = self.mode.request(canonical, derive_seed(self.cfg, canonical))
@@ -243,7 +279,7 @@ class Decider:
         started = time.perf_counter()
         for attempt in range(self.cfg.upstream.max_retries + 1):
             out.attempts = attempt + 1
-            remaining = self.cfg.deadline_s - (time.perf_counter() - started)
+            remaining = budget_s - (time.perf_counter() - started)
             if remaining <= 0:
                 return "deadline"
             t0 = time.perf_counter()
@@ -263,22 +299,38 @@ class Decider:
             try:
                 trajectory = self.mode.parse(response)
                 self.checker.check(trajectory)
+            except WireError as wrong:
+                self.metrics.upstream_error("protocol")
+                out.notes.append(f"attempt {attempt + 1}: {wrong}")
+                reason = "upstream_error"
+                continue
             except TrajectoryInvalid as invalid:
                 self.metrics.violation(invalid.kind)
                 out.notes.append(f"attempt {attempt + 1}: {invalid}")
                 reason = "invalid"
                 continue
+            except Exception as exc:  # anything the wire check missed is still the upstream's fault
+                self.metrics.upstream_error("protocol")
+                out.notes.append(f"attempt {attempt + 1}: unreadable upstream answer ({type(exc).__name__})")
+                reason = "upstream_error"
+                continue
             decision, confidence = self.checker.decide(trajectory)
             return trajectory, decision, confidence
         return reason
 
-    async def decide(self, document: Any, canonical: str | None = None) -> Outcome:
+    async def decide(self, document: Any, canonical: str | None = None, arrived: float | None = None) -> Outcome:
+        """`arrived`: perf_counter() when the request arrived; the deadline counts from then, less the reserve the
+        rules need, so a fallback answer leaves within deadlineMs of arrival."""
         canonical = canonical or canonical_json(document)
-        out = Outcome(None, 0.0, {}, "none", "error")
+        out = Outcome(None, None, {}, "none", "error")
+        waited = 0.0 if arrived is None else time.perf_counter() - arrived
+        budget = self.cfg.deadline_s - waited - self.reserve.s
         try:
+            if budget <= 0:
+                raise TimeoutError
             # asyncio.timeout, not wait_for: no extra task per decision.
-            async with asyncio.timeout(self.cfg.deadline_s):
-                result = await self._model(canonical, out)
+            async with asyncio.timeout(budget):
+                result = await self._model(canonical, out, budget)
         except TimeoutError:
             self.metrics.upstream_error("timeout")
             out.notes.append(f"no valid answer within deadlineMs ({self.cfg.deadline_ms} ms)")
@@ -302,7 +354,12 @@ class Decider:
         out.fallback_reason = reason
         model = ({"decision": out.decision, "confidence": out.confidence, "trajectory": out.trajectory}
                  if out.source == "model" else None)
-        ruled = self.rules.decide(document, model, reason)
+        try:
+            ruled = self.rules.decide(document, model, reason)
+        except Exception as exc:  # the rules are total by construction; a defect must not cost the answer
+            self.rules.eval_errors += 1
+            out.notes.append(f"rules failed: {type(exc).__name__}")
+            ruled = None
         if ruled is None:
             if out.source == "model":
                 # Low confidence and no rule applies: the model's decision stands, flagged.
@@ -313,7 +370,8 @@ class Decider:
             out.error = f"no decision: the model could not decide ({reason}) and no fallback rule matched"
             return out
         model_trajectory = out.trajectory or None
-        out.decision, out.confidence, out.source, out.outcome = ruled.decision, 1.0, "rules", "fallback"
+        # A rule estimates no probability: confidence is null; source, rule and fallbackReason say what decided.
+        out.decision, out.confidence, out.source, out.outcome = ruled.decision, None, "rules", "fallback"
         out.rule = ruled.rule
         out.flagged = False
         out.trajectory = {"rule": ruled.rule, "reasoningCode": ruled.reasoning_code, "fallbackReason": reason}

@@ -67,7 +67,14 @@ class RulesEngine:
         return bool(self.rules) and self.rules[-1].when.strip() == "true"
 
     def decide(self, document: Any, model: dict[str, Any] | None = None, reason: str = "") -> RuleDecision | None:
-        activation = {"input": to_cel(document), "model": to_cel(model or {}), "reason": celtypes.StringType(reason)}
+        try:
+            cel_input = to_cel(document)
+        except Exception as exc:  # cannot happen past input validation (bounded depth, finite numbers); if it
+            # does, rules that read the input fail and a catch-all still decides
+            self.eval_errors += 1
+            log.error("input could not be converted for the rules (%s); rules see an empty input", type(exc).__name__)
+            cel_input = celtypes.MapType({})
+        activation = {"input": cel_input, "model": to_cel(model or {}), "reason": celtypes.StringType(reason)}
         for rule, program in self._compiled:
             try:
                 result = program.evaluate(activation)

@@ -34,7 +34,10 @@ def dumps_bytes(obj: Any) -> bytes:
             return orjson.dumps(obj)
         except TypeError:  # e.g. an integer beyond 64 bits echoed from an input
             pass
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate in an error message that quotes the input: escape it
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def dumps(obj: Any) -> str:

@@ -41,6 +41,11 @@ def parse_infer(body: Any) -> tuple[list[Any], str | None, list[str] | None]:
     req_id = body.get("id")
     if req_id is not None and not isinstance(req_id, str):
         raise BadRequest("'id' must be a string")
+    if req_id is not None:
+        try:
+            req_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest("'id' is not valid Unicode (a lone surrogate); send UTF-8 text") from None
     params = body.get("parameters")
     if params is not None and not isinstance(params, dict):
         raise BadRequest("'parameters' must be an object")
@@ -115,7 +120,8 @@ def infer_response(model: str, version: str, req_id: str | None, outcomes: list,
     n = len(outcomes)
     columns = {
         "decision": ("BYTES", [o.decision for o in outcomes]),
-        "confidence": ("FP32", [o.confidence for o in outcomes]),
+        # FP32 has no null: a rules decision (no probability) is 0 here; `source` says it is the rules'.
+        "confidence": ("FP32", [0.0 if o.confidence is None else o.confidence for o in outcomes]),
         "trajectory": ("BYTES", [dumps(o.trajectory) for o in outcomes]),
         "source": ("BYTES", [o.source for o in outcomes]),
         "low_confidence": ("BOOL", [o.flagged for o in outcomes]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import time
@@ -24,6 +25,7 @@ from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso
 from .config import DecisionConfig
 from .decide import Decider, Outcome, canonical_json, input_digest
 from .fallback import RulesEngine
+from .inputs import MAX_BODY_BYTES, BodyTooLarge, UnsupportedMediaType, canonicalise, check_content_type, read_limited
 from .jsonutil import dumps_bytes
 from .metrics import Metrics
 from .protocol import OUTPUT_METADATA, BadRequest, infer_response, loads_strict, parse_infer
@@ -33,7 +35,9 @@ from .upstream import UpstreamClient, UpstreamFailure
 
 log = logging.getLogger("arbiter.runtime")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+# Readiness turns false after this many failed upstream health checks in a row (and true at the next success).
+UNREADY_AFTER_FAILED_CHECKS = 3
+AUDIT_QUEUE_CAPACITY = 10_000
 
 
 @dataclass
@@ -43,6 +47,8 @@ class RuntimeOptions:
     audit_sinks: list | None = None  # default: stdout (+ S3 when ARBITER_AUDIT_S3_BUCKET is set)
     s3_settings: S3Settings | None = None
     upstream_poll_s: float = 0.5
+    upstream_watch_s: float = 2.0  # health checks of the upstream once ready
+    audit_capacity: int = AUDIT_QUEUE_CAPACITY
     on_fatal: Callable[[str], None] | None = None  # called when the model is refused after start-up
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
@@ -67,12 +73,14 @@ class Runtime:
         self.metrics = Metrics(cfg.model, cfg.version)
         self.validator = InputValidator(cfg.input_schema)
         self.ready = False
+        self.loaded = False  # the decider can decide (with the rules when the upstream is gone)
         self.not_ready_reason = "starting"
         self.fatal: str | None = None
         self.client: UpstreamClient | None = None
         self.decider: Decider | None = None
         self.audit: AuditLog | None = None
         self._loader: asyncio.Task | None = None
+        self._watcher: asyncio.Task | None = None
         root = cfg.upstream.url
         self.upstream_root = root[:-3] if root.endswith("/v1") else root
 
@@ -102,7 +110,10 @@ class Runtime:
             for sink in sinks:
                 if hasattr(sink, "start"):
                     await sink.start()
-        self.audit = AuditLog(sinks)
+        self.audit = AuditLog(sinks, self.options.audit_capacity,
+                              on_write_error=lambda sink: self.metrics.audit_write_errors.labels(
+                                  *self.metrics.mv, sink).inc())
+        self.metrics.audit_depth.set_function(lambda: self.audit.depth if self.audit else 0)
         self._loader = asyncio.create_task(self._load(tokens), name="load")
 
     async def _upstream_healthy(self) -> bool:
@@ -138,41 +149,76 @@ class Runtime:
                 return
             log.info("label tokens resolved: %s", describe(tokens))
         self.decider.load(tokens)
+        # Everything loaded so far (libraries, compiled schemas and rules) lives as long as the process: keep it out
+        # of the collector's full passes, which otherwise stall every request in flight for tens of milliseconds.
+        gc.freeze()
+        self.loaded = True
         self.ready = True
         self.not_ready_reason = ""
+        self.metrics.upstream_up.set(1)
         log.info("ready: model %s version %s, %s mode, upstream %s", self.cfg.model, self.cfg.version,
                  self.cfg.trajectory_mode, self.cfg.upstream.url)
+        self._watcher = asyncio.create_task(self._watch(), name="upstream-watch")
+
+    async def _watch(self) -> None:
+        """Readiness follows the upstream: a pod whose vLLM is gone leaves the Service's endpoints. Requests that
+        still arrive are decided (by the rules: reason upstream_down), so a caller pinned to the pod gets answers."""
+        failed = 0
+        while True:
+            await asyncio.sleep(self.options.upstream_watch_s)
+            if await self._upstream_healthy():
+                if not self.ready:
+                    log.info("upstream %s answers again: ready", self.upstream_root)
+                failed, self.ready, self.not_ready_reason = 0, True, ""
+                self.metrics.upstream_up.set(1)
+                continue
+            failed += 1
+            self.metrics.upstream_up.set(0)
+            if failed >= UNREADY_AFTER_FAILED_CHECKS and self.ready:
+                self.ready = False
+                self.not_ready_reason = (f"the upstream at {self.upstream_root} has not answered /health for "
+                                         f"{failed} checks; decisions fall back to the rules")
+                log.error("%s", self.not_ready_reason)
 
     async def stop(self) -> None:
-        if self._loader is not None and not self._loader.done():
-            self._loader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loader
+        for task in (self._loader, self._watcher):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.audit is not None:
             await self.audit.close()  # flushes the S3 batch: no record lost on a clean shutdown
         if self.client is not None:
             await self.client.close()
 
-    async def decide_rows(self, documents: list[Any], trace: Trace, started: float,
-                          request_id: str | None) -> list[Outcome]:
-        """Validate every row first (no token is spent on a bad batch), then decide them concurrently."""
-        canonicals = []
+    def check_rows(self, documents: list[Any]) -> tuple[list[Any], list[str]]:
+        """Canonicalise and validate every row first (no token is spent on a bad batch); BadRequest names the row."""
+        docs, canonicals = [], []
         for i, doc in enumerate(documents):
             try:
+                doc = canonicalise(doc)
                 self.validator.check(doc)
-            except InputInvalid as exc:
+            except (InputInvalid, BadRequest) as exc:
                 raise BadRequest(f"row {i}: {exc}" if len(documents) > 1 else str(exc)) from None
+            docs.append(doc)
             canonicals.append(canonical_json(doc))
+        return docs, canonicals
+
+    async def decide_rows(self, documents: list[Any], canonicals: list[str], trace: Trace, started: float,
+                          request_id: str | None) -> list[tuple[Outcome, dict[str, Any]]]:
+        """Decide the rows concurrently; each comes with its audit record, written only if the row leaves."""
         if len(documents) == 1:
             return [await self._decide_one(documents[0], canonicals[0], trace, started, 0, request_id)]
         return list(await asyncio.gather(*(self._decide_one(d, c, trace, started, i, request_id)
                                            for i, (d, c) in enumerate(zip(documents, canonicals)))))
 
     async def _decide_one(self, document: Any, canonical: str, trace: Trace, started: float, row: int,
-                          request_id: str | None) -> Outcome:
-        assert self.decider is not None and self.audit is not None
-        out = await self.decider.decide(document, canonical)
+                          request_id: str | None) -> tuple[Outcome, dict[str, Any]]:
+        assert self.decider is not None
+        out = await self.decider.decide(document, canonical, started)
         latency = time.perf_counter() - started
+        if out.fallback_reason == "deadline":
+            self.decider.reserve.observe(latency)
         self.metrics.decision(out.outcome, out.source, latency)
         record = {
             "kind": "arbiter.decision", "time": now_iso(), "traceId": trace.trace_id, "spanId": trace.span_id,
@@ -186,8 +232,7 @@ class Runtime:
             record["error"] = out.error
         if out.notes:
             record["notes"] = out.notes  # why attempts failed: what an auditor asks when the rules decided
-        self.audit.record(record)
-        return out
+        return out, record
 
 
 class FastJSONResponse(JSONResponse):
@@ -206,19 +251,35 @@ def _timing(outcomes: list[Outcome], started: float) -> str:
 
 
 async def _read_json(request: Request) -> Any:
-    length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-        raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes") if length.isdigit() else \
-            BadRequest("invalid Content-Length")
-    body = await request.body()
-    if len(body) > MAX_BODY_BYTES:
-        raise BadRequest(f"request body larger than {MAX_BODY_BYTES} bytes")
+    check_content_type(request.headers.get("content-type"))
+    body = await read_limited(request.headers, request.stream(), MAX_BODY_BYTES)
     if not body:
         raise BadRequest("request body is empty; send a JSON document")
     try:
         return loads_strict(body)
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(f"request body is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError (not UTF-8) is a ValueError
+        raise BadRequest(f"request body is not JSON: {str(exc)[:200]}") from None
+
+
+def _boundary(handler):
+    """Every answer is a decision, a 4xx naming the problem or a 503 saying why: never a 500.
+
+    Caught here, inside the route, so the connection stays usable (an exception that reaches the server
+    middleware closes a keep-alive connection)."""
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except UnsupportedMediaType as exc:
+            return _error(415, str(exc))
+        except BodyTooLarge as exc:
+            return _error(413, str(exc))
+        except BadRequest as exc:
+            return _error(400, str(exc))
+        except Exception as exc:  # a defect: say so, log it, keep serving
+            log.exception("unexpected error answering %s %s", request.method, request.url.path)
+            return _error(503, f"the decision server could not answer ({type(exc).__name__}); retry, and report "
+                               "it if it persists")
+    return wrapped
 
 
 def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> Starlette:
@@ -263,44 +324,78 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
             return JSONResponse({"name": model, "ready": True})
         return JSONResponse({"name": model, "ready": False, "error": rt.not_ready_reason}, status_code=503)
 
+    def admit(headers: dict[str, str]) -> JSONResponse | None:
+        if not rt.loaded:
+            return _error(503, f"model {model} is not ready: {rt.not_ready_reason}", headers)
+        return None
+
+    async def decide_audited(documents: list[Any], trace: Trace, started: float, req_id: str | None,
+                             headers: dict[str, str]) -> list[Outcome] | JSONResponse:
+        """Decide the rows and write the audit records of exactly the rows whose answer leaves the server:
+        every row of a 200; on a 503 for want of a decision, the rows that had none (their error leaves)."""
+        assert rt.audit is not None
+        docs, canonicals = rt.check_rows(documents)
+        n = len(docs)
+        if not rt.audit.reserve(n):
+            rt.metrics.audit_refused.labels(*rt.metrics.mv).inc()
+            return _error(503, f"audit queue full ({rt.audit.depth} records waiting to be written); no decision is "
+                               "made that could not be recorded; retry later", {**headers, "retry-after": "1"})
+        recorded = 0
+        try:
+            decided = await rt.decide_rows(docs, canonicals, trace, started, req_id)
+            failed = [i for i, (o, _) in enumerate(decided) if o.decision is None]
+            leaving = failed or range(n)
+            for i in leaving:
+                rt.audit.record(decided[i][1])
+                recorded += 1
+        finally:
+            rt.audit.release(n - recorded)
+        if failed:
+            first = decided[failed[0]][0]
+            return FastJSONResponse({"error": f"no decision for row(s) {failed}: {first.error}", "rows": failed},
+                                    status_code=503, headers=headers)
+        return [o for o, _ in decided]
+
+    @_boundary
     async def infer(request: Request) -> Response:
         started = time.perf_counter()
         if (err := check_model(request)) is not None:
             return err
         trace = trace_from_header(request.headers.get("traceparent"))
         headers = {"traceparent": trace.traceparent}
-        if not rt.ready:
-            return _error(503, f"model {model} is not ready: {rt.not_ready_reason}", headers)
+        if (err := admit(headers)) is not None:
+            return err
         try:
             documents, req_id, wanted = parse_infer(await _read_json(request))
-            outcomes = await rt.decide_rows(documents, trace, started, req_id)
+            result = await decide_audited(documents, trace, started, req_id, headers)
         except BadRequest as exc:
             return _error(400, str(exc), headers)
-        failed = [i for i, o in enumerate(outcomes) if o.decision is None]
-        if failed:
-            return _error(503, f"no decision for row(s) {failed}: {outcomes[failed[0]].error}", headers)
+        if isinstance(result, Response):
+            return result
         params = {"trace_id": trace.trace_id, "traceparent": trace.traceparent}
-        headers["server-timing"] = _timing(outcomes, started)
-        return FastJSONResponse(infer_response(model, version, req_id, outcomes, params, wanted), headers=headers)
+        headers["server-timing"] = _timing(result, started)
+        return FastJSONResponse(infer_response(model, version, req_id, result, params, wanted), headers=headers)
 
+    @_boundary
     async def decisions(request: Request) -> Response:
         started = time.perf_counter()
         trace = trace_from_header(request.headers.get("traceparent"))
         headers = {"traceparent": trace.traceparent}
-        if not rt.ready:
-            return _error(503, f"model {model} is not ready: {rt.not_ready_reason}", headers)
+        if (err := admit(headers)) is not None:
+            return err
         try:
             document = await _read_json(request)
-            (out,) = await rt.decide_rows([document], trace, started, None)
+            result = await decide_audited([document], trace, started, None, headers)
         except BadRequest as exc:
             return _error(400, str(exc), headers)
-        if out.decision is None:
-            return _error(503, out.error or "no decision", headers)
+        if isinstance(result, Response):
+            return result
+        (out,) = result
         headers["server-timing"] = _timing([out], started)
         return FastJSONResponse({
             "model": model, "version": version, "decision": out.decision, "confidence": out.confidence,
             "source": out.source, "lowConfidence": out.flagged, "fallbackReason": out.fallback_reason,
-            "trajectory": out.trajectory, "traceId": trace.trace_id,
+            "rule": out.rule, "trajectory": out.trajectory, "traceId": trace.trace_id,
         }, headers=headers)
 
     async def metrics(_: Request) -> Response:
@@ -312,7 +407,7 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
 
     async def internal_error(_: Request, exc: Exception) -> Response:
         log.exception("internal error: %s", type(exc).__name__)
-        return _error(500, "internal error; see the server log")
+        return _error(503, f"the decision server could not answer ({type(exc).__name__}); retry")
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

@@ -137,6 +137,10 @@ class Generator:
         self.s = state
         self._tokens = tuple((i, state.id_to_text[i]) for i in state.ordinary)
         self._word_ids = frozenset(state.text_to_id[w] for w in state.words if w in state.text_to_id)
+        # A word's canonical token is the whole word; BPE's intermediate merges ("den" on the way to "deny") are
+        # tokens a trained model rarely writes, so they get no preference.
+        texts = [t for _, t in self._tokens]
+        self._whole = frozenset(t for t in texts if len(t) > 1 and not any(o != t and o.startswith(t) for o in texts))
         self._allowed_cache: dict[tuple[str, str], tuple[tuple[int, ...], bool]] = {}
 
     def _allowed(self, pattern: str, prefix: str) -> tuple[tuple[int, ...], bool]:
@@ -169,7 +173,7 @@ class Generator:
                 else:
                     # Whole words outrank single characters, as a trained model prefers its canonical tokens.
                     logits[tid] = -3.0 * _unit(key, text, tid) - (0.0 if dist is None else 6.0) \
-                        + (4.0 if len(tok) > 1 else 0.0) + (3.0 if tid in self._word_ids else 0.0)
+                        + (4.0 if tok in self._whole else 0.0) + (3.0 if tid in self._word_ids else 0.0)
             if complete:
                 logits[self.s.eos_id] = 5.0 if not allowed else -1.0
             if not logits:  # dead end: a regex the vocabulary cannot finish

@@ -132,11 +132,24 @@ class TrajectoryChecker:
                 raise TrajectoryInvalid("probabilities",
                                         f"step {i + 1}: probabilities sum to {total:.6f}, not 1 (tolerance "
                                         f"{self.tol})")
+            # The stated label and confidence must be what the step's own probabilities say.
+            top = max(probs[label] for label in labels)
+            if abs(step["confidence"] - top) > self.tol:
+                raise TrajectoryInvalid("inconsistent", f"step {i + 1}: confidence {step['confidence']!r} but the "
+                                                        f"largest probability is {top:.6f}")
+            stated = step.get("label")
+            if stated is not None and probs[stated] < top - self.tol:
+                raise TrajectoryInvalid("inconsistent", f"step {i + 1}: label {stated} has probability "
+                                                        f"{probs[stated]:.6f}, below the largest ({top:.6f})")
 
     def decide(self, trajectory: dict) -> tuple[str, float]:
-        """Decision = argmax of the last step; confidence = its probability (ties: first label in config order)."""
-        probs = trajectory["steps"][-1]["probabilities"]
-        best = max(self.cfg.labels, key=lambda label: probs[label])
+        """Decision = the last step's label, else its argmax (ties: first label in config order); confidence = its
+        probability."""
+        last = trajectory["steps"][-1]
+        probs = last["probabilities"]
+        # The stated label, when there is one, is the decision (check() made sure it is an argmax within the
+        # tolerance), so the decision never contradicts what the model wrote.
+        best = last.get("label") or max(self.cfg.labels, key=lambda label: probs[label])
         return best, float(probs[best])
 
 

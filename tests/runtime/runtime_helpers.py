@@ -54,6 +54,19 @@ def base_config(upstream_url: str, **overrides: Any) -> dict[str, Any]:
     return cfg
 
 
+class ListSink:
+    """Audit records kept in memory as decoded objects (the fuzz reads them by the thousand)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def write(self, line: str) -> None:
+        self.lines.append(line)
+
+    async def close(self) -> None:
+        pass
+
+
 class RuntimeServer:
     """create_app() behind a real uvicorn on a free port, in a thread; the audit goes to an in-memory stream."""
 
@@ -91,7 +104,14 @@ class RuntimeServer:
         self._thread.join(15)
 
     def records(self) -> list[dict[str, Any]]:
+        if self.runtime.audit is not None:
+            assert self.runtime.audit.wait_written(10), "audit writer did not catch up"
         return [json.loads(line) for line in self.stdout.getvalue().splitlines() if line]
+
+    def records_since(self, n: int) -> list[dict[str, Any]]:
+        """Records after the first n, from a ListSink (the first sink)."""
+        sink = self.options.audit_sinks[0]
+        return [json.loads(line) for line in sink.lines[n:]]
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=30)

@@ -90,7 +90,8 @@ def test_s3_batches_are_flushed_on_clean_shutdown(s3_server, standin, make_runti
     assert _objects(s3, bucket) == []  # still batching
     server.stop()
     keys = _objects(s3, bucket)
-    assert len(keys) == 1 and keys[0].startswith("audit/credit/v1/") and keys[0].endswith(".jsonl")
+    # a bucket without object lock: the records are under the prefix that says they have no retention
+    assert len(keys) == 1 and keys[0].startswith("audit-unretained/credit/v1/") and keys[0].endswith(".jsonl")
     uploaded = _lines(s3, bucket)
     on_stdout = [json.loads(x) for x in stdout.getvalue().splitlines()]
     assert uploaded == on_stdout and len(uploaded) == 5
@@ -149,3 +150,33 @@ def test_metric_names_and_labels(runtime, standin):
     assert 'arbiter_schema_violations_total{kind="format",model="credit",version="v1"} 3.0' in text
     assert 'arbiter_fallbacks_total{model="credit",reason="invalid",version="v1"} 1.0' in text
     assert 'arbiter_upstream_errors_total{kind="connect",model="credit",version="v1"} 0.0' in text
+
+
+def test_s3_records_without_retention_go_to_a_marked_path(s3_server):
+    s3 = s3_server.client()
+    bucket = _bucket(s3, lock=False)
+    sink = S3BatchSink(S3Settings(bucket=bucket, prefix="audit", retention_days=30), "credit", "v1", client=s3)
+    sink._check_retention()
+    sink.write('{"n":1}')
+    assert sink.flush() == 1 and sink.retention == "unlocked"
+    assert all(key.startswith("audit-unretained/credit/v1/") for key in _objects(s3, bucket))
+    assert _lines(s3, bucket) == [{"n": 1}]
+
+
+def test_s3_retention_is_verified_after_an_outage_before_records_are_written(s3_server):
+    """S3 unusable at start-up: records wait (never written without the check), then land with retention."""
+    s3 = s3_server.client()
+    bucket = f"audit-{uuid.uuid4().hex[:12]}"
+    sink = S3BatchSink(S3Settings(bucket=bucket, prefix="audit", retention_days=1, lock_mode="GOVERNANCE"),
+                       "credit", "v1", client=s3)
+    sink._check_retention()  # the bucket does not answer yet
+    assert sink.retention is None
+    sink.write('{"n":1}')
+    sink.write('{"n":2}')
+    assert sink.flush() == 0 and sink.failures >= 1  # kept, not written anywhere
+    s3.create_bucket(Bucket=bucket, ObjectLockEnabledForBucket=True)
+    assert sink.flush() == 2 and sink.retention == "locked"
+    (key,) = _objects(s3, bucket)
+    assert key.startswith("audit/credit/v1/")
+    assert s3.get_object_retention(Bucket=bucket, Key=key)["Retention"]["Mode"] == "GOVERNANCE"
+    assert _lines(s3, bucket) == [{"n": 1}, {"n": 2}]
