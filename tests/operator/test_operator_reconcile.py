@@ -36,7 +36,7 @@ def _versions(api, ns) -> dict[str, str]:
     return {k: o["metadata"]["resourceVersion"] for k, o in objs.items()}
 
 
-def test_apply_example_to_ready(control_plane, namespace, api, operator_process, kserve_standin):
+def test_apply_example_to_ready(control_plane, namespace, api, operator_process, predictors):
     operator_process(namespaces=[namespace])
     applied = kubectl(control_plane.kubeconfig, "-n", namespace, "apply", "-f", "examples/decisionmodel.yaml")
     assert applied.returncode == 0, applied.stderr
@@ -94,7 +94,7 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
 
 
 def test_converged_reconcile_writes_nothing_and_drift_is_restored(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     op = operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
@@ -139,7 +139,7 @@ def test_converged_reconcile_writes_nothing_and_drift_is_restored(
 
 
 def test_mesh_auto_excludes_serving_port_in_injected_namespace(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     client.CoreV1Api(api).patch_namespace(namespace, {"metadata": {"labels": {"istio-injection": "enabled"}}})
     operator_process(namespaces=[namespace])
@@ -149,7 +149,7 @@ def test_mesh_auto_excludes_serving_port_in_injected_namespace(
 
 
 def test_operator_side_invalid_spec_stalls_without_touching_serving(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
@@ -179,7 +179,7 @@ def test_operator_side_invalid_spec_stalls_without_touching_serving(
 
 
 def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
@@ -203,20 +203,12 @@ def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
 
 
 def test_failed_inferenceservice_is_reported_and_recovery_noticed(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
     eventually(lambda: _ready(api, namespace), 90, "Ready")
-    custom = client.CustomObjectsApi(api)
-
-    def set_state(state):
-        custom.patch_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", namespace, "inferenceservices", ISVC,
-            {"metadata": {"annotations": {"standin.arbiter.dev/state": state}}},
-        )
-
-    set_state("failed")  # KServe's BlockedByFailedLoad, as after a crash-looping load
+    predictors.set_fate(ISVC, "crashloop")  # the serving container exits with code 1 at load, again and again
 
     def down():
         dm = _dm(api, namespace)
@@ -230,14 +222,14 @@ def test_failed_inferenceservice_is_reported_and_recovery_noticed(
     # The Route is not pointed at nothing: it stays where it was.
     assert get(api, "route.openshift.io/v1", "routes", namespace, DM)["spec"]["to"]["name"] == f"{ISVC}-predictor"
 
-    set_state("ready")
-    eventually(lambda: _ready(api, namespace), 30, "Ready again")
+    predictors.set_fate(ISVC, "ready")
+    eventually(lambda: _ready(api, namespace), 60, "Ready again")
     events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={DM}")
     assert "NotReady" in {e.reason for e in events.items}
 
 
 def test_removed_stable_version_serves_until_its_successor_does(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     """Nothing is lost: the serving version removed from spec.versions keeps its InferenceService and all traffic
     until the version spec.promote names is ready; then it is stopped."""
@@ -245,15 +237,7 @@ def test_removed_stable_version_serves_until_its_successor_does(
     create_dm(api, namespace, example())
     eventually(lambda: _ready(api, namespace), 90, "Ready")
     custom = client.CustomObjectsApi(api)
-
-    def set_state(isvc, state):
-        custom.patch_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", namespace, "inferenceservices", isvc,
-            {"metadata": {"annotations": {"standin.arbiter.dev/state": state}}},
-        )
-
-    set_state(ISVC, "ready")  # pinned: new InferenceServices stay loading until the test says otherwise
-    kserve_standin.default_state = "pending"
+    predictors.set_fate("credit-limit-1-1-0", "loading")  # the successor loads until the test says otherwise
 
     dm = _dm(api, namespace)
     spec = dm["spec"]
@@ -277,7 +261,7 @@ def test_removed_stable_version_serves_until_its_successor_does(
     old = next(v for v in dm["status"]["versions"] if v["name"] == "1.0.0")
     assert old["phase"] == "Ready" and "left spec.versions" in old["message"]
 
-    set_state("credit-limit-1-1-0", "ready")
+    predictors.set_fate("credit-limit-1-1-0", "ready")
 
     def switched():
         d = _ready(api, namespace)

@@ -37,6 +37,12 @@ class Observations:
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     extra_conditions: tuple[Condition, ...] = ()  # e.g. Registered, ArtifactsValid, computed where they are observed
     analysis: AnalysisRun | None = None
+    # The predictor workloads KServe made, keyed by InferenceService name: its `<isvc>-predictor` Deployment and,
+    # for InferenceServices that are not ready, their pods (why they do not serve). workloads_observed False (no
+    # permission, or plain unit data): readiness comes from the InferenceService alone.
+    workloads_observed: bool = False
+    predictor_deployments: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    predictor_pods: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
