@@ -13,7 +13,6 @@ import dataclasses
 import os
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from arbiter_operator.devenv import crds
-from arbiter_operator.devenv.cluster import LocalCluster
+from arbiter_operator.devenv.cluster import LocalCluster, wait_default_service_account
 from arbiter_operator.devenv.controlplane import ExistingCluster
 from arbiter_operator.devenv.s3server import S3Server
 from arbiter_operator.devenv.tools import ensure_tool, load_tool
@@ -127,15 +126,7 @@ def namespace(control_plane: Any) -> Iterator[str]:
     try:
         meta = client.V1ObjectMeta(name=name, labels={"arbiter.dev/test": "true"})
         core.create_namespace(client.V1Namespace(metadata=meta))
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                core.read_namespaced_service_account("default", name)
-                break
-            except ApiException as exc:
-                if exc.status != 404 or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_default_service_account(api, name)
         yield name
     finally:
         try:

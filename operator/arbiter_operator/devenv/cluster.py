@@ -26,15 +26,40 @@ from .kserve import KServeController
 from .kwok import DEFAULT_POOLS, Kwok, NodePool, add_pool, set_fate
 from .tools import ensure_tool
 
-__all__ = ["LocalCluster", "NodePool"]
+__all__ = ["USERS", "LocalCluster", "NodePool", "wait_default_service_account"]
+
+# The user name each component authenticates as (its client certificate's common name).
+USERS = {
+    "kcm": "system:kube-controller-manager",
+    "scheduler": "system:kube-scheduler",
+    "kwok": "kwok-controller",
+    "kserve": "kserve-controller-manager",
+}
+
+
+def wait_default_service_account(api_client: Any, namespace: str, timeout: float = 30.0) -> None:
+    """Wait until the controller-manager has created ``namespace``'s ``default`` ServiceAccount: the ServiceAccount
+    admission plugin rejects pods before that."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except client.ApiException as exc:
+            if exc.status != 404 or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
 
 
 class LocalCluster:
     """See the module docstring. ``kserve=False`` leaves KServe out (nodes and workloads only)."""
 
     def __init__(self, *, pools: Sequence[NodePool] = DEFAULT_POOLS, kserve: bool = True,
-                 workdir: os.PathLike[str] | str | None = None) -> None:
-        self.control_plane = ControlPlane(workdir=workdir)
+                 workdir: os.PathLike[str] | str | None = None, extra_apiserver_args: tuple[str, ...] = ()) -> None:
+        self.control_plane = ControlPlane(workdir=workdir, extra_apiserver_args=extra_apiserver_args)
         self.pools = list(pools)
         self.with_kserve = kserve
         self._kcm: Any = None
@@ -99,7 +124,11 @@ class LocalCluster:
             self.timings["control-plane"] = time.monotonic() - started
             assert self.workdir is not None and self.kubeconfig is not None
             pki = self.workdir / "pki"
-            kc = str(self.kubeconfig)
+            # Each component has its own client certificate (cluster-admin through system:masters), so the apiserver's
+            # audit log tells their requests apart from the operator's.
+            kcfg = {user: str(self.control_plane.write_client_kubeconfig(self.workdir / f"{user}.kubeconfig", user))
+                    for user in USERS.values()}
+            kc = kcfg[USERS["kcm"]]
             self._kcm = _procs.spawn(
                 [
                     str(ensure_tool("kube-controller-manager")),
@@ -122,6 +151,7 @@ class LocalCluster:
                 ],
                 log_path=self.workdir / "kube-controller-manager.log",
             )
+            kc = kcfg[USERS["scheduler"]]
             self._scheduler = _procs.spawn(
                 [
                     str(ensure_tool("kube-scheduler")),
@@ -140,13 +170,13 @@ class LocalCluster:
             api = self.api_client()
             try:
                 started = time.monotonic()
-                self.kwok = Kwok(self.kubeconfig, self.workdir).start(api)
+                self.kwok = Kwok(kcfg[USERS["kwok"]], self.workdir).start(api)
                 for pool in self.pools:
                     add_pool(api, pool)
                 self.timings["kwok"] = time.monotonic() - started
                 if self.with_kserve:
                     started = time.monotonic()
-                    self.kserve = KServeController(self.workdir).start(self.control_plane, api)
+                    self.kserve = KServeController(self.workdir).start(self.control_plane, api, kcfg[USERS["kserve"]])
                     self.timings["kserve"] = time.monotonic() - started
                 self._check()
                 started = time.monotonic()

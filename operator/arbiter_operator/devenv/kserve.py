@@ -25,7 +25,7 @@ from typing import Any
 
 from . import _procs
 from ._procs import free_port
-from .crds import GoModuleFiles, install_crds, load_crds
+from .crds import GoModuleFiles, install_crds
 
 __all__ = ["KSERVE_MODULE", "KServeController", "STORAGE_INITIALIZER_IMAGE", "kserve_crd_paths", "openshift_ai_config"]
 
@@ -128,7 +128,8 @@ class KServeController:
                 raise
             core.replace_namespaced_config_map(CONFIGMAP, NAMESPACE, body)
 
-    def start(self, control_plane: Any, api_client: Any, *, timeout: float = 120.0) -> KServeController:
+    def start(self, control_plane: Any, api_client: Any, kubeconfig: os.PathLike[str] | str | None = None, *,
+              timeout: float = 120.0) -> KServeController:
         from .tools import ensure_tool
 
         binary = ensure_tool("kserve-controller")
@@ -142,7 +143,7 @@ class KServeController:
         self._proc = _procs.spawn(
             [
                 str(binary),
-                f"-kubeconfig={control_plane.kubeconfig}",
+                f"-kubeconfig={kubeconfig or control_plane.kubeconfig}",
                 "-metrics-addr=0",
                 f"-health-probe-addr=127.0.0.1:{probe_port}",
                 f"-webhook-port={self.webhook_port}",
@@ -201,6 +202,3 @@ class KServeController:
         _procs.terminate(self._proc)
         self._proc = None
 
-
-def crd_names() -> list[str]:
-    return [c["metadata"]["name"] for c in load_crds(kserve_crd_paths())]
