@@ -198,7 +198,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         msg += "; check the InferenceService and predictor pods (oc describe isvc, oc logs)"
         msg += _retained_note(retained, pplan.status, promote.version, names)
         # The cause the pods show (the scheduler's message, a crash loop) names the reason, not just "not ready".
-        cause = next((problems[v].reason for v in live if v in problems), "NoReadyVersion")
+        cause = next((problems[v].reason for v in [*live, *sorted(problems)] if v in problems), "NoReadyVersion")
         cond(c.SERVING, "False", cause, msg)
 
     url, admitted, route_msg = _route_url(dm, obs.route)

@@ -24,18 +24,34 @@ class PredictorProblem:
     failed: bool = False  # will not recover without a change (the promotion machine may roll back)
 
 
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _maps(value: Any) -> list[Mapping[str, Any]]:
+    return [x for x in value if isinstance(x, Mapping)] if isinstance(value, list) else []
+
+
 def _condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+    return next((c for c in _maps(_map(pod.get("status")).get("conditions")) if c.get("type") == type_), None)
 
 
 def _name(pod: Mapping[str, Any]) -> str:
-    return str((pod.get("metadata") or {}).get("name", "?"))
+    return str(_map(pod.get("metadata")).get("name", "?"))
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value) if not isinstance(value, bool) else 0
+    except (TypeError, ValueError):
+        return 0
 
 
 def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | None:
     """The first reason the pods of one InferenceService do not serve, or None when the pods show none (still
     starting, or ready)."""
-    pods = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    # What the apiserver returns is trusted to be a pod, but read defensively: a malformed one is skipped, not fatal.
+    pods = [p for p in pods if isinstance(p, Mapping) and not _map(p.get("metadata")).get("deletionTimestamp")]
     pending = []
     for pod in sorted(pods, key=_name):
         scheduled = _condition(pod, "PodScheduled")
@@ -48,10 +64,10 @@ def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | N
             f"{len(pending)} predictor pod(s) cannot be scheduled ({names}): {pending[0][1]}",
         )
     for pod in sorted(pods, key=_name):
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            last = (cs.get("lastState") or {}).get("terminated") or {}
-            restarts = int(cs.get("restartCount") or 0)
+        for cs in _maps(_map(pod.get("status")).get("containerStatuses")):
+            waiting = _map(_map(cs.get("state")).get("waiting"))
+            last = _map(_map(cs.get("lastState")).get("terminated"))
+            restarts = _int(cs.get("restartCount"))
             if waiting.get("reason") == CRASH_LOOP or (restarts and last and not cs.get("ready")):
                 why = last.get("reason") or "Error"
                 code = last.get("exitCode")
@@ -69,6 +85,6 @@ def deployment_available(deployment: Mapping[str, Any] | None) -> bool:
     """The predictor Deployment has at least one available replica of its current generation's rollout."""
     if not deployment:
         return False
-    status = deployment.get("status") or {}
-    available = next((c for c in status.get("conditions") or [] if c.get("type") == "Available"), None)
-    return bool(available and available.get("status") == "True" and int(status.get("availableReplicas") or 0) > 0)
+    status = _map(deployment.get("status"))
+    available = next((c for c in _maps(status.get("conditions")) if c.get("type") == "Available"), None)
+    return bool(available and available.get("status") == "True" and _int(status.get("availableReplicas")) > 0)
