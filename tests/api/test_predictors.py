@@ -43,7 +43,7 @@ def test_crash_loop_shows_restart_count_and_last_reason():
     problem = predictor_problem([crashing_pod("p-0", 4)])
     assert problem is not None and problem.reason == CRASH_LOOP
     assert "restarted 4 time(s)" in problem.message and "OOMKilled (exit code 137)" in problem.message
-    assert problem.failed  # past the threshold: it will not come up by itself
+    assert problem.failed  # in back-off: it will not come up by itself
 
 
 def test_starting_and_ready_pods_show_no_problem():

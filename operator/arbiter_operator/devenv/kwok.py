@@ -9,7 +9,8 @@ Fates (``set_fate``), selected per InferenceService by the label KServe puts on 
 
 - ``ready``: the default; kwok's pod-ready stage (all containers running and ready, init containers completed);
 - ``loading``: Running, containers running but never ready (a model that never finishes loading);
-- ``crashloop``: the serving container exits with code 1 again and again; the restart count climbs;
+- ``crashloop``: the serving container has exited with code 1 (``Error``), was restarted, and waits in
+  ``CrashLoopBackOff`` (restart count 1 or more, never ready);
 - ``oom``: the same with ``OOMKilled`` / exit code 137 (out of memory while loading).
 
 A fate stage outweighs the default stages, so kwok always picks it for the pods it selects. Changing a fate deletes
@@ -201,8 +202,8 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
-# The serving container (the first one) terminates again and again; the kubelet would show CrashLoopBackOff with
-# the last termination's reason and exit code, and a restart count that climbs.
+# The serving container terminated and is held back: what the kubelet shows as CrashLoopBackOff with the last
+# termination's reason and exit code, and the restart count one higher than before.
 _CRASH = """
 {{ $now := Now }}
 {{ $restarts := 0 }}
@@ -256,7 +257,7 @@ def fate_stage(namespace: str, isvc: str, fate: str) -> dict[str, Any] | None:
     else:
         reason, code = ("OOMKilled", "137") if fate == "oom" else ("Error", "1")
         selector.append({"key": ".status.phase", "operator": "In", "values": ["Pending", "Running"]})
-        # Again and again, like the kubelet's back-off (kept short so tests see restarts within seconds).
+        # After a short start (kept short so tests see the crash within seconds).
         spec["delay"] = {"durationMilliseconds": 3000, "jitterDurationMilliseconds": 1000}
         spec["next"] = {"statusTemplate": _CRASH.replace("__EXIT__", code).replace("__REASON__", reason)}
     spec["selector"] = {"matchExpressions": selector}

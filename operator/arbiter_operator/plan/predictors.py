@@ -13,7 +13,9 @@ from typing import Any, Iterable, Mapping
 
 UNSCHEDULABLE = "Unschedulable"
 CRASH_LOOP = "CrashLoopBackOff"
-# Past this many restarts a loading predictor is not going to come up by itself: the version counts as failed.
+# The kubelet says CrashLoopBackOff once a container has failed and is held back before its next start; a predictor
+# in that state, or past this many restarts, is not going to come up by itself: the version counts as failed (the
+# promotion machine may roll back).
 FAILED_AFTER_RESTARTS = 3
 
 
@@ -76,7 +78,7 @@ def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | N
                     CRASH_LOOP,
                     f"pod {_name(pod)}: container {cs.get('name')} restarted {restarts} time(s), last exit "
                     f"{why}{exit_note}; see `oc logs --previous {_name(pod)} -c {cs.get('name')}`",
-                    failed=restarts >= FAILED_AFTER_RESTARTS,
+                    failed=waiting.get("reason") == CRASH_LOOP or restarts >= FAILED_AFTER_RESTARTS,
                 )
     return None
 
