@@ -25,6 +25,7 @@ artifacts at start-up and the version's readiness reports the outcome.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ class ArtifactReport:
     architecture: str | None = None
     max_position_embeddings: int | None = None
     runtime_hints: Mapping[str, Any] = field(default_factory=dict)
+    storage_key: str | None = None  # the storage-config entry the check read with (clients.s3.S3Credentials)
 
     @property
     def deployable(self) -> bool:
@@ -422,8 +424,11 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
             if bucket not in storages:
                 storages[bucket] = await open_storage(kube, dm, bucket)
             storage = storages[bucket]
-            reports[v.name] = (storage if isinstance(storage, ArtifactReport)
-                               else await check_version_artifacts(storage, v.storageUri, ask))
+            if isinstance(storage, ArtifactReport):
+                reports[v.name] = storage
+            else:
+                report = await check_version_artifacts(storage, v.storageUri, ask)
+                reports[v.name] = dataclasses.replace(report, storage_key=storage.entry_key)
     finally:
         for s in storages.values():
             if isinstance(s, S3Storage):
@@ -445,7 +450,7 @@ def to_observation(report: ArtifactReport, previous: Any = None, previous_diffus
                                    digest=previous.artifactsDigest, diffusion=previous_diffusion)
     valid = {"True": True, "False": False}.get(report.status)
     return ArtifactObservation(valid=valid, reason=report.reason, message=report.message, digest=report.digest,
-                               diffusion=report.diffusion)
+                               diffusion=report.diffusion, storage_key=report.storage_key)
 
 
 def _deployed_as_diffusion(obs: Any, version: str) -> bool:

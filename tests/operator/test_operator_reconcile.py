@@ -50,7 +50,8 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
     assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
     assert pred["model"]["modelFormat"]["name"] == "vLLM"
     assert pred["model"]["runtime"] == "credit-limit-runtime"
-    assert pred["model"]["storageUri"] == "s3://models/credit-limit/1.0.0"
+    assert pred["model"]["storage"]["path"] == "credit-limit/1.0.0"
+    assert pred["model"]["storage"]["parameters"] == {"type": "s3", "bucket": "models"}
     assert pred["model"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert "--tensor-parallel-size=1" in pred["model"]["args"]
     assert pred["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
@@ -199,7 +200,7 @@ def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
         ["annotations"][key] != before["spec"]["predictor"]["annotations"][key] and i,
         30, "pod template annotation changed",
     )
-    assert after["spec"]["predictor"]["model"]["storageUri"] == before["spec"]["predictor"]["model"]["storageUri"]
+    assert after["spec"]["predictor"]["model"]["storage"] == before["spec"]["predictor"]["model"]["storage"]
 
 
 def test_failed_inferenceservice_is_reported_and_recovery_noticed(

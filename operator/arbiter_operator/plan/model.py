@@ -18,6 +18,7 @@ class ArtifactObservation:
     message: str = ""
     digest: str | None = None
     diffusion: bool = False
+    storage_key: str | None = None  # the storage-config entry the check read with; KServe is told to use it too
 
 
 @dataclass(frozen=True)

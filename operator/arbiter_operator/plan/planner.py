@@ -164,7 +164,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         children.append(cm)
         children.append(
             render_inferenceservice(
-                dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion
+                dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion,
+                storage_key=art.storage_key,
             )
         )
     if obs.podmonitor_api:
