@@ -47,7 +47,7 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
 
     isvc = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC)
     pred = isvc["spec"]["predictor"]
-    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
     assert pred["model"]["modelFormat"]["name"] == "vLLM"
     assert pred["model"]["runtime"] == "credit-limit-runtime"
     assert pred["model"]["storage"]["path"] == "credit-limit/1.0.0"

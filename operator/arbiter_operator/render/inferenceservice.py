@@ -126,7 +126,7 @@ def render_inferenceservice(
         if registry_ids.get("modelVersionId"):
             labels[MODEL_VERSION_ID] = registry_ids["modelVersionId"]
     annotations = {
-        "serving.kserve.io/deploymentMode": "RawDeployment",
+        "serving.kserve.io/deploymentMode": "Standard",  # KServe 0.17 rewrites the legacy "RawDeployment" to this
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).
         "serving.kserve.io/autoscalerClass": "none",
         "openshift.io/display-name": f"{dm.metadata.name} {version.name}",
