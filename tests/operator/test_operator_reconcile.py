@@ -211,15 +211,20 @@ def test_failed_inferenceservice_is_reported_and_recovery_noticed(
     eventually(lambda: _ready(api, namespace), 90, "Ready")
     predictors.set_fate(ISVC, "crashloop")  # the serving container exits with code 1 at load, again and again
 
-    def down():
+    def failed():
         dm = _dm(api, namespace)
         serving = condition(dm, "Serving")
-        return dm if serving and serving["status"] == "False" else None
+        return dm if serving and serving["status"] == "False" and dm["status"]["versions"][0]["phase"] == "Failed" \
+            else None
 
-    dm = eventually(down, 30, "Serving=False")
+    dm = eventually(failed, 60, "Serving=False and the version Failed")
+    # The cause as the pods show it: reason, pod, restart count, last exit.
+    serving = condition(dm, "Serving")
+    assert serving["reason"] == "CrashLoopBackOff", serving
     assert condition(dm, "Ready")["status"] == "False"
-    assert dm["status"]["versions"][0]["phase"] == "Failed"
-    assert "exited with code 1" in dm["status"]["versions"][0]["message"]
+    message = dm["status"]["versions"][0]["message"]
+    assert f"{ISVC}-predictor-" in message and "container kserve-container restarted" in message, message
+    assert "last exit Error (exit code 1)" in message, message
     # The Route is not pointed at nothing: it stays where it was.
     assert get(api, "route.openshift.io/v1", "routes", namespace, DM)["spec"]["to"]["name"] == f"{ISVC}-predictor"
 
