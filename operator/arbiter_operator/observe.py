@@ -90,7 +90,7 @@ def _observe_workloads(
                 deployments[owner] = d
         waiting = sorted(n for n, i in isvcs.items() if not _isvc_ready(i) or n not in deployments)
         pods: dict[str, list[dict[str, Any]]] = {}
-        if waiting:
+        if waiting:  # pods are read only while a version is not ready: a converged reconcile lists Deployments only
             for p in client.list("v1", "Pod", ns, f"{ISVC_LABEL} in ({','.join(waiting)})"):
                 owner = ((p.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
                 if owner:

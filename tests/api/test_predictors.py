@@ -53,6 +53,18 @@ def test_starting_and_ready_pods_show_no_problem():
     assert predictor_problem([]) is None
 
 
+def test_pods_that_cannot_be_created_are_a_failed_cause():
+    from arbiter_operator.plan.predictors import FAILED_CREATE, deployment_problem
+
+    message = 'pods "p" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+    deployment = {"status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                             "message": message}]}}
+    problem = deployment_problem(deployment)
+    assert problem is not None and problem.reason == FAILED_CREATE and problem.failed
+    assert message in problem.message
+    assert deployment_problem({"status": {"conditions": [{"type": "Available", "status": "False"}]}}) is None
+
+
 def test_deployment_available_needs_the_condition_and_a_replica():
     ok = {"status": {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
     assert deployment_available(ok)

@@ -21,7 +21,7 @@ from ..render import (
 from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
 from .model import ArtifactObservation, Event, Observations, Plan
-from .predictors import PredictorProblem, deployment_available, predictor_problem
+from .predictors import PredictorProblem, deployment_available, deployment_problem, predictor_problem
 from .validate import operator_side_problems
 
 INVALID_SPEC = "InvalidSpec"
@@ -57,7 +57,8 @@ def _workload_state(
         message = f"predictor Deployment {name}-predictor has no available replica"
     if ready:
         return ready, failed, message, None
-    problem = predictor_problem(obs.predictor_pods.get(name, ()))
+    problem = deployment_problem(obs.predictor_deployments.get(name)) or predictor_problem(
+        obs.predictor_pods.get(name, ()))
     if problem is None:
         return ready, failed, message, None
     return ready, failed or problem.failed, problem.message, problem
@@ -199,7 +200,10 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         msg += "; check the InferenceService and predictor pods (oc describe isvc, oc logs)"
         msg += _retained_note(retained, pplan.status, promote.version, names)
         # The cause the pods show (the scheduler's message, a crash loop) names the reason, not just "not ready".
-        cause = next((problems[v].reason for v in [*live, *sorted(problems)] if v in problems), "NoReadyVersion")
+        culprit = next((v for v in [*live, *sorted(problems)] if v in problems), None)
+        cause = problems[culprit].reason if culprit else "NoReadyVersion"
+        if culprit and culprit not in live:  # a failed version is no longer live: still say what its pods show
+            msg += f"; {culprit}: {problems[culprit].message}"
         cond(c.SERVING, "False", cause, msg)
 
     url, admitted, route_msg = _route_url(dm, obs.route)

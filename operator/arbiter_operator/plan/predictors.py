@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 
 UNSCHEDULABLE = "Unschedulable"
 CRASH_LOOP = "CrashLoopBackOff"
+FAILED_CREATE = "FailedCreate"  # the ReplicaSet cannot create pods (admission: Pod Security, quota, webhooks)
 # The kubelet says CrashLoopBackOff once a container has failed and is held back before its next start; a predictor
 # in that state, or past this many restarts, is not going to come up by itself: the version counts as failed (the
 # promotion machine may roll back).
@@ -81,6 +82,18 @@ def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | N
                     failed=waiting.get("reason") == CRASH_LOOP or restarts >= FAILED_AFTER_RESTARTS,
                 )
     return None
+
+
+def deployment_problem(deployment: Mapping[str, Any] | None) -> PredictorProblem | None:
+    """Pods that cannot even be created (Pod Security admission, quota): the Deployment's ReplicaFailure says why."""
+    if not isinstance(deployment, Mapping):
+        return None
+    failure = next((c for c in _maps(_map(deployment.get("status")).get("conditions"))
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None)
+    if failure is None:
+        return None
+    return PredictorProblem(FAILED_CREATE, f"predictor pods cannot be created: {failure.get('message') or ''}",
+                            failed=True)
 
 
 def deployment_available(deployment: Mapping[str, Any] | None) -> bool:
