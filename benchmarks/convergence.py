@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     result: dict[str, Any] = {"benchmark": "convergence", "machine": common.machine(), "args": vars(args),
                               "storage": "s3:// on MinIO (artifact check reads config.json and the weights' size)"}
-    with common.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep) as stack:
+    # Every repetition leaves two 1-GPU predictors (operator's and floor's) on the simulated A100 nodes.
+    with common.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep,
+                      gpu_nodes=(2 * args.repetitions + 2) // 8 + 2) as stack:
         dm_watch = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
         isvc_watch = common.Watcher(stack.api, *CHILD_API["InferenceService"], pred=isvc_ready).start()
         stack.start_operator()

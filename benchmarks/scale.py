@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     nss = [f"scale-{i:02d}" for i in range(args.namespaces)]
     result = {"benchmark": "scale", "machine": common.machine(), "args": vars(args)}
-    with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep) as stack:
+    # One 1-GPU predictor per DecisionModel, eight per simulated A100 node, and a spare node.
+    with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
+                      gpu_nodes=args.count // 8 + 2) as stack:
         stack.start_operator()
         r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile)
     print_scale(r)
