@@ -75,7 +75,8 @@ def test_inference_service_round_trips_through_the_kubernetes_client(api, namesp
     )
     assert got["spec"]["predictor"]["model"]["storageUri"] == "s3://models/credit-risk/v3"
     assert got["spec"]["predictor"]["minReplicas"] == 1
-    assert got["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    # KServe's defaulting webhook ran: 0.17 stores the legacy "RawDeployment" under its new name.
+    assert got["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
 
 
 def test_inference_service_schema_is_enforced(api, namespace):

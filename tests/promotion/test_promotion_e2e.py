@@ -200,7 +200,7 @@ def test_candidate_crash_rolls_back(e2e: E2E):
     e.wait(lambda: V2 in e.isvcs(), "candidate InferenceService")
     e.set_state(V2, "failed")
     p = e.wait_phase("RollingBack", "Failed")
-    assert p["failureReason"] == "CandidateFailed" and "exited with code 1" in p["failureMessage"]
+    assert p["failureReason"] == "CandidateFailed" and "last exit Error (exit code 1)" in p["failureMessage"], p
     assert e.route_weights() == {V1: 100}
 
 
