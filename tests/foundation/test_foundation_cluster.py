@@ -14,6 +14,16 @@ from arbiter_operator.devenv.cluster import LocalCluster, NodePool
 from arbiter_operator.devenv.kwok import A100, H100
 
 
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def api(control_plane):
+    api_client = control_plane.api_client()
+    yield api_client
+    api_client.close()
+
+
 def _eventually(fn, timeout=60.0, what="condition"):
     deadline = time.monotonic() + timeout
     last: Any = None
