@@ -1,19 +1,20 @@
 """Shared harness of the operator benchmarks (convergence.py, scale.py, idle.py).
 
-`Stack` starts what a benchmark needs, all real except KServe's controller:
+`Stack` starts what a benchmark needs, all real:
 
-- etcd + kube-apiserver (devenv ControlPlane) with an audit log, so every request is attributed to the identity that
-  made it; upstream CRDs (InferenceService, ServingRuntime, Route, ModelRegistry) and Arbiter's CRD;
+- the devenv LocalCluster (etcd, kube-apiserver with an audit log, kube-controller-manager, kube-scheduler, kwok's
+  simulated A100 nodes and pod lifecycles, the real KServe controller with its webhooks), each component under a
+  client certificate of its own, so every request is attributed to the identity that made it; upstream CRDs
+  (KServe's, Route, ModelRegistry) and Arbiter's CRD;
 - MinIO with the example model's files (config.json + weights), and a KServe `storage-config` Secret in each
   namespace: the operator checks artifacts on S3 as it does in real use (an s3:// storageUri, not pvc://, whose
   check is skipped as not checkable);
-- the KServe stand-in, under its own ServiceAccount;
 - the operator as a separate process (`python -m arbiter_operator`, OperatorProcess) under its own ServiceAccount
-  token, so its API requests can be told apart from the driver's and the stand-in's.
+  token, so its API requests can be told apart from the driver's, KServe's and the cluster's.
 
 Request counts come from two places: the apiserver's `apiserver_request_total` (from /metrics, every client together)
 and the audit log (per user). The operator's figures are the audit log's, filtered by its ServiceAccount; the
-metrics totals are printed next to them as a cross-check (metrics total = operator + stand-in + driver).
+metrics totals are printed next to them as a cross-check (metrics total = operator + KServe + cluster components + driver).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
 
 from arbiter_operator.devenv import crds  # noqa: E402
-from arbiter_operator.devenv.controlplane import ControlPlane  # noqa: E402
-from arbiter_operator.devenv.kserve_standin import KServeStandIn  # noqa: E402
+from arbiter_operator.devenv.cluster import USERS, LocalCluster, NodePool  # noqa: E402
+from arbiter_operator.devenv.kwok import A100  # noqa: E402
 from arbiter_operator.devenv.local import _seed_example_storage, _storage_config_secret  # noqa: E402
 from arbiter_operator.devenv.operator_process import OperatorProcess  # noqa: E402
 from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
@@ -53,9 +54,8 @@ from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 SYSTEM_NS = "arbiter-bench-system"
 OPERATOR_SA = "arbiter-operator"
-STANDIN_SA = "kserve-standin"
 OPERATOR_USER = f"system:serviceaccount:{SYSTEM_NS}:{OPERATOR_SA}"
-STANDIN_USER = f"system:serviceaccount:{SYSTEM_NS}:{STANDIN_SA}"
+KSERVE_USER = USERS["kserve"]
 
 # Every request at Metadata level, written once when it completes (watches: when the stream ends). Batch mode keeps
 # the audit writes off the request path; the driver waits out one flush interval before it reads the log.
@@ -322,22 +322,23 @@ class Watcher:
 
 
 class Stack:
-    """Control plane (with audit log) + CRDs + MinIO + KServe stand-in + operator; see the module docstring.
+    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + MinIO + operator; see the module docstring.
 
     `operator_namespaces` are watched by the operator; `extra_namespaces` only get the storage Secret and the
-    stand-in (the convergence floor writes there with no operator watching)."""
+    KServe (the convergence floor writes there with no operator watching)."""
 
     def __init__(self, operator_namespaces: list[str], extra_namespaces: list[str] = (), *,
-                 operator_env: dict[str, str] | None = None, keep: bool = False):
+                 operator_env: dict[str, str] | None = None, keep: bool = False, gpu_nodes: int = 4):
         self.op_namespaces = list(operator_namespaces)
         self.namespaces = self.op_namespaces + list(extra_namespaces)
         self.operator_env = dict(operator_env or {})
         self.keep = keep
         self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
         self.audit_log = self.workdir / "audit.log"
-        self.cp: ControlPlane | None = None
+        # One 8-GPU A100 node holds 8 one-GPU predictors: size the pool to the number of versions a run deploys.
+        self.gpu_nodes = gpu_nodes
+        self.cp: LocalCluster | None = None
         self.s3: S3Server | None = None
-        self.standin: KServeStandIn | None = None
         self.op: OperatorProcess | None = None
         self.api: k8s.ApiClient | None = None
 
@@ -355,7 +356,9 @@ class Stack:
         policy = self.workdir / "audit-policy.yaml"
         policy.write_text(json.dumps(AUDIT_POLICY))
         t = time.monotonic()
-        self.cp = ControlPlane(extra_apiserver_args=(
+        pools = (NodePool("a100", self.gpu_nodes, gpus=8, gpu_product=A100, cpu="128", memory="1Ti"),
+                 NodePool("cpu", 2, cpu="32", memory="128Gi"))
+        self.cp = LocalCluster(pools=pools, extra_apiserver_args=(
             f"--audit-policy-file={policy}",
             f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json",
@@ -364,14 +367,16 @@ class Stack:
             "--audit-log-maxsize=0",  # no rotation: the counts read one file
         )).start()
         self.api = self.cp.api_client()
-        crds.install_crds(self.api, crds.upstream_crd_paths() + crds.stand_in_crd_paths() + crds.arbiter_crd_paths())
-        log(f"control plane + CRDs in {time.monotonic() - t:.1f}s ({self.cp.server})")
+        crds.install_crds(self.api, crds.upstream_crd_paths() + crds.stand_in_crd_paths(), replace=False)
+        crds.install_crds(self.api, crds.arbiter_crd_paths())
+        log(f"cluster (KServe, scheduler, {self.gpu_nodes} A100 nodes) + CRDs in {time.monotonic() - t:.1f}s "
+            f"({self.cp.server}; {', '.join(f'{k} {v:.1f}s' for k, v in self.cp.timings.items())})")
 
         core = k8s.CoreV1Api(self.api)
         rbac = k8s.RbacAuthorizationV1Api(self.api)
         core.create_namespace({"metadata": {"name": SYSTEM_NS}})
         tokens = {}
-        for sa in (OPERATOR_SA, STANDIN_SA):
+        for sa in (OPERATOR_SA,):
             core.create_namespaced_service_account(SYSTEM_NS, {"metadata": {"name": sa}})
             # cluster-admin keeps RBAC out of the measurement; the chart's Roles are tested in tests/security.
             rbac.create_cluster_role_binding({
@@ -384,8 +389,6 @@ class Stack:
             tokens[sa] = tr.status.token
         self.operator_kubeconfig = self.cp.write_kubeconfig(self.workdir / "operator.kubeconfig",
                                                             token=tokens[OPERATOR_SA], user=OPERATOR_SA)
-        standin_kc = self.cp.write_kubeconfig(self.workdir / "standin.kubeconfig", token=tokens[STANDIN_SA],
-                                              user=STANDIN_SA)
 
         t = time.monotonic()
         self.s3 = S3Server().start()
@@ -395,11 +398,6 @@ class Stack:
             core.create_namespace({"metadata": {"name": ns}})
             core.create_namespaced_secret(ns, secret)
         log(f"MinIO + {len(self.namespaces)} namespaces in {time.monotonic() - t:.1f}s")
-
-        from kubernetes import config
-
-        self.standin = KServeStandIn(config.new_client_from_config(config_file=str(standin_kc)),
-                                     self.namespaces).start()
         return self
 
     def start_operator(self) -> OperatorProcess:
@@ -420,7 +418,7 @@ class Stack:
         time.sleep(AUDIT_FLUSH_S + 1.0)
 
     def stop(self) -> None:
-        for part in (self.op, self.standin, self.s3, self.cp):
+        for part in (self.op, self.s3, self.cp):
             if part is None:
                 continue
             try:

@@ -7,7 +7,8 @@ How the floor is built: a warm-up DecisionModel ("template") is converged by the
 from the operator's `kube-write` log lines, grouped by reconcile pass; the bodies are the children the operator
 created (read back, server-set fields dropped, renamed), the DecisionModel statuses it wrote (as a watch saw them) and
 its Events. The floor then does, per repetition: create the DecisionModel, replay pass 1 (children, status, events),
-wait until the stand-in has marked its InferenceServices Ready (the operator waits for the same thing), replay the
+wait until KServe's controller has marked its InferenceServices Ready (the operator waits for the same thing: the
+scheduler places the predictor pod on a simulated A100 node, kwok runs it, the Deployment becomes available), replay the
 remaining passes. Both are timed by the same watch on DecisionModels, operator and floor repetitions interleaved so
 that load from other processes on the machine hits both alike. Storage is s3:// on MinIO (real use); the operator's
 artifact check (S3 reads) is part of its time and not of the floor's.
@@ -111,7 +112,7 @@ class Floor:
         status_i = 0
         isvcs: list[tuple[str, str]] = []
         for i, p in enumerate(self.passes):
-            if i > 0 and isvcs:  # the operator's next pass waits for KServe (the stand-in) to mark them Ready
+            if i > 0 and isvcs:  # the operator's next pass waits for KServe to mark them Ready
                 if not self.isvc_watch.wait(isvcs, timeout):
                     raise TimeoutError(f"floor: InferenceServices of {name} not Ready")
             for verb, kind, child, extra in p:
@@ -141,7 +142,7 @@ STEPS = (
     "pass 1: reads (GET DM, LIST ISVC + ConfigMap, GET ServingRuntime + Route)",
     "pass 1: artifact check (GET Namespace + Secret, S3 client, S3 reads)",
     "pass 1: writes (applies, status, Event)",
-    "ISVC Ready by the stand-in -> pass 2 starts",
+    "ISVC Ready by KServe -> pass 2 starts",
     "pass 2: reads",
     "pass 2: artifact check",
     "pass 2: writes (Route, status, Events)",
@@ -180,12 +181,16 @@ def breakdown(audit_log: Path, names: list[str]) -> dict[str, float]:
             route_gets = [e for e in op if e[4] == "routes" and e[3] == "get"]
             w1 = next(e for e in op if e[3] == "patch")[0]
             st1 = next(e for e in op if e[4] == "decisionmodels/status")[1]
-            ready = next(e for e in es if e[2] == common.STANDIN_USER and e[4] == "inferenceservices/status")[1]
+            final_op = [e for e in op if e[4] == "decisionmodels/status"][-1][0]
+            # KServe writes the InferenceService status several times on the way; the one before the operator's
+            # final pass is the Ready one.
+            ready = max(e[1] for e in es if e[2] == common.KSERVE_USER and e[4] == "inferenceservices/status"
+                        and e[1] < final_op)
             g2 = next(e for e in op if e[4] == "decisionmodels" and e[3] == "get" and e[0] > max(st1, ready))[0]
             rg2 = next(e for e in route_gets if e[0] > g2)[1]
             route = next(e for e in op if e[4] == "routes" and e[3] == "patch")[0]
             final = [e for e in op if e[4] == "decisionmodels/status"][-1][1]
-        except StopIteration:
+        except (StopIteration, ValueError):
             continue  # a repetition whose requests do not follow the two-pass pattern
         rows.append([op[0][0] - created, route_gets[0][1] - op[0][0], w1 - route_gets[0][1], st1 - w1,
                      g2 - max(st1, ready), rg2 - g2, route - rg2, final - route, final - created])
@@ -210,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     result: dict[str, Any] = {"benchmark": "convergence", "machine": common.machine(), "args": vars(args),
                               "storage": "s3:// on MinIO (artifact check reads config.json and the weights' size)"}
-    with common.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep) as stack:
+    # Every repetition leaves two 1-GPU predictors (operator's and floor's) on the simulated A100 nodes.
+    with common.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep,
+                      gpu_nodes=(2 * args.repetitions + 2) // 8 + 2) as stack:
         dm_watch = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
         isvc_watch = common.Watcher(stack.api, *CHILD_API["InferenceService"], pred=isvc_ready).start()
         stack.start_operator()

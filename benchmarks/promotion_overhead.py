@@ -1,7 +1,8 @@
 """Promotion overhead: how long the operator takes to act on an analysis, on the real stack.
 
-Runs the real operator against a local control plane (etcd + kube-apiserver), the KServe stand-in and a real
-Prometheus (Debian's) scraping stand-in pods every second, and measures:
+Runs the real operator against the local cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+kwok's simulated A100 nodes, the real KServe controller) and a real Prometheus (Debian's) scraping workload stand-ins
+(the decision server's metrics, as vLLM does not run here) every second, and measures:
 
   switch:   last passing analysis (operator log) -> Route weights changed (Route watch event)
   rollback: SLA breach visible in Prometheus (this script polls the same p95 query every 100 ms)
@@ -34,7 +35,7 @@ from kubernetes import client, watch  # noqa: E402
 from arbiter_operator.api.models import isvc_name  # noqa: E402
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig  # noqa: E402
 from arbiter_operator.devenv import crds  # noqa: E402
-from arbiter_operator.devenv.controlplane import ControlPlane  # noqa: E402
+from arbiter_operator.devenv.cluster import LocalCluster, wait_default_service_account  # noqa: E402
 from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
 from arbiter_operator.promotion import build_queries  # noqa: E402
 from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
@@ -109,21 +110,19 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
-    cp = ControlPlane().start()
+    cp = LocalCluster().start()
     s3 = S3Server().start()
     stack = PromStack(work).start()
     switch, rollback_total, rollback_after_analysis = [], [], []
     try:
         api = cp.api_client()
-        crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths(), replace=True)
+        crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths(), replace=False)
         crds.install_crds(api, crds.arbiter_crd_paths())
         for r in range(args.rounds):
             ns = f"bench-{uuid.uuid4().hex[:6]}"
             core = client.CoreV1Api(api)
             core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-            core.create_namespaced_service_account(
-                ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
-            )
+            wait_default_service_account(api, ns)
             e = E2E(cp, ns, stack, work, s3)
             e.start_operator()
             try:

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything Arbiter's local run and test suite need on a fresh Debian machine with Python >= 3.11 and Go:
 # a virtualenv with the project, the Debian packages for the real test servers, and the Go-built binaries
-# (kube-apiserver, etcd, MinIO, Model Registry, helm), which are cached per user and version so a second run builds
-# nothing. Idempotent: safe to run again.
+# (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, the KServe controller, MinIO, Model Registry,
+# helm), which are cached per user and version so a second run builds nothing. Idempotent: safe to run again.
+#
+#   bash hack/setup.sh                 # everything the test suite needs
+#   bash hack/setup.sh TOOL...         # only these Go tools, in this order, and no Debian packages (hack/run-local.sh)
+#   bash hack/setup.sh --no-tools      # only the virtualenv (a run against an existing cluster)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,11 +26,13 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# Debian packages: PostgreSQL (Model Registry's database) and Prometheus (promotion analysis).
+tools=("$@")
+
+# Debian packages (the test suite's, not the local run's): PostgreSQL (Model Registry's database) and Prometheus (promotion analysis).
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
-if [ ${#need[@]} -gt 0 ]; then
+if [ ${#need[@]} -gt 0 ] && [ ${#tools[@]} -eq 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   log "installing Debian packages: ${need[*]}"
   $sudo apt-get update -qq
@@ -35,6 +41,7 @@ if [ ${#need[@]} -gt 0 ]; then
   for svc in prometheus postgresql; do $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || $sudo service "$svc" stop >/dev/null 2>&1 || true; done
 fi
 
+[ "${tools[0]:-}" = "--no-tools" ] && exit 0
 command -v go >/dev/null 2>&1 || { echo "Go (>= 1.24) is required to build kube-apiserver, etcd and the test servers" >&2; exit 1; }
-log "building (or finding cached) Go tools"
-.venv/bin/python -m arbiter_operator.devenv.tools build
+log "building (or finding cached) Go tools: ${tools[*]:-all}"
+.venv/bin/python -m arbiter_operator.devenv.tools build "${tools[@]}"

@@ -1,5 +1,6 @@
-"""Shared fixtures: a real control plane (etcd + kube-apiserver) with the upstream CRDs installed, a fresh namespace
-per test, and a real S3 server (MinIO). See docs/devenv.md.
+"""Shared fixtures: a real cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok's simulated
+GPU nodes and the real KServe controller with its webhooks) with the upstream CRDs installed, a fresh namespace per
+test, and a real S3 server (MinIO). See docs/devenv.md.
 
 Cluster choice, in order: ARBITER_TEST_KUBECONFIG (an existing cluster; nothing is started), ``--kind`` (a kind
 cluster through pytest-kind, needs Docker), else the local control plane built from hack/tools.
@@ -19,7 +20,8 @@ from typing import Any
 import pytest
 
 from arbiter_operator.devenv import crds
-from arbiter_operator.devenv.controlplane import ControlPlane, ExistingCluster
+from arbiter_operator.devenv.cluster import LocalCluster, wait_default_service_account
+from arbiter_operator.devenv.controlplane import ExistingCluster
 from arbiter_operator.devenv.s3server import S3Server
 from arbiter_operator.devenv.tools import ensure_tool, load_tool
 
@@ -52,7 +54,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     needed = []
     local_cluster = not os.environ.get("ARBITER_TEST_KUBECONFIG") and not session.config.getoption("--kind")
     if "control_plane" in used and local_cluster:
-        needed += ["etcd", "kube-apiserver"]
+        needed += ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kserve-controller"]
     if "s3_server" in used and not os.environ.get("ARBITER_TEST_S3_ENDPOINT_URL"):
         needed.append("minio")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
@@ -73,7 +75,8 @@ def _docker_works() -> bool:
 def control_plane(request: pytest.FixtureRequest) -> Iterator[Any]:
     """A cluster with KServe, OpenShift Route, ModelRegistry and Arbiter's CRDs Established.
 
-    Local default: ``ControlPlane`` (``.kubeconfig``, ``.server``, ``.api_client()``, ``.write_kubeconfig()``).
+    Local default: ``LocalCluster`` (``.kubeconfig``, ``.server``, ``.api_client()``, ``.write_kubeconfig()``, and
+    ``.set_fate(ns, isvc, fate)`` / ``.add_pool(NodePool(...))`` to steer kwok's simulated pods and nodes).
     """
     kind_cluster = None
     existing = os.environ.get("ARBITER_TEST_KUBECONFIG")
@@ -90,12 +93,13 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[Any]:
         kind_cluster.create()
         cluster = ExistingCluster(kind_cluster.kubeconfig_path)
     else:
-        cluster = ControlPlane().start()
+        cluster = LocalCluster().start()
     try:
         api = cluster.api_client()
         try:
-            ours = not existing
-            # Upstream CRDs on somebody else's cluster are theirs: create missing ones, never replace.
+            # Upstream CRDs on somebody else's cluster are theirs: create missing ones, never replace. The local
+            # cluster installed KServe's already (its controller needs them before it starts).
+            ours = not existing and not isinstance(cluster, LocalCluster)
             crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths(), replace=ours)
             crds.install_crds(api, crds.arbiter_crd_paths())
         finally:
@@ -109,10 +113,9 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def namespace(control_plane: Any) -> Iterator[str]:
-    """A fresh namespace with a ``default`` ServiceAccount; deleted afterwards without waiting.
-
-    Without a controller-manager nothing creates the ``default`` ServiceAccount, and the ServiceAccount admission
-    plugin rejects pods without one; nothing finalizes namespaces either, so waiting for deletion would hang.
+    """A fresh namespace, returned once the controller-manager has created its ``default`` ServiceAccount (the
+    ServiceAccount admission plugin rejects pods before that); deleted afterwards (the namespace controller removes
+    what is in it) without waiting.
     """
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -123,12 +126,7 @@ def namespace(control_plane: Any) -> Iterator[str]:
     try:
         meta = client.V1ObjectMeta(name=name, labels={"arbiter.dev/test": "true"})
         core.create_namespace(client.V1Namespace(metadata=meta))
-        try:
-            default_sa = client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default"))
-            core.create_namespaced_service_account(name, default_sa)
-        except ApiException as exc:
-            if exc.status != 409:  # a real cluster's controller may have been first
-                raise
+        wait_default_service_account(api, name)
         yield name
     finally:
         try:

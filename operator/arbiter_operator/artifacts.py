@@ -25,6 +25,7 @@ artifacts at start-up and the version's readiness reports the outcome.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field, replace
@@ -86,6 +87,7 @@ class ArtifactReport:
     # text of the TokenCost condition (None: no tokenizer.json, or not scored).
     tokens_per_decision: int | None = None
     token_cost: Any = None  # tokencost.TokenCost | str (why it could not be counted) | None
+    storage_key: str | None = None  # the storage-config entry the check read with (clients.s3.S3Credentials)
 
     @property
     def deployable(self) -> bool:
@@ -482,8 +484,11 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
             if bucket not in storages:
                 storages[bucket] = await open_storage(kube, dm, bucket)
             storage = storages[bucket]
-            reports[v.name] = (storage if isinstance(storage, ArtifactReport)
-                               else await check_version_artifacts(storage, v.storageUri, ask, _decision(dm, v)))
+            if isinstance(storage, ArtifactReport):
+                reports[v.name] = storage
+            else:
+                report = await check_version_artifacts(storage, v.storageUri, ask, _decision(dm, v))
+                reports[v.name] = dataclasses.replace(report, storage_key=storage.entry_key)
     finally:
         for s in storages.values():
             if isinstance(s, S3Storage):
@@ -506,7 +511,8 @@ def to_observation(report: ArtifactReport, previous: Any = None, previous_diffus
                                    tokens_per_decision=previous.tokensPerDecision)
     valid = {"True": True, "False": False}.get(report.status)
     return ArtifactObservation(valid=valid, reason=report.reason, message=report.message, digest=report.digest,
-                               diffusion=report.diffusion, tokens_per_decision=report.tokens_per_decision)
+                               diffusion=report.diffusion, tokens_per_decision=report.tokens_per_decision,
+                               storage_key=report.storage_key)
 
 
 def _deployed_as_diffusion(obs: Any, version: str) -> bool:

@@ -64,7 +64,11 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         # Without permission to read namespaces, `mesh.sidecar: auto` cannot see the injection label: say so.
         log.warning("cannot read namespace %s labels (%s); mesh auto mode assumes no injection", ns, exc.reason)
         ns_labels = {}
+    deployments, pods, workloads = _observe_workloads(client, ns, isvcs)
     return Observations(
+        workloads_observed=workloads,
+        predictor_deployments=deployments,
+        predictor_pods=pods,
         namespace_labels=ns_labels,
         inferenceservices=isvcs,
         configmaps=cms,
@@ -75,6 +79,44 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         default_runtime_image=settings.runtime_image(),
         stable_service=service if service is not None and _owned(service, dm) else None,
     )
+
+
+ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe's label on the predictor Deployment and its pods
+
+
+def _isvc_ready(isvc: dict[str, Any]) -> bool:
+    conds = (isvc.get("status") or {}).get("conditions") or []
+    return any(x.get("type") == "Ready" and x.get("status") == "True" for x in conds)
+
+
+def _observe_workloads(
+    client: KubeClient, ns: str, isvcs: dict[str, dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[dict[str, Any], ...]], bool]:
+    """The predictor Deployments of these InferenceServices and, for those not ready, their pods. (deployments,
+    pods, observed): observed False when the operator may not read them (readiness then rests on KServe alone)."""
+    if not isvcs:
+        return {}, {}, True
+    selector = f"{ISVC_LABEL} in ({','.join(sorted(isvcs))})"
+    try:
+        deployments: dict[str, dict[str, Any]] = {}
+        for d in client.list("apps/v1", "Deployment", ns, selector):
+            owner = ((d.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
+            if owner and d["metadata"]["name"] == f"{owner}-predictor":
+                deployments[owner] = d
+        waiting = sorted(n for n, i in isvcs.items() if not _isvc_ready(i) or n not in deployments)
+        pods: dict[str, list[dict[str, Any]]] = {}
+        if waiting:  # pods are read only while a version is not ready: a converged reconcile lists Deployments only
+            for p in client.list("v1", "Pod", ns, f"{ISVC_LABEL} in ({','.join(waiting)})"):
+                owner = ((p.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
+                if owner:
+                    pods.setdefault(owner, []).append(p)
+    except KubeError as exc:
+        if exc.status != 403:
+            raise
+        log.warning("cannot read predictor Deployments/pods in %s (%s); readiness rests on KServe's status alone",
+                    ns, exc.reason)
+        return {}, {}, False
+    return deployments, {k: tuple(v) for k, v in pods.items()}, True
 
 
 def podmonitor_served(client: KubeClient) -> bool | None:

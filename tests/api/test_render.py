@@ -33,7 +33,7 @@ def test_inferenceservice_basics():
     isvc = _isvc()
     assert isvc["apiVersion"] == "serving.kserve.io/v1beta1"
     assert isvc["metadata"]["name"] == "credit-limit--1-0-0"
-    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
     assert isvc["metadata"]["labels"]["arbiter.dev/decision-model"] == "credit-limit"
     assert isvc["metadata"]["labels"]["arbiter.dev/version"] == "1.0.0"
     owner = isvc["metadata"]["ownerReferences"][0]
@@ -43,7 +43,11 @@ def test_inferenceservice_basics():
     model = pred["model"]
     assert model["modelFormat"] == {"name": "vLLM"}
     assert model["runtime"] == "credit-limit-runtime"
-    assert model["storageUri"] == "s3://models/credit-limit/1.0.0"
+    # s3: KServe's storage-spec form, so its storage initializer gets the storage-config entry's credentials.
+    assert "storageUri" not in model
+    assert model["storage"] == {"key": "default", "path": "credit-limit/1.0.0",
+                                "parameters": {"type": "s3", "bucket": "models"}}
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/storageSecretName"] == "storage-config"
     assert model["resources"]["requests"]["nvidia.com/gpu"] == "1" == model["resources"]["limits"]["nvidia.com/gpu"]
     assert "--tensor-parallel-size=1" in model["args"] and "--seed=42" in model["args"]
     assert "--max-model-len=4096" in model["args"] and "--max-num-seqs=32" in model["args"]

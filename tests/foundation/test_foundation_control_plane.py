@@ -75,7 +75,8 @@ def test_inference_service_round_trips_through_the_kubernetes_client(api, namesp
     )
     assert got["spec"]["predictor"]["model"]["storageUri"] == "s3://models/credit-risk/v3"
     assert got["spec"]["predictor"]["minReplicas"] == 1
-    assert got["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    # KServe's defaulting webhook ran: 0.17 stores the legacy "RawDeployment" under its new name.
+    assert got["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
 
 
 def test_inference_service_schema_is_enforced(api, namespace):
@@ -85,7 +86,8 @@ def test_inference_service_schema_is_enforced(api, namespace):
         custom.create_namespaced_custom_object(
             "serving.kserve.io", "v1beta1", namespace, "inferenceservices", _isvc("bad", minReplicas="two")
         )
-    assert err.value.status == 422
+    # 422 from the schema, or 400 from KServe's defaulting webhook, which decodes the object before the schema runs.
+    assert err.value.status in (400, 422)
     assert "minReplicas" in err.value.body
 
 

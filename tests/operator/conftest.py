@@ -4,7 +4,6 @@ from typing import Any, Iterator
 
 import pytest
 
-from arbiter_operator.devenv.kserve_standin import KServeStandIn
 from arbiter_operator.devenv.operator_process import OperatorProcess
 
 
@@ -42,16 +41,21 @@ def model_storage(s3_server: Any, control_plane: Any, namespace: str) -> Any:
     return s3_server
 
 
+class Predictors:
+    """Steers the simulated predictor pods of one namespace (kwok Stages): ``set_fate(isvc, fate)`` with fate
+    ready (default) | loading | crashloop | oom. KServe's controller, the scheduler and kwok do the rest."""
+
+    def __init__(self, cluster: Any, namespace: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
+
+    def set_fate(self, isvc: str, fate: str) -> None:
+        self.cluster.set_fate(self.namespace, isvc, fate)
+
+
 @pytest.fixture
-def kserve_standin(control_plane: Any, namespace: str, model_storage: Any) -> Iterator[KServeStandIn]:
+def predictors(control_plane: Any, namespace: str, model_storage: Any) -> Predictors:
     # Every test that expects a version to serve needs its artifacts on storage first (the operator checks them).
-    api = control_plane.api_client()
-    standin = KServeStandIn(api, [namespace]).start()
-    try:
-        yield standin
-    finally:
-        standin.stop()
-        api.close()
+    return Predictors(control_plane, namespace)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ def _annotations(api, ns):
     return ((isvc.get("spec") or {}).get("predictor") or {}).get("annotations") or {}
 
 
-def test_mesh_label_added_after_ready_is_noticed(control_plane, namespace, api, operator_process, kserve_standin):
+def test_mesh_label_added_after_ready_is_noticed(control_plane, namespace, api, operator_process, predictors):
     op = operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
     eventually(lambda: condition(get(api, "arbiter.dev/v1alpha1", "decisionmodels", namespace, "credit-limit") or {},

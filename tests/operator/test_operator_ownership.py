@@ -40,7 +40,7 @@ def _ready(api, ns, name):
 
 
 def test_a_hand_made_route_is_reported_and_never_taken_over(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     custom = client.CustomObjectsApi(api)
     theirs = {
@@ -110,7 +110,7 @@ def _body(name: str, version: str) -> dict[str, Any]:
 
 
 def test_generated_pairs_in_one_namespace_get_separate_children(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     """Each generated pair gets its own name prefix (`p<k>`), shared by both models of the pair, so leftovers of one
     pair never meet the next while the near-collisions inside a pair stay as generated."""
@@ -183,7 +183,7 @@ def test_crd_name_rules_match_the_naming_predicate(control_plane, namespace, api
 
 
 def test_children_under_the_earlier_names_are_replaced_once_their_successors_serve(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     """Upgrade: an InferenceService and ConfigMap named `<dm>-<slug>` (the earlier scheme), owned by the
     DecisionModel and serving behind its Route, are kept until `<dm>--<slug>` is ready, then deleted."""

@@ -25,7 +25,7 @@ def _ready_at(api, ns, version):
 
 
 def test_dashboard_labels_stable_service_and_address_follow_promotion(
-        control_plane, namespace, api, operator_process, kserve_standin):
+        control_plane, namespace, api, operator_process, predictors):
     image = "mirror.example.com/arbiter/arbiter-runtime:9.9.9"  # the Helm value runtime.image, as the chart sets it
     operator_process(namespaces=[namespace], env={"ARBITER_RUNTIME_IMAGE": image})
     body = example()

@@ -36,7 +36,7 @@ def _versions(api, ns) -> dict[str, str]:
     return {k: o["metadata"]["resourceVersion"] for k, o in objs.items()}
 
 
-def test_apply_example_to_ready(control_plane, namespace, api, operator_process, kserve_standin):
+def test_apply_example_to_ready(control_plane, namespace, api, operator_process, predictors):
     operator_process(namespaces=[namespace])
     applied = kubectl(control_plane.kubeconfig, "-n", namespace, "apply", "-f", "examples/decisionmodel.yaml")
     assert applied.returncode == 0, applied.stderr
@@ -47,10 +47,11 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
 
     isvc = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, ISVC)
     pred = isvc["spec"]["predictor"]
-    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "RawDeployment"
+    assert isvc["metadata"]["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
     assert pred["model"]["modelFormat"]["name"] == "vLLM"
     assert pred["model"]["runtime"] == "credit-limit-runtime"
-    assert pred["model"]["storageUri"] == "s3://models/credit-limit/1.0.0"
+    assert pred["model"]["storage"]["path"] == "credit-limit/1.0.0"
+    assert pred["model"]["storage"]["parameters"] == {"type": "s3", "bucket": "models"}
     assert pred["model"]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert "--tensor-parallel-size=1" in pred["model"]["args"]
     assert "nodeSelector" not in pred  # no GPU product pinned unless spec.serving.gpuProduct names one
@@ -95,7 +96,7 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
 
 
 def test_converged_reconcile_writes_nothing_and_drift_is_restored(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     op = operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
@@ -140,7 +141,7 @@ def test_converged_reconcile_writes_nothing_and_drift_is_restored(
 
 
 def test_mesh_auto_excludes_serving_port_in_injected_namespace(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     client.CoreV1Api(api).patch_namespace(namespace, {"metadata": {"labels": {"istio-injection": "enabled"}}})
     operator_process(namespaces=[namespace])
@@ -150,7 +151,7 @@ def test_mesh_auto_excludes_serving_port_in_injected_namespace(
 
 
 def test_operator_side_invalid_spec_stalls_without_touching_serving(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
@@ -180,7 +181,7 @@ def test_operator_side_invalid_spec_stalls_without_touching_serving(
 
 
 def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
@@ -200,45 +201,42 @@ def test_changed_decision_settings_update_the_configmap_and_roll_the_pods(
         ["annotations"][key] != before["spec"]["predictor"]["annotations"][key] and i,
         30, "pod template annotation changed",
     )
-    assert after["spec"]["predictor"]["model"]["storageUri"] == before["spec"]["predictor"]["model"]["storageUri"]
+    assert after["spec"]["predictor"]["model"]["storage"] == before["spec"]["predictor"]["model"]["storage"]
 
 
 def test_failed_inferenceservice_is_reported_and_recovery_noticed(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     operator_process(namespaces=[namespace])
     create_dm(api, namespace, example())
     eventually(lambda: _ready(api, namespace), 90, "Ready")
-    custom = client.CustomObjectsApi(api)
+    predictors.set_fate(ISVC, "crashloop")  # the serving container exits with code 1 at load, again and again
 
-    def set_state(state):
-        custom.patch_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", namespace, "inferenceservices", ISVC,
-            {"metadata": {"annotations": {"standin.arbiter.dev/state": state}}},
-        )
-
-    set_state("failed")  # KServe's BlockedByFailedLoad, as after a crash-looping load
-
-    def down():
+    def failed():
         dm = _dm(api, namespace)
         serving = condition(dm, "Serving")
-        return dm if serving and serving["status"] == "False" else None
+        return dm if serving and serving["status"] == "False" and dm["status"]["versions"][0]["phase"] == "Failed" \
+            else None
 
-    dm = eventually(down, 30, "Serving=False")
+    dm = eventually(failed, 60, "Serving=False and the version Failed")
+    # The cause as the pods show it: reason, pod, restart count, last exit.
+    serving = condition(dm, "Serving")
+    assert serving["reason"] == "CrashLoopBackOff", serving
     assert condition(dm, "Ready")["status"] == "False"
-    assert dm["status"]["versions"][0]["phase"] == "Failed"
-    assert "exited with code 1" in dm["status"]["versions"][0]["message"]
+    message = dm["status"]["versions"][0]["message"]
+    assert f"{ISVC}-predictor-" in message and "container kserve-container restarted" in message, message
+    assert "last exit Error (exit code 1)" in message, message
     # The Route is not pointed at nothing: it stays where it was.
     assert get(api, "route.openshift.io/v1", "routes", namespace, DM)["spec"]["to"]["name"] == f"{ISVC}-predictor"
 
-    set_state("ready")
-    eventually(lambda: _ready(api, namespace), 30, "Ready again")
+    predictors.set_fate(ISVC, "ready")
+    eventually(lambda: _ready(api, namespace), 60, "Ready again")
     events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={DM}")
     assert "NotReady" in {e.reason for e in events.items}
 
 
 def test_removed_stable_version_serves_until_its_successor_does(
-    control_plane, namespace, api, operator_process, kserve_standin
+    control_plane, namespace, api, operator_process, predictors
 ):
     """Nothing is lost: the serving version removed from spec.versions keeps its InferenceService and all traffic
     until the version spec.promote names is ready; then it is stopped."""
@@ -246,15 +244,7 @@ def test_removed_stable_version_serves_until_its_successor_does(
     create_dm(api, namespace, example())
     eventually(lambda: _ready(api, namespace), 90, "Ready")
     custom = client.CustomObjectsApi(api)
-
-    def set_state(isvc, state):
-        custom.patch_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", namespace, "inferenceservices", isvc,
-            {"metadata": {"annotations": {"standin.arbiter.dev/state": state}}},
-        )
-
-    set_state(ISVC, "ready")  # pinned: new InferenceServices stay loading until the test says otherwise
-    kserve_standin.default_state = "pending"
+    predictors.set_fate("credit-limit-1-1-0", "loading")  # the successor loads until the test says otherwise
 
     dm = _dm(api, namespace)
     spec = dm["spec"]
@@ -278,7 +268,7 @@ def test_removed_stable_version_serves_until_its_successor_does(
     old = next(v for v in dm["status"]["versions"] if v["name"] == "1.0.0")
     assert old["phase"] == "Ready" and "left spec.versions" in old["message"]
 
-    set_state("credit-limit--1-1-0", "ready")
+    predictors.set_fate("credit-limit--1-1-0", "ready")
 
     def switched():
         d = _ready(api, namespace)

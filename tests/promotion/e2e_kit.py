@@ -1,5 +1,5 @@
-"""End-to-end harness: the real operator process, the real apiserver, the KServe stand-in, a real Prometheus scraping
-workload stand-ins. Used by tests/promotion/test_promotion_e2e.py and benchmarks/promotion_overhead.py."""
+"""End-to-end harness: the real operator process, the real cluster (KServe's controller, the scheduler, kwok's
+simulated predictor pods, steered per version), a real Prometheus scraping workload stand-ins. Used by tests/promotion/test_promotion_e2e.py and benchmarks/promotion_overhead.py."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.api.models import isvc_name
-from arbiter_operator.devenv.kserve_standin import STATE_ANNOTATION, KServeStandIn
 from arbiter_operator.devenv.operator_process import OperatorProcess
 from plannerdrive import two_versions
 from promstack import PromStack, Target
@@ -50,8 +49,9 @@ class E2E:
         self.api = control_plane.api_client()
         self.objs = client.CustomObjectsApi(self.api)
         seed_model_storage(s3, self.api, namespace)  # the operator deploys a version only once its artifacts check
-        self.standin = KServeStandIn(control_plane.api_client(), namespaces=[namespace], default_state="pending")
-        self.standin.start()
+        # Every version's predictor loads (never ready) until a test says otherwise with set_state.
+        for v in (V1, V2):
+            self.set_state(v, "pending")
         self.operator = OperatorProcess(
             control_plane.kubeconfig, [namespace], log_dir=workdir / f"operator-{namespace}",
             env={"ARBITER_PROMETHEUS_URL": stack.url, "ARBITER_RESYNC_SECONDS": "30"},
@@ -68,7 +68,6 @@ class E2E:
 
     def close(self) -> None:
         self.operator.stop()
-        self.standin.stop()
         self.api.close()
 
     def operator_log(self) -> str:
@@ -121,12 +120,10 @@ class E2E:
         }
 
     def set_state(self, version: str, state: str) -> None:
-        """Steer the KServe stand-in for this version's InferenceService (ready | pending | failed)."""
+        """Steer this version's predictor pods (ready | pending: loading, never ready | failed: crash loop) through
+        kwok; KServe's controller turns that into the InferenceService's status."""
         name = isvc_name(self.name, version)
-        self.objs.patch_namespaced_custom_object(
-            "serving.kserve.io", "v1beta1", self.ns, "inferenceservices", name,
-            {"metadata": {"annotations": {STATE_ANNOTATION: state}}}, _content_type="application/merge-patch+json",
-        )
+        self.cp.set_fate(self.ns, name, {"ready": "ready", "pending": "loading", "failed": "crashloop"}[state])
 
     def route_weights(self) -> dict[str, int]:
         """version -> weight, as the Route says (to + alternateBackends), by the predictor Service names."""

@@ -1,5 +1,5 @@
-"""Promotion end to end: the real operator process on the real apiserver, the KServe stand-in marking
-InferenceServices ready, a real Prometheus scraping stand-in pods whose latency/errors/traffic the test controls.
+"""Promotion end to end: the real operator process on the local cluster (KServe's controller, the scheduler, kwok's
+simulated predictor pods steered per version), a real Prometheus scraping stand-in pods whose latency/errors/traffic the test controls.
 Route weights, InferenceServices, status and conditions are asserted at every step."""
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def test_candidate_crash_rolls_back(e2e: E2E):
     e.wait(lambda: V2 in e.isvcs(), "candidate InferenceService")
     e.set_state(V2, "failed")
     p = e.wait_phase("RollingBack", "Failed")
-    assert p["failureReason"] == "CandidateFailed" and "exited with code 1" in p["failureMessage"]
+    assert p["failureReason"] == "CandidateFailed" and "last exit Error (exit code 1)" in p["failureMessage"], p
     assert e.route_weights() == {V1: 100}
 
 

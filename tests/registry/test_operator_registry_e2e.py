@@ -1,8 +1,8 @@
 """The operator end to end with the registry and the artifact checks: real kube-apiserver, real Model Registry (on
-PostgreSQL), real S3 (MinIO), `python -m arbiter_operator` as a subprocess, and the KServe stand-in (KServe's
-controller cannot run here) marking InferenceServices ready.
+PostgreSQL), real S3 (MinIO), `python -m arbiter_operator` as a subprocess, and the real KServe controller with the
+scheduler and kwok's simulated A100 nodes bringing the predictors up.
 
-One operator, one stand-in and one namespace for the whole module (starting them is most of the cost); every test
+One operator and one namespace for the whole module (starting them is most of the cost); every test
 uses its own DecisionModel and its own model name in the registry.
 """
 
@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.api.models import isvc_name
-from arbiter_operator.devenv.kserve_standin import KServeStandIn
+from arbiter_operator.devenv.cluster import wait_default_service_account
 from arbiter_operator.devenv.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
@@ -55,7 +55,7 @@ def ns(api: k8s.ApiClient) -> Iterator[str]:
     core = k8s.CoreV1Api(api)
     name = f"t-reg-{uuid.uuid4().hex[:8]}"
     core.create_namespace({"metadata": {"name": name, "labels": {"arbiter.dev/test": "true"}}})
-    core.create_namespaced_service_account(name, {"metadata": {"name": "default"}})
+    wait_default_service_account(api, name)
     yield name
     core.delete_namespace(name, propagation_policy="Background")
 
@@ -82,13 +82,12 @@ def storage_secret(api: k8s.ApiClient, ns: str, s3_server: Any, name: str) -> No
 
 @pytest.fixture(scope="module")
 def operator(control_plane: Any, api: k8s.ApiClient, ns: str, bucket: str) -> Iterator[OperatorProcess]:
-    standin = KServeStandIn(control_plane.api_client(), [ns]).start()
+    # KServe's controller, the scheduler and kwok's simulated A100 nodes bring the predictors up.
     op = OperatorProcess(control_plane.kubeconfig, [ns]).start()
     try:
         yield op
     finally:
         op.stop()
-        standin.stop()
 
 
 # ---------------------------------------------------------------------------------------------- helpers

@@ -1,8 +1,10 @@
 """The pods Arbiter puts on a cluster, as the cluster would see them.
 
 The operator pod comes from the chart's Deployment. The runtime pods come from the operator's own builders
-(arbiter_operator.render): KServe's controller does not run here, so `predictor_pods` merges the ServingRuntime's
-container with the InferenceService's predictor the way KServe's RawDeployment reconciler does (the predictor's
+(arbiter_operator.render): `predictor_pods` merges the ServingRuntime's container with the InferenceService's
+predictor the way KServe's Standard (RawDeployment) reconciler does, so every rendering variant can be checked against
+Pod Security admission without deploying it (the pods the real KServe controller makes are checked in
+tests/operator/test_operator_kserve.py) (the predictor's
 `model` container fields override the runtime container's; pod-level fields come from the predictor; the model
 volume KServe's storage initializer fills is mounted read-only at /mnt/models).
 """
@@ -36,7 +38,7 @@ _POD_FIELDS = {
     "automountServiceAccountToken",
     "schedulerName",
 }
-_MODEL_ONLY_FIELDS = {"modelFormat", "runtime", "storageUri", "protocolVersion"}
+_MODEL_ONLY_FIELDS = {"modelFormat", "runtime", "storageUri", "storage", "protocolVersion"}
 
 
 def example_decision_model(**spec_overrides: Any) -> Any:

@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 
 from arbiter_operator.devenv import crds
-from arbiter_operator.devenv.controlplane import ControlPlane
+from arbiter_operator.devenv.cluster import LocalCluster
 
 from chartkit import apply_order, render
 from kubekit import dynamic_client, server_side_apply
@@ -39,13 +39,14 @@ AUDIT_POLICY = {
 
 
 @contextmanager
-def audited_control_plane(workdir: pathlib.Path) -> Iterator[tuple[ControlPlane, pathlib.Path]]:
-    """A ControlPlane whose kube-apiserver writes an audit log, with the same CRDs the shared fixture installs."""
+def audited_control_plane(workdir: pathlib.Path) -> Iterator[tuple[LocalCluster, pathlib.Path]]:
+    """A LocalCluster (KServe, scheduler, kwok nodes) whose kube-apiserver writes an audit log, with the same CRDs the
+    shared fixture installs."""
     workdir.mkdir(parents=True, exist_ok=True)
     policy = workdir / "audit-policy.yaml"
     policy.write_text(yaml.safe_dump(AUDIT_POLICY))
     log = workdir / "audit.log"
-    cp = ControlPlane(
+    cp = LocalCluster(
         extra_apiserver_args=(
             f"--audit-policy-file={policy}",
             f"--audit-log-path={log}",
@@ -58,7 +59,7 @@ def audited_control_plane(workdir: pathlib.Path) -> Iterator[tuple[ControlPlane,
     try:
         api = cp.api_client()
         try:
-            crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths())
+            crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths(), replace=False)
             crds.install_crds(api, crds.arbiter_crd_paths())
         finally:
             api.close()
@@ -80,7 +81,7 @@ class Identity:
 
 
 def install_chart_identity(
-    cp: ControlPlane,
+    cp: LocalCluster,
     api: client.ApiClient,
     workdir: pathlib.Path,
     *,

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv.kserve_standin import KServeStandIn
 from arbiter_operator.devenv.operator_process import OperatorProcess
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "operator"))
@@ -96,7 +95,6 @@ def test_canary_credentials_never_leak(control_plane, namespace, s3_server, echo
     token_file = tmp_path / "prometheus-token"
     token_file.write_text(canaries["prometheus-token"])
 
-    standin = KServeStandIn(api, [ns]).start()
     op = OperatorProcess(
         control_plane.kubeconfig, [ns], extra_args=("--log-level=debug",), log_dir=tmp_path,
         env={"ARBITER_PROMETHEUS_URL": echo_server, "ARBITER_PROMETHEUS_TOKEN_FILE": str(token_file)},
@@ -146,7 +144,6 @@ def test_canary_credentials_never_leak(control_plane, namespace, s3_server, echo
         eventually(failures_reported, 120, "every failure path reported in status")
     finally:
         op.stop()
-        standin.stop()
 
     statuses = {d["metadata"]["name"]: json.dumps(d.get("status") or {})
                 for d in custom.list_namespaced_custom_object(G, V, ns, P)["items"]}

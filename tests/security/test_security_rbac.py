@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv.kserve_standin import KServeStandIn
+from arbiter_operator.devenv.cluster import wait_default_service_account
 from arbiter_operator.devenv.operator_process import OperatorProcess
 
 from rbackit import Identity, audited_control_plane, describe, expand, forbidden, install_chart_identity
@@ -67,7 +67,7 @@ def _namespace(api: client.ApiClient, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    core.create_namespaced_service_account(name, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="default")))
+    wait_default_service_account(api, name)
     return name
 
 
@@ -237,7 +237,6 @@ def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_gra
     identity = install_chart_identity(cp, admin, tmp_path)  # default values: all namespaces, one ClusterRole
     ns = _namespace(admin, "rbac")
     seed_model_storage(s3_server, admin, ns)
-    standin = KServeStandIn(admin, [ns]).start()
     op = _operator(identity, [], tmp_path, prometheus_url)  # no --namespace: all namespaces, as the chart runs it by default
     stuck: AssertionError | None = None
     try:
@@ -246,7 +245,6 @@ def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_gra
         stuck = exc  # a missing grant usually shows as a scenario that never converges: report the 403s first
     finally:
         op.stop()
-        standin.stop()
 
     events = read_audit(audit_log, identity.username)
     assert events, "the audit log recorded nothing for the operator's ServiceAccount"
@@ -278,7 +276,6 @@ def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_
     assert cluster == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
                         "resourceNames": [ns]}]
     seed_model_storage(s3_server, admin, ns)
-    standin = KServeStandIn(admin, [ns]).start()
     op = _operator(identity, [ns], tmp_path)
     stuck: AssertionError | None = None
     try:
@@ -289,7 +286,6 @@ def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_
         stuck = exc
     finally:
         op.stop()
-        standin.stop()
     events = read_audit(audit_log, identity.username)
     assert events
     denied = forbidden(events)

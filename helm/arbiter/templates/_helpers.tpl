@@ -101,6 +101,15 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+# Read only, by label (serving.kserve.io/inferenceservice): the predictor Deployments KServe makes (a version is
+# ready when KServe says so and its Deployment has an available replica) and, while a version is not ready, its pods
+# (the scheduler's Unschedulable message, a crash loop's restart count and last exit reason).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["list"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 # Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off).
 - apiGroups: [""]
   resources: ["events"]

@@ -497,6 +497,13 @@ class DecisionModelSpec(_Model):
                     "spec.serving.replicas must be 1 when spec.serving.nodes > 1 (a multi-node replica is one "
                     "pipeline-parallel group)",
                 ),
+                _cel(
+                    "self.serving.nodes == 1 || self.versions.all(v, v.storageUri.startsWith('pvc://') || "
+                    "v.storageUri.startsWith('oci://'))",
+                    "spec.serving.nodes > 1 needs pvc:// or oci:// storageUris: KServe's multi-node predictor "
+                    "loads nothing else",
+                    ".serving.nodes",
+                ),
             ]
         },
     )

@@ -53,6 +53,8 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("v1", "Secret", "secrets"),
         Kind("v1", "Event", "events"),
         Kind("v1", "Namespace", "namespaces", namespaced=False),
+        Kind("v1", "Pod", "pods"),
+        Kind("apps/v1", "Deployment", "deployments"),
         Kind("modelregistry.opendatahub.io/v1beta1", "ModelRegistry", "modelregistries"),
         Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
     )

@@ -60,6 +60,9 @@ class S3Credentials:
     ca_bundle_pem: str | None = field(repr=False, default=None)
     anonymous: bool = False
     default_bucket: str | None = None
+    # The storage-config entry these came from (None: an AWS-style Secret): KServe's storage initializer is told to
+    # read the same one, so the pod loads with what the artifact check was allowed to read.
+    entry_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ def credentials_from_secret(
     Also accepts a plain AWS-style Secret (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_S3_ENDPOINT /
     AWS_DEFAULT_REGION), the form OpenShift AI data connections use.
     """
+    chosen: str | None = None
     if "AWS_ACCESS_KEY_ID" in secret_text and key is None:
         entry: dict[str, Any] = {
             "type": "s3",
@@ -154,6 +158,7 @@ def credentials_from_secret(
         ca_bundle_pem=ca_bundle_pem or entry.get("ca_bundle") or None,
         anonymous=anonymous,
         default_bucket=entry.get("bucket"),
+        entry_key=chosen,
     )
 
 
@@ -169,6 +174,7 @@ class S3Storage:
 
     def __init__(self, creds: S3Credentials, *, connect_timeout: float = 5, read_timeout: float = 15):
         self._creds = creds
+        self.entry_key = creds.entry_key
         self._ca_file: str | None = None
         self._config = Config(
             connect_timeout=connect_timeout,

@@ -162,6 +162,7 @@ class ControlPlane:
         self.client_key_file: pathlib.Path | None = None
         self._etcd: Any = None
         self._apiserver: Any = None
+        self._ca: _CA | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
 
@@ -261,13 +262,51 @@ class ControlPlane:
             json.dump(doc, fh, indent=2)  # JSON is YAML; every kubeconfig reader accepts it
         return path
 
+    def write_client_kubeconfig(self, path: os.PathLike[str] | str, user: str,
+                                groups: tuple[str, ...] = ("system:masters",)) -> pathlib.Path:
+        """A kubeconfig with a client certificate of its own for ``user`` (so audit logs tell the components apart)."""
+        if self._ca is None or self.ca_file is None:
+            raise ControlPlaneError("the control plane is not running")
+        key, cert = self._ca.issue(user, organizations=groups)
+        b64 = lambda data: base64.b64encode(data).decode()  # noqa: E731
+        doc = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "arbiter-devenv", "cluster": {
+                "server": self.server, "certificate-authority-data": b64(self.ca_file.read_bytes())}}],
+            "users": [{"name": user, "user": {"client-certificate-data": b64(_pem_cert(cert)),
+                                              "client-key-data": b64(_pem_key(key))}}],
+            "contexts": [{"name": "arbiter-devenv", "context": {"cluster": "arbiter-devenv", "user": user}}],
+            "current-context": "arbiter-devenv",
+        }
+        path = pathlib.Path(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=2)
+        return path
+
+    def issue_serving_certificate(self, directory: os.PathLike[str] | str, name: str = "tls") -> tuple[pathlib.Path, pathlib.Path]:
+        """A serving certificate for 127.0.0.1/localhost from this control plane's CA (webhook servers), written as
+        ``<name>.crt`` and ``<name>.key`` into ``directory``; the CA is ``self.ca_file``."""
+        if self._ca is None:
+            raise ControlPlaneError("the control plane is not running")
+        key, cert = self._ca.issue(name, dns=("localhost",), ips=("127.0.0.1",), server=True)
+        directory = pathlib.Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        crt, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+        crt.write_bytes(_pem_cert(cert))
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_pem_key(key))
+        return crt, key_path
+
     # -- internals -------------------------------------------------------------------------------------------
 
     def _write_credentials(self) -> None:
         assert self.workdir is not None
         pki = self.workdir / "pki"
         pki.mkdir(mode=0o700, exist_ok=True)
-        ca = _CA()
+        ca = self._ca = _CA()
         serving_key, serving_cert = ca.issue(
             "kube-apiserver",
             dns=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",

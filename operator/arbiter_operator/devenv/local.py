@@ -4,11 +4,13 @@
     python -m arbiter_operator.devenv.local --use-current-context  # the current kubeconfig context instead
     python -m arbiter_operator.devenv.local --exit-when-ready      # scripted: exit 0 once every example is Ready
 
-With the embedded control plane it starts etcd + kube-apiserver (hack/tools), installs the upstream CRDs and
-Arbiter's, starts MinIO with the example model's files (a config.json and a weights file, so the artifact checks have
-something real to read) and a KServe storage-config Secret, and the KServe stand-in (KServe's controller cannot run
-here; the stand-in marks InferenceServices ready the way KServe does). Then it runs the operator as a subprocess,
-applies examples/decisionmodel.yaml, and prints each condition change until the DecisionModel is Ready.
+With the embedded cluster it starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (simulated
+A100 GPU nodes and pod lifecycles) and the real KServe controller with its webhooks (all built from hack/tools),
+installs the upstream CRDs and Arbiter's, starts MinIO with the example model's files (a config.json and a weights
+file, so the artifact checks have something real to read) and a KServe storage-config Secret. Then it runs the
+operator as a subprocess, applies examples/decisionmodel.yaml, and prints each condition change until the
+DecisionModel is Ready: KServe turns the InferenceService into a predictor Deployment, the scheduler places its pod
+on a simulated A100 node, and kwok runs it (no container, no GPU: vLLM is not started).
 
 Against a real cluster (--use-current-context) it starts nothing but the operator; the cluster must have KServe and
 the Route API, and the example's storageUri must exist in your S3 with a storage-config Secret in the namespace.
@@ -103,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
     from kubernetes import client, config
 
     from . import first_decision
-    from .kserve_standin import KServeStandIn
     from .operator_process import OperatorProcess
 
     stack: list[Any] = []
@@ -126,17 +127,19 @@ def main(argv: list[str] | None = None) -> int:
             say(f"using the current context of {kubeconfig}")
             crds.install_crds(api, crds.arbiter_crd_paths())
         else:
-            from .controlplane import ControlPlane
+            from .cluster import LocalCluster
             from .s3server import S3Server
 
-            say("starting etcd + kube-apiserver (first run builds them: minutes)")
-            cp = ControlPlane().start()
+            say("starting the local cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok "
+                "(4 simulated A100 nodes), KServe's controller and webhooks")
+            cp = LocalCluster().start()
             stack.append(cp)
             kubeconfig = str(cp.kubeconfig)
             say(f"control plane at {cp.server}; kubeconfig {kubeconfig}  (export KUBECONFIG={kubeconfig})")
             api = cp.api_client()
-            crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths() + crds.arbiter_crd_paths())
-            say("CRDs installed: InferenceService, ServingRuntime, Route, ModelRegistry, DecisionModel")
+            crds.install_crds(api, crds.upstream_crd_paths() + crds.stand_in_crd_paths(), replace=False)
+            crds.install_crds(api, crds.arbiter_crd_paths())
+            say("CRDs installed: KServe's, Route, PodMonitor, ModelRegistry, DecisionModel")
 
         core = client.CoreV1Api(api)
         try:
@@ -145,12 +148,6 @@ def main(argv: list[str] | None = None) -> int:
             if exc.status != 409:
                 raise
         if not args.use_current_context:
-            # Without a controller-manager nothing creates the default ServiceAccount that pods need.
-            try:
-                core.create_namespaced_service_account(args.namespace, {"metadata": {"name": "default"}})
-            except client.ApiException as exc:
-                if exc.status != 409:
-                    raise
             say("starting MinIO with the example model's files")
             s3 = S3Server().start()
             stack.append(s3)
@@ -160,8 +157,6 @@ def main(argv: list[str] | None = None) -> int:
             except client.ApiException as exc:
                 if exc.status != 409:
                     raise
-            say("starting the KServe stand-in (marks InferenceServices ready as KServe would)")
-            stack.append(KServeStandIn(cp.api_client(), [args.namespace]).start())
 
         say("starting the operator")
         op = OperatorProcess(kubeconfig, [args.namespace], log_dir=workdir).start()

@@ -20,6 +20,7 @@ class ArtifactObservation:
     digest: str | None = None
     diffusion: bool = False
     tokens_per_decision: int | None = None  # scored mode, from the version's tokenizer (tokencost.py)
+    storage_key: str | None = None  # the storage-config entry the check read with; KServe is told to use it too
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,12 @@ class Observations:
     analysis: AnalysisRun | None = None
     # The operator's runtime image setting (--runtime-image / $ARBITER_RUNTIME_IMAGE): what a newly deployed version runs.
     default_runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    # The predictor workloads KServe made, keyed by InferenceService name: its `<isvc>-predictor` Deployment and,
+    # for InferenceServices that are not ready, their pods (why they do not serve). workloads_observed False (no
+    # permission, or plain unit data): readiness comes from the InferenceService alone.
+    workloads_observed: bool = False
+    predictor_deployments: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    predictor_pods: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from ..render import (
 from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
 from .model import ArtifactObservation, Event, Observations, Plan
+from .predictors import PredictorProblem, deployment_available, deployment_problem, predictor_problem
 from .validate import operator_side_problems, size_problems
 
 INVALID_SPEC = "InvalidSpec"
@@ -46,6 +47,23 @@ def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
     elif ready_cond and not ready:
         message = ready_cond.get("message") or ready_cond.get("reason") or ""
     return True, ready, failed, message
+
+
+def _workload_state(
+    name: str, ready: bool, failed: bool, message: str, obs: Observations
+) -> tuple[bool, bool, str, PredictorProblem | None]:
+    """A version is ready when KServe says so and its predictor Deployment has an available replica; when it is not,
+    the pods say why (unschedulable, crash loop)."""
+    if ready and not deployment_available(obs.predictor_deployments.get(name)):
+        ready = False
+        message = f"predictor Deployment {name}-predictor has no available replica"
+    if ready:
+        return ready, failed, message, None
+    problem = deployment_problem(obs.predictor_deployments.get(name)) or predictor_problem(
+        obs.predictor_pods.get(name, ()))
+    if problem is None:
+        return ready, failed, message, None
+    return ready, failed or problem.failed, problem.message, problem
 
 
 def _route_url(dm: DecisionModel, route: dict[str, Any] | None) -> tuple[str | None, bool | None, str]:
@@ -119,8 +137,14 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.inferenceservices)
 
     vobs: dict[str, VersionObservation] = {}
+    problems: dict[str, PredictorProblem] = {}
     for v in set(names) | set(isvc_by_version):
         exists, ready, failed, message = isvc_state(isvc_by_version.get(v))
+        if exists and obs.workloads_observed:
+            ready, failed, message, problem = _workload_state(
+                isvc_name(dm.metadata.name, v), ready, failed, message, obs)
+            if problem is not None:
+                problems[v] = problem
         art = obs.artifacts.get(v, ArtifactObservation())
         vobs[v] = VersionObservation(
             exists=exists, ready=ready, failed=failed, message=message, artifacts_valid=art.valid
@@ -155,6 +179,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             render_inferenceservice(
                 dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion,
                 runtime_image=runtime_image(dm, isvc_by_version.get(v), obs.default_runtime_image),
+                storage_key=art.storage_key,
             )
         )
     if obs.podmonitor_api:
@@ -192,7 +217,12 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         msg = "No live version is ready yet" + (f" ({'; '.join(waiting)})" if waiting else "")
         msg += "; check the InferenceService and predictor pods (oc describe isvc, oc logs)"
         msg += _retained_note(retained, pplan.status, promote.version, names)
-        cond(c.SERVING, "False", "NoReadyVersion", msg)
+        # The cause the pods show (the scheduler's message, a crash loop) names the reason, not just "not ready".
+        culprit = next((v for v in [*live, *sorted(problems)] if v in problems), None)
+        cause = problems[culprit].reason if culprit else "NoReadyVersion"
+        if culprit and culprit not in live:  # a failed version is no longer live: still say what its pods show
+            msg += f"; {culprit}: {problems[culprit].message}"
+        cond(c.SERVING, "False", cause, msg)
 
     url, admitted, route_msg = _route_url(dm, obs.route)
     if admitted is False:

@@ -81,6 +81,31 @@ def _container_security() -> dict[str, Any]:
     }
 
 
+STORAGE_SECRET_ANNOTATION = "serving.kserve.io/storageSecretName"
+
+
+def model_storage(dm: DecisionModel, version: ModelVersion, storage_key: str | None = None) -> dict[str, Any]:
+    """Where KServe's storage initializer gets the weights, with the credentials the artifact check used.
+
+    For `s3://` KServe injects credentials only in its storage-spec form (`model.storage`: an entry of the
+    storage-config Secret plus parameters); a bare `storageUri` gets only what the pod's ServiceAccount carries. So an
+    s3 version is rendered as `storage` with the Secret entry the check read (`storage_key`; else `spec.storage.key`,
+    else `default`, KServe's own default), the bucket, and `spec.storage` endpoint/region overrides. Other schemes
+    (pvc://, oci://, hf://) keep `storageUri`.
+    """
+    uri = version.storageUri
+    if not uri.startswith("s3://"):
+        return {"storageUri": uri}
+    bucket, _, path = uri.removeprefix("s3://").partition("/")
+    st = dm.spec.storage
+    parameters = {"type": "s3", "bucket": bucket}
+    if st.endpoint:
+        parameters["endpoint_url"] = st.endpoint
+    if st.region:
+        parameters["region"] = st.region
+    return {"storage": {"key": storage_key or st.key or "default", "path": path.strip("/"), "parameters": parameters}}
+
+
 def render_inferenceservice(
     dm: DecisionModel,
     version: ModelVersion,
@@ -89,6 +114,7 @@ def render_inferenceservice(
     registry_ids: Mapping[str, str] | None = None,
     diffusion: bool = False,
     runtime_image: str | None = None,
+    storage_key: str | None = None,
 ) -> dict[str, Any]:
     """runtime_image: the image this version runs (the planner pins it); None: the ServingRuntime's."""
     s = dm.spec.serving
@@ -108,13 +134,17 @@ def render_inferenceservice(
         if labels.get(MODEL_VERSION_ID) and reg is not None and reg.modelRegistryRef is not None:
             labels[REGISTRY_NAME] = reg.modelRegistryRef.name  # the registry the dashboard's deployments view shows
     annotations = {
-        "serving.kserve.io/deploymentMode": "RawDeployment",
+        "serving.kserve.io/deploymentMode": "Standard",  # KServe 0.17 rewrites the legacy "RawDeployment" to this
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).
         "serving.kserve.io/autoscalerClass": "none",
         "openshift.io/display-name": f"{dm.metadata.name} {version.name}",
     }
     if dm.spec.exposure.auth:
         annotations[ENABLE_AUTH] = "true"
+    storage = model_storage(dm, version, storage_key)
+    if "storage" in storage:
+        # KServe reads the storage-spec credentials from this Secret (its own default is `storage-config`).
+        annotations[STORAGE_SECRET_ANNOTATION] = dm.spec.storage.secretName
 
     gpu = str(s.gpus)
     resources = {
@@ -136,7 +166,7 @@ def render_inferenceservice(
     model: dict[str, Any] = {
         "modelFormat": {"name": MODEL_FORMAT},
         "runtime": runtime_name(dm.metadata.name),
-        "storageUri": version.storageUri,
+        **storage,
         "args": vllm_args(dm, diffusion),
         "env": [
             {"name": "ARBITER_DECISION_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},

@@ -1,0 +1,105 @@
+"""Why a version's predictor is not serving, read from what Kubernetes says about its pods and Deployment (pure).
+
+KServe's InferenceService status says *that* a predictor is not ready; the pods say *why*: the scheduler's
+``PodScheduled=False/Unschedulable`` message (not enough GPUs on any node, no node with the GPU product), or a
+serving container in ``CrashLoopBackOff`` with its restart count and last termination reason (``OOMKilled``,
+``Error``). SREs get that cause on the DecisionModel instead of "not ready".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+UNSCHEDULABLE = "Unschedulable"
+CRASH_LOOP = "CrashLoopBackOff"
+FAILED_CREATE = "FailedCreate"  # the ReplicaSet cannot create pods (admission: Pod Security, quota, webhooks)
+# The kubelet says CrashLoopBackOff once a container has failed and is held back before its next start; a predictor
+# in that state, or past this many restarts, is not going to come up by itself: the version counts as failed (the
+# promotion machine may roll back).
+FAILED_AFTER_RESTARTS = 3
+
+
+@dataclass(frozen=True)
+class PredictorProblem:
+    reason: str  # UNSCHEDULABLE | CRASH_LOOP
+    message: str
+    failed: bool = False  # will not recover without a change (the promotion machine may roll back)
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _maps(value: Any) -> list[Mapping[str, Any]]:
+    return [x for x in value if isinstance(x, Mapping)] if isinstance(value, list) else []
+
+
+def _condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in _maps(_map(pod.get("status")).get("conditions")) if c.get("type") == type_), None)
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    return str(_map(pod.get("metadata")).get("name", "?"))
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value) if not isinstance(value, bool) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | None:
+    """The first reason the pods of one InferenceService do not serve, or None when the pods show none (still
+    starting, or ready)."""
+    # What the apiserver returns is trusted to be a pod, but read defensively: a malformed one is skipped, not fatal.
+    pods = [p for p in pods if isinstance(p, Mapping) and not _map(p.get("metadata")).get("deletionTimestamp")]
+    pending = []
+    for pod in sorted(pods, key=_name):
+        scheduled = _condition(pod, "PodScheduled")
+        if scheduled and scheduled.get("status") == "False" and scheduled.get("reason") == UNSCHEDULABLE:
+            pending.append((_name(pod), str(scheduled.get("message") or "")))
+    if pending:
+        names = ", ".join(n for n, _ in pending)
+        return PredictorProblem(
+            UNSCHEDULABLE,
+            f"{len(pending)} predictor pod(s) cannot be scheduled ({names}): {pending[0][1]}",
+        )
+    for pod in sorted(pods, key=_name):
+        for cs in _maps(_map(pod.get("status")).get("containerStatuses")):
+            waiting = _map(_map(cs.get("state")).get("waiting"))
+            last = _map(_map(cs.get("lastState")).get("terminated"))
+            restarts = _int(cs.get("restartCount"))
+            if waiting.get("reason") == CRASH_LOOP or (restarts and last and not cs.get("ready")):
+                why = last.get("reason") or "Error"
+                code = last.get("exitCode")
+                exit_note = f" (exit code {code})" if code is not None else ""
+                return PredictorProblem(
+                    CRASH_LOOP,
+                    f"pod {_name(pod)}: container {cs.get('name')} restarted {restarts} time(s), last exit "
+                    f"{why}{exit_note}; see `oc logs --previous {_name(pod)} -c {cs.get('name')}`",
+                    failed=waiting.get("reason") == CRASH_LOOP or restarts >= FAILED_AFTER_RESTARTS,
+                )
+    return None
+
+
+def deployment_problem(deployment: Mapping[str, Any] | None) -> PredictorProblem | None:
+    """Pods that cannot even be created (Pod Security admission, quota): the Deployment's ReplicaFailure says why."""
+    if not isinstance(deployment, Mapping):
+        return None
+    failure = next((c for c in _maps(_map(deployment.get("status")).get("conditions"))
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None)
+    if failure is None:
+        return None
+    return PredictorProblem(FAILED_CREATE, f"predictor pods cannot be created: {failure.get('message') or ''}",
+                            failed=True)
+
+
+def deployment_available(deployment: Mapping[str, Any] | None) -> bool:
+    """The predictor Deployment has at least one available replica of its current generation's rollout."""
+    if not deployment:
+        return False
+    status = _map(deployment.get("status"))
+    available = next((c for c in _maps(status.get("conditions")) if c.get("type") == "Available"), None)
+    return bool(available and available.get("status") == "True" and _int(status.get("availableReplicas")) > 0)

@@ -1,0 +1,153 @@
+"""Why a predictor does not serve, from its pods and Deployment (plan/predictors.py), and how it reaches the
+DecisionModel's status through the planner."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arbiter_operator.plan.model import Observations
+from arbiter_operator.plan.planner import plan
+from arbiter_operator.plan.predictors import CRASH_LOOP, UNSCHEDULABLE, deployment_available, predictor_problem
+
+from api_helpers import make_dm
+
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+SCHEDULER_MSG = "0/6 nodes are available: 4 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector."
+
+
+def pending_pod(name: str, message: str = SCHEDULER_MSG) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}]}}
+
+
+def crashing_pod(name: str, restarts: int, reason: str = "OOMKilled", code: int = 137) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "status": {"phase": "Running", "containerStatuses": [{
+        "name": "kserve-container", "ready": False, "restartCount": restarts,
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"reason": reason, "exitCode": code}}}]}}
+
+
+def test_unschedulable_names_the_pending_pods_and_the_scheduler_message():
+    problem = predictor_problem([pending_pod("p-b"), pending_pod("p-a")])
+    assert problem is not None and problem.reason == UNSCHEDULABLE
+    assert "2 predictor pod(s)" in problem.message and "(p-a, p-b)" in problem.message
+    assert SCHEDULER_MSG in problem.message
+
+
+def test_crash_loop_shows_restart_count_and_last_reason():
+    problem = predictor_problem([crashing_pod("p-0", 4)])
+    assert problem is not None and problem.reason == CRASH_LOOP
+    assert "restarted 4 time(s)" in problem.message and "OOMKilled (exit code 137)" in problem.message
+    assert problem.failed  # in back-off: it will not come up by itself
+
+
+def test_starting_and_ready_pods_show_no_problem():
+    running = {"metadata": {"name": "p"}, "status": {"phase": "Running", "containerStatuses": [
+        {"name": "kserve-container", "ready": True, "restartCount": 0, "state": {"running": {}}}]}}
+    assert predictor_problem([running, {"metadata": {"name": "q"}, "status": {"phase": "Pending"}}]) is None
+    assert predictor_problem([]) is None
+
+
+def test_pods_that_cannot_be_created_are_a_failed_cause():
+    from arbiter_operator.plan.predictors import FAILED_CREATE, deployment_problem
+
+    message = 'pods "p" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+    deployment = {"status": {"conditions": [{"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                             "message": message}]}}
+    problem = deployment_problem(deployment)
+    assert problem is not None and problem.reason == FAILED_CREATE and problem.failed
+    assert message in problem.message
+    assert deployment_problem({"status": {"conditions": [{"type": "Available", "status": "False"}]}}) is None
+
+
+def test_deployment_available_needs_the_condition_and_a_replica():
+    ok = {"status": {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
+    assert deployment_available(ok)
+    assert not deployment_available(None)
+    assert not deployment_available({"status": {"availableReplicas": 0, "conditions": [
+        {"type": "Available", "status": "True"}]}})
+    assert not deployment_available({"status": {"availableReplicas": 1, "conditions": [
+        {"type": "Available", "status": "False"}]}})
+
+
+def _first_isvc(dm):
+    p = plan(dm, Observations(), T0)
+    return next(c for c in p.children if c["kind"] == "InferenceService")
+
+
+def _serving(p):
+    return next(c for c in p.status["conditions"] if c["type"] == "Serving")
+
+
+def test_unschedulable_predictor_names_the_cause_on_the_decision_model():
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    obs = Observations(inferenceservices={name: isvc}, workloads_observed=True,
+                       predictor_pods={name: (pending_pod(f"{name}-predictor-abc"),)})
+    p = plan(dm, obs, T0)
+    serving = _serving(p)
+    assert (serving["status"], serving["reason"]) == ("False", "Unschedulable")
+    assert SCHEDULER_MSG in serving["message"] and f"{name}-predictor-abc" in serving["message"]
+    version = p.status["versions"][0]
+    assert version["phase"] == "Deploying" and "cannot be scheduled" in version["message"]
+
+
+def test_ready_needs_the_predictor_deployment_too():
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    ready = {**isvc, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    no_deployment = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True), T0)
+    assert _serving(no_deployment)["status"] == "False"
+    assert "has no available replica" in no_deployment.status["versions"][0]["message"]
+    deployment = {"metadata": {"name": f"{name}-predictor"},
+                  "status": {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
+    served = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+                                   predictor_deployments={name: deployment}), T0)
+    assert _serving(served)["status"] == "True"
+
+
+def test_crash_looping_predictor_fails_the_version_with_restarts_and_reason():
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    obs = Observations(inferenceservices={name: isvc}, workloads_observed=True,
+                       predictor_pods={name: (crashing_pod(f"{name}-predictor-x", 5, "Error", 1),)})
+    p = plan(dm, obs, T0)
+    assert _serving(p)["reason"] == "CrashLoopBackOff"
+    version = p.status["versions"][0]
+    assert version["phase"] == "Failed" and "restarted 5 time(s)" in version["message"]
+    assert "Error (exit code 1)" in version["message"]
+
+
+# Hostile peers: whatever the apiserver hands back for a pod (missing fields, wrong types where Kubernetes allows
+# none, nulls), the function answers with None or a problem, never an exception.
+json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 10), st.text(max_size=8))
+pod_like = st.recursive(
+    st.dictionaries(st.sampled_from(["metadata", "status", "name", "conditions", "containerStatuses", "type",
+                                     "reason", "message", "state", "waiting", "lastState", "terminated",
+                                     "restartCount", "ready", "exitCode", "deletionTimestamp", "status"]),
+                    json_scalar, max_size=5),
+    lambda inner: st.dictionaries(st.sampled_from(["metadata", "status", "conditions", "containerStatuses",
+                                                   "state", "waiting", "lastState", "terminated"]),
+                                  st.one_of(inner, st.lists(inner, max_size=3)), max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(pod_like, st.builds(crashing_pod, st.text(min_size=1, max_size=5), st.integers(0, 9)),
+                          st.builds(pending_pod, st.text(min_size=1, max_size=5), st.text(max_size=40))),
+                max_size=4))
+def test_hostile_pod_status_never_raises(pods):
+    try:
+        problem = predictor_problem(pods)
+    except (AttributeError, TypeError, ValueError) as exc:  # pragma: no cover - the assertion below explains
+        raise AssertionError(f"predictor_problem raised {exc!r} on {pods!r}") from exc
+    assert problem is None or problem.reason in (UNSCHEDULABLE, CRASH_LOOP)
