@@ -13,7 +13,7 @@ remaining passes. Both are timed by the same watch on DecisionModels, operator a
 that load from other processes on the machine hits both alike. Storage is s3:// on MinIO (real use); the operator's
 artifact check (S3 reads) is part of its time and not of the floor's.
 
-Target (issue 8): operator p50 under 1.5x the floor's.
+Target: operator p50 under 1.5x the floor's.
 """
 
 from __future__ import annotations

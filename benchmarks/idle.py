@@ -6,7 +6,7 @@ requests per minute (watch streams aside: they are listed separately) and its CP
 The DecisionModels are created and converged first (the scale benchmark's set-up, reported too); the window starts
 once, after the last one is Ready, the operator has made no request (watches aside) for `--settle` seconds: passes
 that its own last writes triggered are still work, not idle cost (the time it took is reported as settle_seconds).
-Target (issue 8): zero requests when nothing changes.
+Target: zero requests when nothing changes.
 
 Note the operator's periodic resync (handlers.RESYNC_SECONDS, 600 s by default, counted from each DecisionModel's
 last reconcile): a window shorter than that after convergence cannot see it. `--operator-env

@@ -3,7 +3,7 @@ operator's peak RSS and CPU seconds, and the API requests it made per DecisionMo
 
     .venv/bin/python benchmarks/scale.py [--count 1000] [--namespaces 20] [--out PATH]
 
-Targets (issue 8): all Ready in under 60 s on the 2-core machine, operator under 300 MB RSS.
+Targets: all Ready in under 60 s on the 2-core machine, operator under 300 MB RSS.
 """
 
 from __future__ import annotations
