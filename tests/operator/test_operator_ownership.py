@@ -63,8 +63,12 @@ def test_a_hand_made_route_is_reported_and_never_taken_over(
     after = get(api, "route.openshift.io/v1", "routes", namespace, "credit-limit")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]  # not written at all
     assert not after["metadata"].get("ownerReferences")  # so deleting the DecisionModel can never delete it
-    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector="involvedObject.name=credit-limit")
-    assert "ChildConflict" in {e.reason for e in events.items}
+    def conflict_events() -> set[str]:  # posted right after the status write that the wait above saw
+        events = client.CoreV1Api(api).list_namespaced_event(
+            namespace, field_selector="involvedObject.name=credit-limit")
+        return {e.reason for e in events.items} & {"ChildConflict"}
+
+    eventually(conflict_events, 30, "a ChildConflict event")
 
 
 def test_another_decision_models_runtime_is_not_touched(control_plane, namespace, api, operator_process):
@@ -202,7 +206,10 @@ def test_children_under_the_earlier_names_are_replaced_once_their_successors_ser
         elif child["kind"] == "ConfigMap":
             child["metadata"]["name"] = f"{old}-decision"
             client.CoreV1Api(api).create_namespaced_config_map(namespace, child)
-    eventually(lambda: get(api, "v1", "services", namespace, f"{old}-predictor"), 30, "the earlier one serving")
+        elif child["kind"] == "ServingRuntime":  # KServe's controller makes no predictor without its runtime
+            custom.create_namespaced_custom_object("serving.kserve.io", "v1alpha1", namespace, "servingruntimes",
+                                                   child)
+    eventually(lambda: get(api, "v1", "services", namespace, f"{old}-predictor"), 60, "the earlier one serving")
 
     operator_process(namespaces=[namespace])
     new = isvc_name("credit-limit", "1.0.0")
