@@ -111,6 +111,8 @@ class RuntimeServer:
     def records_since(self, n: int) -> list[dict[str, Any]]:
         """Records after the first n, from a ListSink (the first sink)."""
         sink = self.options.audit_sinks[0]
+        if self.runtime.audit is not None:
+            assert self.runtime.audit.wait_written(10), "audit writer did not catch up"
         return [json.loads(line) for line in sink.lines[n:]]
 
     def client(self) -> httpx.Client:
