@@ -37,7 +37,7 @@ from .tools import ensure_tool
 
 __all__ = ["ControlPlane", "ControlPlaneError", "ExistingCluster"]
 
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_CIDR = "10.0.0.0/16"  # room for a predictor Service per InferenceService at scale (a /24 fills at ~250)
 SERVICE_IP = "10.0.0.1"  # the first address of SERVICE_CIDR: the in-cluster "kubernetes" Service
 ISSUER = "https://kubernetes.default.svc.cluster.local"
 
