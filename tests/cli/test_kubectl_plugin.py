@@ -99,7 +99,8 @@ def test_request_timeout_rejects_what_is_not_a_duration(text):
 
 
 def test_argo_cd_is_recognised_by_its_own_marks_only():
-    helm = {"metadata": {"labels": {"app.kubernetes.io/instance": "my-release", "app.kubernetes.io/managed-by": "Helm"}}}
+    helm = {"metadata": {"labels": {"app.kubernetes.io/instance": "my-release",
+                                    "app.kubernetes.io/managed-by": "Helm"}}}
     assert not plugin.gitops_managed(helm)  # a Helm release label is not Argo CD
     assert plugin.gitops_managed(helm, tracking_label="app.kubernetes.io/instance")  # label tracking configured
     assert not plugin.gitops_managed(helm, tracking_label="argocd.argoproj.io/instance")

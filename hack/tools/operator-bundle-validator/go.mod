@@ -1,6 +1,6 @@
 module arbiter.dev/hack/tools/operator-bundle-validator
 
-go 1.26.8
+go 1.26.0
 
 require github.com/operator-framework/api v0.36.0
 
