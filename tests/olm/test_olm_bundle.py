@@ -148,3 +148,20 @@ def test_alm_examples_are_accepted_by_the_crd(control_plane, namespace):
     finally:
         api.close()
     assert len(examples) == len(list((ROOT / "examples").glob("*.yaml")))
+
+
+def test_a_chart_rbac_change_reaches_the_csv_and_the_drift_check(tmp_path):
+    """Widening the chart's Role changes the generated CSV: the committed bundle then fails --check."""
+    root = tmp_path / "repo"
+    for part in ("helm", "crds", "examples"):
+        shutil.copytree(ROOT / part, root / part)
+    helpers = root / "helm" / "arbiter" / "templates" / "_helpers.tpl"
+    helpers.write_text(helpers.read_text().replace(
+        '  resources: ["decisionmodels/status"]\n  verbs: ["patch"]',
+        '  resources: ["decisionmodels/status"]\n  verbs: ["patch", "update"]', 1))
+    changed = olmbundle.render(root)
+    committed = olmbundle.render(ROOT)
+    csv_path = f"bundle/manifests/{olmbundle.PACKAGE}.clusterserviceversion.yaml"
+    assert changed[csv_path] != committed[csv_path]
+    rules = yaml.safe_load(changed[csv_path])["spec"]["install"]["spec"]["permissions"][0]["rules"]
+    assert {"resources": ["decisionmodels/status"], "verbs": ["patch", "update"], "apiGroups": ["arbiter.dev"]} in rules

@@ -4,7 +4,7 @@ Three front ends share `complete()`:
 - `kubectl-arbiter completion bash|zsh` prints a script for the executable itself;
 - `kubectl_complete-arbiter` is the executable kubectl (1.26+) calls to complete `kubectl arbiter ...`; it answers in
   kubectl's (cobra's) format: one candidate a line, then `:<directive>`;
-- both end in `kubectl-arbiter __complete WORD... CURRENT`.
+- all of them call `complete()` with the words typed so far, the last one being the word to complete.
 DecisionModel names come from the cluster, best effort, with a short timeout: completion never hangs or fails.
 """
 

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
 from urllib.parse import urlparse
 
 CATALOG_PORT = 50051

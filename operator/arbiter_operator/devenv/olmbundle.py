@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from arbiter_operator.api import crdgen, models
+from arbiter_operator.api import models
 from arbiter_operator.devenv.tools import ensure_tool, repo_root
 
 PACKAGE = "arbiter-operator"
