@@ -9,6 +9,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -131,3 +132,19 @@ def test_olm_installs_the_bundle_and_the_operator_works_with_the_csvs_rbac(contr
                 objs.delete_namespaced_custom_object(OLM_GROUP, "v1alpha1", ns, plural, item["metadata"]["name"])
         api.close()
         shutil.rmtree(tmp_path / "opm-cache", ignore_errors=True)
+
+
+def test_opm_validates_the_file_based_catalog():
+    proc = subprocess.run([str(ensure_tool("opm")), "validate", str(ROOT / "catalog")], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    # ... and refuses a channel that names a bundle the catalog lacks (the check has teeth).
+    docs = [d for d in yaml.safe_load_all((ROOT / "catalog" / olmbundle.PACKAGE / "catalog.yaml").read_text()) if d]
+    for d in docs:
+        if d["schema"] == "olm.channel":
+            d["entries"].append({"name": f"{olmbundle.PACKAGE}.v9.9.9", "replaces": d["entries"][0]["name"]})
+    with tempfile.TemporaryDirectory() as tmp:
+        (pathlib.Path(tmp) / "c").mkdir()
+        (pathlib.Path(tmp) / "c" / "catalog.yaml").write_text("".join("---\n" + yaml.safe_dump(d) for d in docs))
+        bad = subprocess.run([str(ensure_tool("opm")), "validate", tmp], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "v9.9.9" in bad.stderr + bad.stdout

@@ -288,8 +288,9 @@ def render(root: pathlib.Path) -> dict[str, str]:
                  json.dumps(o, sort_keys=True).encode()).decode()}} for o in objects),
          ]},
     ]
-    files[f"catalog/{PACKAGE}/catalog.yaml"] = HEADER + "".join(
-        "---\n" + yaml.safe_dump(doc, sort_keys=False, width=120) for doc in catalog)
+    # No "---" before the first document: opm reads a comment-only document as an object without a schema.
+    files[f"catalog/{PACKAGE}/catalog.yaml"] = HEADER + "---\n".join(
+        yaml.safe_dump(doc, sort_keys=False, width=120) for doc in catalog)
     return files
 
 
