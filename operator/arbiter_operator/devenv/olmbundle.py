@@ -94,7 +94,7 @@ def deployment_spec(chart: pathlib.Path) -> dict[str, Any]:
     spec = copy.deepcopy(dep["spec"])
     labels = {NAME_LABEL: RELEASE, "app.kubernetes.io/component": "operator"}
     spec["selector"] = {"matchLabels": labels}
-    spec["template"]["metadata"]["labels"] = labels
+    spec["template"]["metadata"]["labels"] = dict(labels)  # a copy: no YAML anchors in the CSV
     container = spec["template"]["spec"]["containers"][0]
     # The OperatorGroup decides the namespaces: OLM writes them on the pod as an annotation.
     container["env"].insert(1, {"name": "ARBITER_NAMESPACES", "valueFrom": {"fieldRef": {
