@@ -85,3 +85,12 @@ def test_repository_tools_are_described():
     for name in names:
         tool = tools.load_tool(name)
         assert tool.version and tool.package
+
+
+def test_optional_tools_are_built_on_demand_only(hello_repo, capsys):
+    spec = hello_repo / "repo" / "hack" / "tools" / "hello" / "tool.json"
+    spec.write_text(json.dumps({**json.loads(spec.read_text()), "optional": True}))
+    assert tools.main(["build"]) == 0  # what hack/setup.sh runs: every tool but the optional ones
+    assert "hello" not in capsys.readouterr().out
+    assert not tools.load_tool("hello").is_cached()
+    assert tools.main(["build", "hello"]) == 0 and tools.load_tool("hello").is_cached()

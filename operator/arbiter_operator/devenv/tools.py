@@ -42,6 +42,9 @@ class Tool:
     ldflags: str
     env: dict[str, str]
     module_dir: pathlib.Path
+    # Built only when named or needed (ensure_tool), not by `tools build` without names (hack/setup.sh): for tools
+    # whose cold build is too long for every CI run, used by opt-in tests.
+    optional: bool = False
 
     @property
     def cache_path(self) -> pathlib.Path:
@@ -122,6 +125,7 @@ def load_tool(name: str) -> Tool:
         ldflags=spec.get("ldflags", ""),
         env={str(k): str(v) for k, v in spec.get("env", {}).items()},
         module_dir=module_dir,
+        optional=bool(spec.get("optional", False)),
     )
 
 
@@ -230,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
-            for name in args.names or tool_names():
+            for name in args.names or [n for n in tool_names() if not load_tool(n).optional]:
                 started = time.monotonic()
                 result = ensure_tool(name)
                 print(f"{name}\t{result}\t{time.monotonic() - started:.1f}s")
@@ -240,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in tool_names():
                 tool = load_tool(name)
                 state = "cached" if tool.is_cached() else "not built"
+                state += " (optional)" if tool.optional else ""
                 print(f"{name}\t{tool.version}\t{state}\t{tool.cache_path}")
     except ToolError as exc:
         print(f"error: {exc}", file=sys.stderr)
