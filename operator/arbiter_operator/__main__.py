@@ -41,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         help="serve Prometheus metrics on this port (0: off); the Helm chart sets 9090",
     )
     parser.add_argument(
+        "--metrics-address",
+        default=os.environ.get("ARBITER_METRICS_ADDRESS", "0.0.0.0"),
+        help="address the metrics server listens on (default: all interfaces, for the chart's metrics Service)",
+    )
+    parser.add_argument(
         "--runtime-image",
         default=os.environ.get("ARBITER_RUNTIME_IMAGE", ""),
         help="runtime image for newly deployed versions of DecisionModels that set no spec.serving.runtimeImage "
@@ -64,11 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kopf").setLevel(logging.INFO if debug else max(level, logging.WARNING))
 
     if args.metrics_port:
-        # Process and Python runtime metrics (prometheus_client's default collectors) plus whatever the operator
-        # registers; the chart's metrics Service and ServiceMonitor scrape this port.
+        # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own
+        # (metrics.py: reconciles, work queue, API requests, promotions); the chart's metrics Service
+        # and ServiceMonitor scrape this port.
         from prometheus_client import start_http_server
 
-        start_http_server(args.metrics_port)
+        from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
+
+        start_http_server(args.metrics_port, addr=args.metrics_address)
 
     import kopf
 

@@ -15,13 +15,14 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from typing import Any
 
 import kopf
 
-from . import observe
+from . import metrics, observe
 from .api.models import GROUP, PLURAL, VERSION
-from .clients.kube import RestKubeClient, new_api_client
+from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .reconcile import Reconciler
 from .render.common import LABEL_DM
 
@@ -39,13 +40,16 @@ class WorkQueue:
         self._active: set[Key] = set()
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._since: dict[Key, float] = {}  # when each pending key became due (queue wait metric)
 
     def add(self, key: Key) -> None:
         if key in self._active:
             self._dirty.add(key)  # reconcile again right after the running one
         elif key not in self._pending:
             self._pending.add(key)
+            self._since[key] = time.monotonic()
             self._queue.put_nowait(key)
+            metrics.QUEUE_DEPTH.set(len(self._pending))
 
     def add_after(self, key: Key, delay: float) -> None:
         old = self._timers.get(key)
@@ -65,6 +69,10 @@ class WorkQueue:
         key = await self._queue.get()
         self._pending.discard(key)
         self._active.add(key)
+        metrics.QUEUE_DEPTH.set(len(self._pending))
+        since = self._since.pop(key, None)
+        if since is not None:
+            metrics.QUEUE_WAIT_SECONDS.observe(time.monotonic() - since)
         return key
 
     def done(self, key: Key) -> None:
@@ -101,8 +109,12 @@ def configure(settings: kopf.OperatorSettings) -> None:
 async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int]) -> None:
     while True:
         key = await queue.get()
+        started = time.monotonic()
         try:
             requeue = await reconciler.reconcile(*key)
+            result = metrics.CONVERGED if requeue is None else metrics.REQUEUED
+            metrics.RECONCILES.labels(result).inc()
+            metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
             failures.pop(key, None)
             delays = [d for d in (requeue, RESYNC_SECONDS or None) if d is not None]
             if delays:
@@ -110,6 +122,9 @@ async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, 
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            metrics.RECONCILES.labels(metrics.ERROR).inc()
+            metrics.RECONCILE_SECONDS.labels(metrics.ERROR).observe(time.monotonic() - started)
+            metrics.RECONCILE_ERRORS.labels("kube" if isinstance(exc, KubeError) else "other").inc()
             n = failures.get(key, 0)
             failures[key] = n + 1
             delay = ERROR_BACKOFF[min(n, len(ERROR_BACKOFF) - 1)]

@@ -17,6 +17,8 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from ..metrics import KUBE_REQUESTS, code_class
+
 log = logging.getLogger("arbiter.kube")
 
 FIELD_MANAGER = "arbiter-operator"
@@ -260,7 +262,13 @@ def raw_call(
         body=body,
         auth_settings=["BearerToken"],
     )
-    resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post, _request_timeout=timeout)
+    try:
+        resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post,
+                            _request_timeout=timeout)
+    except Exception:
+        KUBE_REQUESTS.labels(method, code_class(None)).inc()
+        raise
+    KUBE_REQUESTS.labels(method, code_class(resp.status)).inc()
     data = resp.read()
     if not 200 <= resp.status < 300:
         reason, message = resp.reason or "", ""
