@@ -84,6 +84,7 @@ class WorkQueue:
 
 QUEUE_KEY = "arbiter_queue"
 NSWATCH_KEY = "arbiter_nswatch"
+LEADER_KEY = "arbiter_leader"  # set by __main__ with --leader-elect: the Lease settings and this replica's identity
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
@@ -106,8 +107,9 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
 
 
-async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int]) -> None:
+async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int], leading: asyncio.Event) -> None:
     while True:
+        await leading.wait()  # a standby's queue fills from the watches; it is worked off once this replica leads
         key = await queue.get()
         started = time.monotonic()
         try:
@@ -167,7 +169,37 @@ def connection_info(config: Any, trust_env: bool) -> kopf.ConnectionInfo:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
     queue = WorkQueue()
-    kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)))
+    leading = asyncio.Event()
+    fence = None
+    election = memo.get(LEADER_KEY)
+    if election:
+        from .leader import LeaderElector
+
+        loop = asyncio.get_running_loop()
+
+        def started_leading() -> None:
+            metrics.LEADER.set(1)
+            loop.call_soon_threadsafe(leading.set)
+
+        def lost() -> None:
+            # Like client-go's controllers: exit, and come back (the kubelet restarts the container) as a standby.
+            # The fence already refuses every write; nothing in memory needs saving (status is the state).
+            metrics.LEADER.set(0)
+            logging.shutdown()
+            os._exit(1)
+
+        elector = LeaderElector(new_api_client(memo.get(KUBECONFIG_KEY)), election["namespace"],
+                                identity=election["identity"], lease_duration=election["lease_duration"],
+                                renew_deadline=election["renew_deadline"], retry_period=election["retry_period"],
+                                on_started_leading=started_leading, on_lost=lost)
+        fence = elector.is_leader
+        memo["arbiter_elector"] = elector
+        log.info("leader election on: Lease %s/%s, identity %s", election["namespace"], elector.name, elector.identity)
+        elector.start()
+    else:
+        metrics.LEADER.set(1)  # the only replica
+        leading.set()
+    kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)), fence=fence)
     # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
     # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
     from . import artifacts, registration
@@ -186,13 +218,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
     memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
                                        asyncio.get_running_loop())
-    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures)) for _ in range(WORKERS)]
+    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading))
+                             for _ in range(WORKERS)]
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("arbiter_tasks", []):
         task.cancel()
+    if memo.get("arbiter_elector") is not None:  # hand the Lease back: the standby takes over at its next retry
+        await asyncio.to_thread(memo["arbiter_elector"].stop)
     if memo.get(NSWATCH_KEY) is not None:
         memo[NSWATCH_KEY].stop()
 

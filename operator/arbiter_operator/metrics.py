@@ -51,6 +51,10 @@ PROMOTIONS = Counter(
     ["outcome"],
 )
 
+LEADER = Gauge(
+    "arbiter_operator_leader",
+    "1 while this replica leads (holds the leader Lease, or runs without leader election), else 0 (standby).",
+)
 
 def code_class(status: int | None) -> str:
     return "error" if status is None else f"{status // 100}xx"
