@@ -12,8 +12,9 @@ The protocol is client-go's (the same Lease fields, the same defaults: 15 s leas
   paused) stops writing before any other replica can take the Lease. `is_leader()` is that fence: the Kubernetes
   client checks it before every write (clients/kube.py).
 - A holder that lost the Lease exits (its caller's `on_lost`), like client-go's controllers: it restarts as a
-  standby with a clean work queue. A holder that shuts down cleanly releases the Lease, so the standby takes over at
-  its next retry instead of after a lease duration.
+  standby with a clean work queue. A holder that shuts down cleanly releases the Lease (an empty holderIdentity), so
+  the standby takes over at its next retry instead of after a lease duration. Whoever can write the Lease can hand
+  leadership over the same way: the Lease is as trusted as the operator's RBAC (only its ServiceAccount may write it).
 """
 
 from __future__ import annotations
@@ -106,7 +107,10 @@ class LeaderElector:
             # peer) must not let us take over while its holder may still count itself leader.
             duration = max(self.lease_duration, _seconds(spec.get("leaseDurationSeconds")))
             if started - self._observed_at < duration:
-                return False  # held, and renewed within a lease duration of our own clock
+                # Held by another replica, and renewed within a lease duration of our own clock. If we thought we
+                # held it, we do not any more: the fence closes now, not at the renew deadline.
+                self._renewed_at = None
+                return False
         now = _now_micro()
         new_spec = {
             **spec,
