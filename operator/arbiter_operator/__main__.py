@@ -1,4 +1,5 @@
-"""`python -m arbiter_operator`: run the operator (kopf, standalone: one replica, no peering objects)."""
+"""`python -m arbiter_operator`: run the operator (kopf standalone: no peering objects; with --leader-elect, one of
+several replicas, of which only the holder of the leader Lease reconciles and writes)."""
 
 from __future__ import annotations
 
@@ -41,12 +42,39 @@ def main(argv: list[str] | None = None) -> int:
         help="serve Prometheus metrics on this port (0: off); the Helm chart sets 9090",
     )
     parser.add_argument(
+        "--metrics-address",
+        default=os.environ.get("ARBITER_METRICS_ADDRESS", "0.0.0.0"),
+        help="address the metrics server listens on (default: all interfaces, for the chart's metrics Service)",
+    )
+    parser.add_argument(
         "--runtime-image",
         default=os.environ.get("ARBITER_RUNTIME_IMAGE", ""),
         help="runtime image for newly deployed versions of DecisionModels that set no spec.serving.runtimeImage "
         "(also $ARBITER_RUNTIME_IMAGE; the Helm value runtime.image); default: the image released with the operator",
     )
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("ARBITER_LEADER_ELECT", "") in ("1", "true", "True"),
+        help="run as one of several replicas: only the holder of the leader Lease reconciles and writes "
+        "(also $ARBITER_LEADER_ELECT=true; the Helm chart turns it on)",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=os.environ.get("ARBITER_OPERATOR_NAMESPACE", ""),
+        help="namespace of the leader Lease (default: $ARBITER_OPERATOR_NAMESPACE, the chart's release namespace)",
+    )
+    parser.add_argument("--lease-duration", type=float, default=float(os.environ.get("ARBITER_LEASE_DURATION", "15")),
+                        help="seconds a standby waits on an unrenewed Lease before taking it (default 15)")
+    parser.add_argument("--renew-deadline", type=float, default=float(os.environ.get("ARBITER_RENEW_DEADLINE", "10")),
+                        help="seconds after its last renewal the leader stops writing and exits (default 10)")
+    parser.add_argument("--retry-period", type=float, default=float(os.environ.get("ARBITER_RETRY_PERIOD", "2")),
+                        help="seconds between renewals / acquisition attempts (default 2)")
     args = parser.parse_args(argv)
+    if args.leader_elect and not args.leader_election_namespace:
+        parser.error("--leader-elect needs --leader-election-namespace (or $ARBITER_OPERATOR_NAMESPACE)")
+    if not args.retry_period < args.renew_deadline < args.lease_duration:
+        parser.error("leader election needs --retry-period < --renew-deadline < --lease-duration")
     if args.runtime_image:
         os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
 
@@ -64,11 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kopf").setLevel(logging.INFO if debug else max(level, logging.WARNING))
 
     if args.metrics_port:
-        # Process and Python runtime metrics (prometheus_client's default collectors) plus whatever the operator
-        # registers; the chart's metrics Service and ServiceMonitor scrape this port.
+        # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own
+        # (metrics.py: reconciles, work queue, API requests, promotions); the chart's metrics Service
+        # and ServiceMonitor scrape this port.
         from prometheus_client import start_http_server
 
-        start_http_server(args.metrics_port)
+        from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
+
+        start_http_server(args.metrics_port, addr=args.metrics_address)
 
     import kopf
 
@@ -84,6 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     # process-wide $KUBECONFIG that would depend on when the kubernetes library first reads it.
     memo = kopf.Memo()
     memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
+    if args.leader_elect:
+        from .clients import kube
+        from .leader import default_identity
+
+        identity = default_identity()
+        kube.USER_AGENT = f"arbiter-operator/{identity}"
+        memo[handlers.LEADER_KEY] = {
+            "namespace": args.leader_election_namespace,
+            "identity": identity,
+            "lease_duration": args.lease_duration,
+            "renew_deadline": args.renew_deadline,
+            "retry_period": args.retry_period,
+        }
     kopf.run(
         settings=settings,
         memo=memo,

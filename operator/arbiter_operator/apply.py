@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from .api.models import API_VERSION, KIND, DecisionModel
 from .clients.kube import KubeClient, KubeError
 from .observe import controller_of, owned_by
+from .metrics import PROMOTIONS, new_promotion_outcomes
 from .plan.model import Event, Plan
 from .plan.planner import CHILD_CONFLICT, conflict_message, with_child_conflicts
 from .render.common import checksum
@@ -123,6 +124,8 @@ def apply_plan(
         try:
             client.patch_status(API_VERSION, KIND, ns, dm.metadata.name, {"status": patch})
             writes += 1
+            for outcome in new_promotion_outcomes(dm_raw.get("status"), status):
+                PROMOTIONS.labels(outcome).inc()
         except KubeError as exc:
             if exc.status != 404:  # deleted meanwhile: nothing to report on
                 raise

@@ -15,13 +15,14 @@ import asyncio
 import functools
 import logging
 import os
+import time
 from typing import Any
 
 import kopf
 
-from . import observe
+from . import metrics, observe
 from .api.models import GROUP, PLURAL, VERSION
-from .clients.kube import RestKubeClient, new_api_client
+from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .reconcile import Reconciler
 from .render.common import LABEL_DM
 
@@ -39,13 +40,16 @@ class WorkQueue:
         self._active: set[Key] = set()
         self._dirty: set[Key] = set()
         self._timers: dict[Key, asyncio.TimerHandle] = {}
+        self._since: dict[Key, float] = {}  # when each pending key became due (queue wait metric)
 
     def add(self, key: Key) -> None:
         if key in self._active:
             self._dirty.add(key)  # reconcile again right after the running one
         elif key not in self._pending:
             self._pending.add(key)
+            self._since[key] = time.monotonic()
             self._queue.put_nowait(key)
+            metrics.QUEUE_DEPTH.set(len(self._pending))
 
     def add_after(self, key: Key, delay: float) -> None:
         old = self._timers.get(key)
@@ -65,6 +69,10 @@ class WorkQueue:
         key = await self._queue.get()
         self._pending.discard(key)
         self._active.add(key)
+        metrics.QUEUE_DEPTH.set(len(self._pending))
+        since = self._since.pop(key, None)
+        if since is not None:
+            metrics.QUEUE_WAIT_SECONDS.observe(time.monotonic() - since)
         return key
 
     def done(self, key: Key) -> None:
@@ -76,6 +84,7 @@ class WorkQueue:
 
 QUEUE_KEY = "arbiter_queue"
 NSWATCH_KEY = "arbiter_nswatch"
+LEADER_KEY = "arbiter_leader"  # set by __main__ with --leader-elect: the Lease settings and this replica's identity
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
@@ -98,11 +107,16 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
 
 
-async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int]) -> None:
+async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int], leading: asyncio.Event) -> None:
     while True:
+        await leading.wait()  # a standby's queue fills from the watches; it is worked off once this replica leads
         key = await queue.get()
+        started = time.monotonic()
         try:
             requeue = await reconciler.reconcile(*key)
+            result = metrics.CONVERGED if requeue is None else metrics.REQUEUED
+            metrics.RECONCILES.labels(result).inc()
+            metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
             failures.pop(key, None)
             delays = [d for d in (requeue, RESYNC_SECONDS or None) if d is not None]
             if delays:
@@ -110,6 +124,9 @@ async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, 
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            metrics.RECONCILES.labels(metrics.ERROR).inc()
+            metrics.RECONCILE_SECONDS.labels(metrics.ERROR).observe(time.monotonic() - started)
+            metrics.RECONCILE_ERRORS.labels("kube" if isinstance(exc, KubeError) else "other").inc()
             n = failures.get(key, 0)
             failures[key] = n + 1
             delay = ERROR_BACKOFF[min(n, len(ERROR_BACKOFF) - 1)]
@@ -152,7 +169,37 @@ def connection_info(config: Any, trust_env: bool) -> kopf.ConnectionInfo:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
     queue = WorkQueue()
-    kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)))
+    leading = asyncio.Event()
+    fence = None
+    election = memo.get(LEADER_KEY)
+    if election:
+        from .leader import LeaderElector
+
+        loop = asyncio.get_running_loop()
+
+        def started_leading() -> None:
+            metrics.LEADER.set(1)
+            loop.call_soon_threadsafe(leading.set)
+
+        def lost() -> None:
+            # Like client-go's controllers: exit, and come back (the kubelet restarts the container) as a standby.
+            # The fence already refuses every write; nothing in memory needs saving (status is the state).
+            metrics.LEADER.set(0)
+            logging.shutdown()
+            os._exit(1)
+
+        elector = LeaderElector(new_api_client(memo.get(KUBECONFIG_KEY)), election["namespace"],
+                                identity=election["identity"], lease_duration=election["lease_duration"],
+                                renew_deadline=election["renew_deadline"], retry_period=election["retry_period"],
+                                on_started_leading=started_leading, on_lost=lost)
+        fence = elector.is_leader
+        memo["arbiter_elector"] = elector
+        log.info("leader election on: Lease %s/%s, identity %s", election["namespace"], elector.name, elector.identity)
+        elector.start()
+    else:
+        metrics.LEADER.set(1)  # the only replica
+        leading.set()
+    kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)), fence=fence)
     # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
     # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
     from . import artifacts, registration
@@ -171,13 +218,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
     memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
                                        asyncio.get_running_loop())
-    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures)) for _ in range(WORKERS)]
+    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading))
+                             for _ in range(WORKERS)]
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("arbiter_tasks", []):
         task.cancel()
+    if memo.get("arbiter_elector") is not None:  # hand the Lease back: the standby takes over at its next retry
+        await asyncio.to_thread(memo["arbiter_elector"].stop)
     if memo.get(NSWATCH_KEY) is not None:
         memo[NSWATCH_KEY].stop()
 

@@ -36,15 +36,35 @@ def test_crds_ship_with_the_chart_install() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(VALUES_SETS))
-def test_deployment_runs_one_standalone_operator(name: str) -> None:
-    dep = one(render(VALUES_SETS[name]), "Deployment")
+def test_deployment_runs_replicas_that_elect_a_leader(name: str) -> None:
+    docs = render(VALUES_SETS[name])
+    dep = one(docs, "Deployment")
     spec = dep["spec"]
-    # Two kopf operators in --standalone mode would both reconcile every DecisionModel.
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
-    assert spec["template"]["spec"]["serviceAccountName"] == one(render(VALUES_SETS[name]), "ServiceAccount")[
-        "metadata"
-    ]["name"]
+    # Two replicas; only the holder of the Lease reconciles, so an upgrade may add the new pod before the old goes.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert "--leader-elect" in container["args"]
+    assert {"--lease-duration=15", "--renew-deadline=10", "--retry-period=2"} <= set(container["args"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ARBITER_OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert spec["template"]["spec"]["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+    # A node drain keeps one operator pod.
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    # The Lease is granted in the release namespace only, and only what leader election does with it.
+    lease_rules = [(d["kind"], d["metadata"].get("namespace"), r) for d in docs if d["kind"] in ("Role", "ClusterRole")
+                   for r in d["rules"] if "leases" in r["resources"]]
+    assert lease_rules == [("Role", dep["metadata"]["namespace"],
+                            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                             "verbs": ["get", "create", "update"]})]
+
+
+def test_one_replica_has_no_disruption_budget() -> None:
+    docs = render({"replicaCount": 1})
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
 
 
 def _operator_only(docs):
@@ -58,7 +78,10 @@ def test_default_install_watches_all_namespaces_with_a_cluster_role() -> None:
     (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     # No --namespace: the operator watches every namespace.
     assert not [a for a in container["args"] if a.startswith("--namespace")]
-    assert not of_kind(docs, "Role") and not of_kind(docs, "RoleBinding")
+    # Namespaced grants: only leader election's, in the release namespace.
+    assert [(r["metadata"]["name"], r["metadata"]["namespace"]) for r in of_kind(docs, "Role")] == [
+        ("arbiter-leader-election", "arbiter-system")]
+    assert [b["roleRef"]["name"] for b in of_kind(docs, "RoleBinding")] == ["arbiter-leader-election"]
     role = one(_operator_only(docs), "ClusterRole")
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert {"decisionmodels", "inferenceservices", "routes", "configmaps"} <= resources
@@ -71,9 +94,10 @@ def test_a_namespace_list_switches_the_cluster_role_to_roles() -> None:
     docs = render({"watchedNamespaces": ["team-a", "team-b"]})
     (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert [a for a in container["args"] if a.startswith("--namespace")] == ["--namespace=team-a", "--namespace=team-b"]
-    roles = of_kind(docs, "Role")
+    roles = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] != "arbiter-leader-election"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
-    assert sorted(b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")
+                  if b["metadata"]["name"] != "arbiter-leader-election") == ["team-a", "team-b"]
     # What stays cluster-wide: only get/list/watch on exactly the watched namespaces (their mesh labels).
     (cluster_role,) = of_kind(_operator_only(docs), "ClusterRole")
     assert cluster_role["rules"] == [
@@ -201,7 +225,8 @@ def test_metrics_service_service_monitor_and_network_policy() -> None:
 # Bad values fail at install with a message that names the value: (values, text the error must contain).
 BAD_VALUES = [
     ({"logLevel": "verbose"}, "logLevel"),
-    ({"replicaCount": 2}, "replicaCount"),
+    ({"replicaCount": 0}, "replicaCount"),
+    ({"leaderElection": {"leaseDuration": 10, "renewDeadline": 10, "retryPeriod": 2}}, "renewDeadline < leaseDuration"),
     ({"watchedNamespaces": ["Team_A"]}, "watchedNamespaces"),
     ({"watchedNamespaces": "team-a"}, "watchedNamespaces"),
     ({"image": {"digest": "latest"}}, "digest"),

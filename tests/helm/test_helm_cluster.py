@@ -65,7 +65,9 @@ def test_rendered_manifests_are_accepted_by_the_apiserver(control_plane, namespa
                 assert live["rules"] == [{k: v for k, v in r.items()} for r in doc["rules"]]
         dep = one(docs, "Deployment")
         live = client.AppsV1Api(api).read_namespaced_deployment(dep["metadata"]["name"], namespace)
-        assert live.spec.replicas == 1 and live.spec.strategy.type == "Recreate"
+        # Two replicas that elect a leader, rolled one pod at a time.
+        assert live.spec.replicas == 2 and live.spec.strategy.type == "RollingUpdate"
+        assert live.spec.strategy.rolling_update.max_unavailable == 0
         sc = live.spec.template.spec.containers[0].security_context
         assert sc.read_only_root_filesystem and sc.allow_privilege_escalation is False
         assert sc.capabilities.drop == ["ALL"] and sc.run_as_user is None

@@ -43,10 +43,15 @@ def test_csv_permissions_equal_the_charts_rbac():
     cluster = spec["clusterPermissions"][0]["rules"]
     all_ns = render({})
     chart_cluster_role = next(d for d in all_ns if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "arbiter")
+    # The chart's leader-election Role (the Lease, in the release namespace) travels in `permissions`, which OLM
+    # grants in the operator's namespace.
+    leader = next(d for d in all_ns if d["kind"] == "Role" and d["metadata"]["name"] == "arbiter-leader-election")
+    assert all(r in namespaced for r in leader["rules"])
+    namespaced = [r for r in namespaced if r not in leader["rules"]]
     # AllNamespaces: OLM grants permissions cluster-wide too, so together they must be the chart's ClusterRole.
     assert canonical(namespaced + cluster) == canonical(chart_cluster_role["rules"])
     listed = render({"watchedNamespaces": ["team-a", "team-b"]})
-    roles = [d for d in listed if d["kind"] == "Role"]
+    roles = [d for d in listed if d["kind"] == "Role" and d["metadata"]["name"] != "arbiter-leader-election"]
     assert len(roles) == 2 and all(canonical(r["rules"]) == canonical(namespaced) for r in roles)
     # The one cluster rule (namespace labels) is the chart's, minus resourceNames OLM cannot know at build time.
     chart_cluster = next(d for d in listed if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "arbiter")
@@ -67,7 +72,10 @@ def test_csv_deployment_is_the_charts_with_olms_namespaces():
     c, h = ours["containers"][0], theirs["containers"][0]
     for key in ("image", "args", "securityContext", "resources", "livenessProbe", "startupProbe", "volumeMounts"):
         assert c[key] == h[key], key
-    assert dep["strategy"] == {"type": "Recreate"} and dep["replicas"] == 1  # never two operators at once
+    # The chart's replicas and rollout: replicas elect a leader, so an upgrade may run old and new pods side by side.
+    assert dep["strategy"] == chart_dep["spec"]["strategy"] and dep["replicas"] == chart_dep["spec"]["replicas"] == 2
+    perms = csv["spec"]["install"]["spec"]["permissions"][0]["rules"]
+    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]} in perms
     env = {e["name"]: e for e in c["env"]}
     assert env["ARBITER_NAMESPACES"]["valueFrom"]["fieldRef"]["fieldPath"] == \
         "metadata.annotations['olm.targetNamespaces']"

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from arbiter_operator.api.promotion import AnalysisRun, Analysis, CanaryStep, PromoteSpec, PromotionStatus
 from arbiter_operator.promotion import (
@@ -501,3 +503,23 @@ def test_analysis_window_never_reaches_back_before_the_step_started():
     assert all("[3s]" in expr for expr in q.queries.values())
     later = analysis_due(spec, status, started + timedelta(seconds=600), namespace="ns", model="m", sla_p95_ms=150)
     assert later is not None and later.window_seconds == 60
+
+
+@given(st.floats(min_value=-10, max_value=10**6, allow_nan=False))
+def test_loading_poll_backs_off_from_two_to_fifteen_seconds(elapsed):
+    from arbiter_operator.promotion.machine import POLL_MAX_SECONDS, POLL_SECONDS, loading_poll
+
+    poll = loading_poll(elapsed)
+    assert POLL_SECONDS <= poll <= POLL_MAX_SECONDS
+    assert poll <= max(POLL_SECONDS, elapsed)  # never waits longer than the version has been loading
+    assert loading_poll(elapsed + 1) >= poll  # monotonic: the longer it loads, the calmer the poll
+
+
+def test_a_version_loading_for_a_while_is_polled_less_often():
+    sim = Sim(spec=canary("v1"))
+    sim.obs["v1"] = CREATED
+    early = sim.tick(after=1)
+    assert early.status.phase in ("Deploying", "Waiting") and early.requeue_after <= 2
+    late = sim.tick(after=60)
+    assert late.status.phase in ("Deploying", "Waiting")
+    assert 2 < late.requeue_after <= 15

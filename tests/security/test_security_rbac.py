@@ -226,7 +226,9 @@ def prometheus_url() -> Iterator[str]:
 def _operator(identity: Identity, namespaces: list[str], tmp: pathlib.Path, prometheus: str = "") -> OperatorProcess:
     env = {"ARBITER_PROMETHEUS_URL": prometheus} if prometheus else {}
     return OperatorProcess(
-        identity.kubeconfig, namespaces, extra_args=("--log-level=debug",), log_dir=tmp, env=env
+        identity.kubeconfig, namespaces, log_dir=tmp, env=env,
+        # As the chart runs it: with leader election on a Lease in the release namespace.
+        extra_args=("--log-level=debug", "--leader-elect", "--leader-election-namespace", identity.namespace),
     ).start()
 
 
@@ -292,6 +294,12 @@ def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_
     assert not denied, "forbidden in the per-namespace mode:\n" + "\n".join(sorted(set(denied)))
     if stuck is not None:
         raise stuck
-    # It never reached outside the namespace it watches.
-    outside = [describe(e) for e in events if (e.get("objectRef") or {}).get("namespace") not in (None, ns)]
+    # It never reached outside the namespace it watches, but for its leader Lease in its own (release) namespace.
+    def own_lease(e):
+        ref = e.get("objectRef") or {}
+        return ref.get("namespace") == identity.namespace and ref.get("resource") == "leases"
+
+    outside = [describe(e) for e in events
+               if (e.get("objectRef") or {}).get("namespace") not in (None, ns) and not own_lease(e)]
     assert not outside, outside
+    assert any(own_lease(e) for e in events)

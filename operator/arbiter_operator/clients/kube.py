@@ -12,14 +12,19 @@ import logging
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from ..metrics import KUBE_REQUESTS, code_class
+
 log = logging.getLogger("arbiter.kube")
 
 FIELD_MANAGER = "arbiter-operator"
+# The User-Agent of every client new_api_client makes; with leader election it names this replica
+# ("arbiter-operator/<identity>"), so the apiserver's audit log tells the replicas' requests apart.
+USER_AGENT = "arbiter-operator"
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,10 @@ class KubeError(Exception):
         self.message = message
 
 
+class NotLeader(KubeError):
+    """A write refused before it was sent: this replica does not hold the leader Lease (any more)."""
+
+
 class KubeClient(Protocol):
     """What the operator needs from Kubernetes; tests may wrap it to count calls."""
 
@@ -96,11 +105,15 @@ class KubeClient(Protocol):
 
 
 class RestKubeClient:
-    def __init__(self, api_client: k8s.ApiClient | None = None, field_manager: str = FIELD_MANAGER):
+    def __init__(self, api_client: k8s.ApiClient | None = None, field_manager: str = FIELD_MANAGER,
+                 fence: Callable[[], bool] | None = None):
         if api_client is None:
             api_client = new_api_client()
         self.api = api_client
         self.field_manager = field_manager
+        # With leader election: whether this replica still holds the leader Lease (leader.LeaderElector.is_leader).
+        # Checked before every write, so a replica that lost the Lease (or never had it) writes nothing.
+        self.fence = fence
         self.writes: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
 
@@ -116,6 +129,9 @@ class RestKubeClient:
         return raw_call(self.api, method, path, body, query, content_type)
 
     def _write(self, verb: str, kind: str, ref: str) -> None:
+        if self.fence is not None and not self.fence():
+            log.warning("write refused, not the leader: %s %s %s", verb, kind, ref)
+            raise NotLeader(503, "NotLeader", f"{verb} {kind} {ref}: this replica does not hold the leader Lease")
         with self._lock:
             self.writes.append((verb, kind, ref))
         log.info("kube-write %s %s %s", verb, kind, ref)
@@ -260,7 +276,13 @@ def raw_call(
         body=body,
         auth_settings=["BearerToken"],
     )
-    resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post, _request_timeout=timeout)
+    try:
+        resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post,
+                            _request_timeout=timeout)
+    except Exception:
+        KUBE_REQUESTS.labels(method, code_class(None)).inc()
+        raise
+    KUBE_REQUESTS.labels(method, code_class(resp.status)).inc()
     data = resp.read()
     if not 200 <= resp.status < 300:
         reason, message = resp.reason or "", ""
@@ -283,4 +305,6 @@ def new_api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
         k8s_config.load_incluster_config(client_configuration=configuration)
     except k8s_config.ConfigException:
         k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return k8s.ApiClient(configuration)
+    api = k8s.ApiClient(configuration)
+    api.user_agent = USER_AGENT
+    return api

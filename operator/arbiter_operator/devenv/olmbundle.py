@@ -78,11 +78,13 @@ def _one(docs: list[dict[str, Any]], kind: str, namespaced: bool | None = None,
 def chart_rbac(chart: pathlib.Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(namespaced rules, cluster rules) as the chart grants them in its watched-namespaces mode."""
     docs = _helm_template(chart, {"watchedNamespaces": ["ns-placeholder"]})
-    role = _one(docs, "Role")
+    role = _one(docs, "Role", name=RELEASE)
+    # The leader-election Lease lives in the operator's own namespace: OLM grants `permissions` there.
+    leader = _one(docs, "Role", name=f"{RELEASE}-leader-election")
     cluster_rules = copy.deepcopy(_one(docs, "ClusterRole", name=RELEASE)["rules"])
     for rule in cluster_rules:  # OLM does not know the namespaces when the bundle is built: the rule covers all
         rule.pop("resourceNames", None)
-    return role["rules"], cluster_rules
+    return role["rules"] + leader["rules"], cluster_rules
 
 
 def _chart_meta(chart: pathlib.Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@
         ...
         op.writes()        # the operator's own write calls so far (its `kube-write` log lines)
         op.kill()          # SIGKILL, to test restarts; op.start() again afterwards
+        op.scrape()        # its /metrics page, when started with metrics=True
 
 The security tests reuse it with a ServiceAccount kubeconfig to run the operator with its chart's RBAC only.
 """
@@ -32,6 +33,7 @@ class OperatorProcess:
         env: dict[str, str] | None = None,
         extra_args: tuple[str, ...] = (),
         log_dir: os.PathLike[str] | str | None = None,
+        metrics: bool = False,
     ) -> None:
         self.kubeconfig = str(kubeconfig)
         self.namespaces = list(namespaces)
@@ -43,6 +45,8 @@ class OperatorProcess:
         self.runs = 0
         self.log_path = self.log_dir / "operator-0.log"
         self.port = 0
+        self.metrics = metrics
+        self.metrics_port = 0
 
     def start(self, timeout: float = 60.0) -> OperatorProcess:
         self.runs += 1
@@ -50,6 +54,9 @@ class OperatorProcess:
         self.port = free_port()
         argv = [sys.executable, "-m", "arbiter_operator", "--kubeconfig", self.kubeconfig,
                 "--liveness", f"http://127.0.0.1:{self.port}/healthz", *self.extra_args]
+        if self.metrics:
+            self.metrics_port = free_port()
+            argv += ["--metrics-port", str(self.metrics_port), "--metrics-address", "127.0.0.1"]
         for ns in self.namespaces:
             argv += ["--namespace", ns]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
@@ -81,6 +88,13 @@ class OperatorProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def scrape(self) -> str:
+        """The operator's /metrics page (Prometheus text format); needs metrics=True."""
+        if not self.metrics_port:
+            raise RuntimeError("started without metrics=True")
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            return resp.read().decode()
 
     def writes(self) -> list[str]:
         """This run's write calls, as the operator's kube client logged them."""

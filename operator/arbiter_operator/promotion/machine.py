@@ -29,6 +29,18 @@ HISTORY_LIMIT = 10
 # While waiting on something that has no timer (an InferenceService turning ready, a candidate being deleted), poll at
 # this pace; the operator's watch on its children usually wakes it sooner.
 POLL_SECONDS = 2.0
+# While a version loads (Deploying, Waiting), the poll backs off: 2 s, doubling with the time spent loading, up to 15 s.
+# Loading a large model takes minutes, and KServe's status change wakes the operator through its watch the moment the
+# version is ready: the poll is a safety net, and at 2 s it cost most of the reconcile passes of a fleet rolling out.
+POLL_MAX_SECONDS = 15.0
+
+
+def loading_poll(elapsed: float) -> float:
+    """Seconds until the next look at a version that has been loading for `elapsed` seconds."""
+    interval = POLL_SECONDS
+    while interval * 2 <= elapsed and interval < POLL_MAX_SECONDS:
+        interval *= 2
+    return min(interval, POLL_MAX_SECONDS)
 
 IN_PROGRESS = ("Deploying", "Waiting", "Progressing")
 STOPPING = ("RollingBack", "Aborted")
@@ -575,7 +587,10 @@ def _requeue(run: _Run) -> float | None:
     if st.phase in ("Deploying", "Waiting") or st.phase in STOPPING or (
         st.phase == "Progressing" and not run.obs(st.candidate).ready
     ):
-        out = POLL_SECONDS if out is None else min(out, POLL_SECONDS)
+        poll = POLL_SECONDS
+        if st.phase in ("Deploying", "Waiting") and (started := parse_time(st.startedAt)) is not None:
+            poll = loading_poll((run.inp.now - started).total_seconds())
+        out = poll if out is None else min(out, poll)
     return out
 
 

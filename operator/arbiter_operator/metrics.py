@@ -1,0 +1,75 @@
+"""The operator's own Prometheus metrics (served by __main__ on --metrics-port; docs/operations.md lists them).
+
+Module-level collectors on prometheus_client's default registry, next to its process and Python collectors. Every
+name starts with `arbiter_operator_`; label values come from small fixed sets (never a namespace or a model name:
+the fleet can be thousands of DecisionModels, and a label per model would make the series count grow with it).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Reconcile passes end in one of these results.
+CONVERGED = "converged"  # nothing more to do until something changes
+REQUEUED = "requeued"  # the plan asked to look again later (a version loading, a promotion step, a recheck)
+ERROR = "error"  # the pass raised; retried with back-off
+
+RECONCILES = Counter(
+    "arbiter_operator_reconcile_total",
+    "Reconcile passes of DecisionModels, by result (converged, requeued, error).",
+    ["result"],
+)
+RECONCILE_SECONDS = Histogram(
+    "arbiter_operator_reconcile_duration_seconds",
+    "Wall time of one reconcile pass of one DecisionModel, by result.",
+    ["result"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+RECONCILE_ERRORS = Counter(
+    "arbiter_operator_reconcile_errors_total",
+    "Reconcile passes that failed, by the kind of failure (kube: the apiserver answered an error; other).",
+    ["kind"],
+)
+QUEUE_DEPTH = Gauge(
+    "arbiter_operator_workqueue_depth",
+    "DecisionModels waiting in the work queue for a worker (not counting those being reconciled or delayed).",
+)
+QUEUE_WAIT_SECONDS = Histogram(
+    "arbiter_operator_workqueue_wait_seconds",
+    "Time a DecisionModel waited in the work queue between becoming due and a worker picking it up.",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0),
+)
+KUBE_REQUESTS = Counter(
+    "arbiter_operator_kube_requests_total",
+    "Requests the operator's reconcile made to the Kubernetes API, by HTTP verb and response code class "
+    "(2xx, 4xx, 5xx; 'error' when no answer came).",
+    ["verb", "code"],
+)
+PROMOTIONS = Counter(
+    "arbiter_operator_promotions_total",
+    "Promotions that finished, by outcome as recorded in status.promotion.history.",
+    ["outcome"],
+)
+
+LEADER = Gauge(
+    "arbiter_operator_leader",
+    "1 while this replica leads (holds the leader Lease, or runs without leader election), else 0 (standby).",
+)
+
+def code_class(status: int | None) -> str:
+    return "error" if status is None else f"{status // 100}xx"
+
+
+def new_promotion_outcomes(old_status: dict | None, new_status: dict | None) -> list[str]:
+    """Outcomes of promotion records in `new_status` that `old_status` did not have (records are identified by
+    version, start and finish time; the history is capped, so a record that falls off the front is not new)."""
+
+    def records(status: dict | None) -> list[dict]:
+        hist = ((status or {}).get("promotion") or {}).get("history") or []
+        return [r for r in hist if isinstance(r, dict)]
+
+    def key(r: dict) -> tuple:
+        return (r.get("version"), r.get("startedAt"), r.get("finishedAt"))
+
+    seen = {key(r) for r in records(old_status)}
+    return [str(r.get("outcome") or "Unknown") for r in records(new_status) if key(r) not in seen]
