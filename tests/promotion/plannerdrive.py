@@ -77,3 +77,19 @@ class Driver:
         self.body["status"] = p.status
         self.snapshot = copy.deepcopy(self.body)
         return self.snapshot
+
+
+def failing_canary() -> tuple[Driver, dict[str, Any]]:
+    """1.0.0 stable; the canary of 1.1.0 at 10% fails its first analysis (p95 400 ms). Returns the driver and the
+    DecisionModel right after the failing analysis; one more ``reconcile(1)`` finishes the rollback."""
+    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
+                            analysis={"intervalSeconds": 30, "minRequests": 50}))
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(5)
+    d.edit_spec(version="1.1.0")
+    d.reconcile(1)
+    d.set_ready("1.1.0")
+    d.reconcile(1)
+    d.now += timedelta(seconds=30)
+    return d, d.reconcile(0, d.analysis(0.4, 0, 500))

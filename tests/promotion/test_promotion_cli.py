@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import copy
 import io
-from datetime import timedelta
 
 import pytest
 from kubernetes import client
 
 from arbiter_operator.cli.kubectl_arbiter import main
-from plannerdrive import Driver, two_versions
+from plannerdrive import Driver, failing_canary, two_versions
 
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
 pytestmark = pytest.mark.cluster
@@ -18,17 +17,7 @@ pytestmark = pytest.mark.cluster
 
 def failed_promotion() -> Driver:
     """1.0.0 stable, 1.1.0 rolled back by a latency breach."""
-    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
-                            analysis={"intervalSeconds": 30, "minRequests": 50}))
-    d.reconcile()
-    d.set_ready("1.0.0")
-    d.reconcile(5)
-    d.edit_spec(version="1.1.0")
-    d.reconcile(1)
-    d.set_ready("1.1.0")
-    d.reconcile(1)
-    d.now += timedelta(seconds=30)
-    d.reconcile(0, d.analysis(0.4, 0, 500))
+    d, _ = failing_canary()
     d.reconcile(1)
     assert d.body["status"]["promotion"]["phase"] == "Failed"
     return d

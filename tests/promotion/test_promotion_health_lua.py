@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lupa import LuaRuntime
 
-from plannerdrive import Driver, two_versions
+from plannerdrive import Driver, failing_canary, two_versions
 
 LUA = Path(__file__).resolve().parents[2] / "helm" / "arbiter" / "health" / "decisionmodel.lua"
 SNAPSHOTS = Path(__file__).with_name("snapshots")
@@ -78,17 +78,7 @@ def test_health_follows_a_promotion_through_every_phase():
 
 
 def test_failed_promotion_is_degraded_while_stable_serves():
-    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
-                            analysis={"intervalSeconds": 30, "minRequests": 50}))
-    d.reconcile()
-    d.set_ready("1.0.0")
-    d.reconcile(5)
-    d.edit_spec(version="1.1.0")
-    d.reconcile(1)
-    d.set_ready("1.1.0")
-    d.reconcile(1)
-    d.now += timedelta(seconds=30)
-    s = d.reconcile(0, d.analysis(0.4, 0, 500))
+    d, s = failing_canary()
     status, message = health(s)
     assert status == "Degraded" and message.startswith("AnalysisFailed:") and "400.0ms" in message
     serving = next(c for c in s["status"]["conditions"] if c["type"] == "Serving")
@@ -120,17 +110,7 @@ def test_snapshots_from_the_real_operator(path):
 
 
 def _failed_promotion() -> dict:
-    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
-                            analysis={"intervalSeconds": 30, "minRequests": 50}))
-    d.reconcile()
-    d.set_ready("1.0.0")
-    d.reconcile(5)
-    d.edit_spec(version="1.1.0")
-    d.reconcile(1)
-    d.set_ready("1.1.0")
-    d.reconcile(1)
-    d.now += timedelta(seconds=30)
-    d.reconcile(0, d.analysis(0.4, 0, 500))
+    d, _ = failing_canary()
     return d.reconcile(1)
 
 
