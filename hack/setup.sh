@@ -28,17 +28,19 @@ fi
 
 tools=("$@")
 
-# Debian packages (the test suite's, not the local run's): PostgreSQL (Model Registry's database) and Prometheus (promotion analysis).
+# Debian packages (the test suite's, not the local run's): PostgreSQL (Model Registry's database), Prometheus (promotion
+# analysis) and Redis (Argo CD's cache, for the GitOps tests).
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ] && [ ${#tools[@]} -eq 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   log "installing Debian packages: ${need[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   # Debian starts the packaged services; the tests run their own instances on free ports.
-  for svc in prometheus postgresql; do $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || $sudo service "$svc" stop >/dev/null 2>&1 || true; done
+  for svc in prometheus postgresql redis-server; do $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || $sudo service "$svc" stop >/dev/null 2>&1 || true; done
 fi
 
 [ "${tools[0]:-}" = "--no-tools" ] && exit 0
