@@ -57,6 +57,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         needed += ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kserve-controller"]
     if "s3_server" in used and not os.environ.get("ARBITER_TEST_S3_ENDPOINT_URL"):
         needed.append("minio")
+    if "argocd" in used:
+        needed.append("argocd")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for name in needed:
         tool = load_tool(name)
