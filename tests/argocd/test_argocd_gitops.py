@@ -247,13 +247,17 @@ def test_example_syncs_healthy_without_drift_then_a_canary_commit_promotes(gitop
 
 def test_a_failing_release_ends_degraded_naming_the_stable_version(gitops: GitOps):
     g, e = gitops, gitops.e
-    first = g.commit(with_candidate(V1, **fast_canary()), "credit-limit 1.0.0, 1.1.0 staged")
+    # Steps without holdSeconds: the CRD defaults a field inside list items, which Argo CD must not see as drift.
+    canary = fast_canary(steps=[{"weight": 10}, {"weight": 50}])
+    first = g.commit(with_candidate(V1, **canary), "credit-limit 1.0.0, 1.1.0 staged")
     g.argo.create_application(g.app, g.repo.url, FOLDER, namespace=e.ns)
     g.wait(lambda: g.synced_at(first)() and g.status()["health"]["status"] == "Healthy", "Synced and Healthy")
     assert e.condition("Ready")["status"] == "True"
+    assert [step.get("holdSeconds") for step in e.dm()["spec"]["promote"]["steps"]] == [300, 300]
+    assert g.settled(first) and g.status()["sync"]["status"] == "Synced"
 
     e.pods[V2].control(error_rate=0.3)  # 1.1.0 answers 30% errors: the canary's analysis fails
-    release = g.commit(with_candidate(V2, **fast_canary()), "credit-limit 1.1.0 by canary")
+    release = g.commit(with_candidate(V2, **canary), "credit-limit 1.1.0 by canary")  # fails at step 1's analysis
     g.wait(g.synced_at(release), "Synced at the release commit", timeout=60)
     g.wait(lambda: g.dm_health().get("status") == "Progressing", "canary Progressing")
     syncs = g.settled(release)
