@@ -61,7 +61,7 @@ def health_check_lua() -> str:
 def _git(*args: str, cwd: os.PathLike[str] | str | None = None) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "arbiter-test", "GIT_AUTHOR_EMAIL": "test@arbiter.invalid",
            "GIT_COMMITTER_NAME": "arbiter-test", "GIT_COMMITTER_EMAIL": "test@arbiter.invalid",
-           "GIT_CONFIG_NOSYSTEM": "1", "HOME": os.fspath(cwd or tempfile.gettempdir())}
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": os.fspath(cwd or tempfile.gettempdir())}
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise ArgoCDError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
