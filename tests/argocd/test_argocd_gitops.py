@@ -250,10 +250,21 @@ def test_a_failing_release_ends_degraded_naming_the_stable_version(gitops: GitOp
     # Steps without holdSeconds: the CRD defaults a field inside list items, which Argo CD must not see as drift.
     canary = fast_canary(steps=[{"weight": 10}, {"weight": 50}])
     first = g.commit(with_candidate(V1, **canary), "credit-limit 1.0.0, 1.1.0 staged")
-    g.argo.create_application(g.app, g.repo.url, FOLDER, namespace=e.ns)
+    # Server-side apply here (docs/install.md recommends it for the chart's Application); client-side in the test above.
+    # With server-side apply but Argo CD's default (client-side) diff, a list whose items the CRD defaults is drift:
+    # the app stays OutOfSync and self-heal re-applies the same commit again and again.
+    g.argo.create_application(g.app, g.repo.url, FOLDER, namespace=e.ns, sync_options=["ServerSideApply=true"])
+    g.wait(lambda: g.status().get("sync", {}).get("status") == "OutOfSync" and len(g.syncs()) >= 3
+           and e.condition("Ready")["status"] == "True", "OutOfSync, self-heal looping")
+    # The documented fix: server-side diff, which compares with what the apiserver would store (defaults included).
+    # Argo CD reuses its cached diff while the live object is unchanged: a hard refresh makes it compare anew.
+    g.argo.annotate(g.app, "argocd.argoproj.io/compare-options", "ServerSideDiff=true")
+    g.argo.refresh(g.app, hard=True)
     g.wait(lambda: g.synced_at(first)() and g.status()["health"]["status"] == "Healthy", "Synced and Healthy")
     assert e.condition("Ready")["status"] == "True"
-    assert [step.get("holdSeconds") for step in e.dm()["spec"]["promote"]["steps"]] == [300, 300]
+    dm = e.dm()
+    assert [step.get("holdSeconds") for step in dm["spec"]["promote"]["steps"]] == [300, 300]
+    assert "argocd-controller" in {f["manager"] for f in dm["metadata"]["managedFields"] if f["operation"] == "Apply"}
     assert g.settled(first) and g.status()["sync"]["status"] == "Synced"
 
     e.pods[V2].control(error_rate=0.3)  # 1.1.0 answers 30% errors: the canary's analysis fails

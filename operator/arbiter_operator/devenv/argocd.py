@@ -329,6 +329,7 @@ class ArgoCD:
     # -- Applications ----------------------------------------------------------------------------------------------
     def create_application(self, name: str, repo_url: str, path: str, *, namespace: str, self_heal: bool = True,
                            automated: bool = True, revision: str = "main",
+                           sync_options: list[str] | None = None,
                            ignore_differences: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         from kubernetes import client
 
@@ -339,6 +340,8 @@ class ArgoCD:
         }
         if automated:
             spec["syncPolicy"] = {"automated": {"prune": True, "selfHeal": self_heal}}
+        if sync_options:
+            spec.setdefault("syncPolicy", {})["syncOptions"] = list(sync_options)
         if ignore_differences:
             spec["ignoreDifferences"] = ignore_differences
         body = {"apiVersion": f"{ARGO_GROUP}/{ARGO_VERSION}", "kind": "Application",
@@ -363,14 +366,17 @@ class ArgoCD:
     def refresh(self, name: str, hard: bool = False) -> None:
         """Ask the controller to compare with Git now: the annotation Argo CD's webhook handler and `argocd app get
         --refresh` set."""
+        self.annotate(name, "argocd.argoproj.io/refresh", "hard" if hard else "normal")
+
+    def annotate(self, name: str, key: str, value: str) -> None:
+        """Set an annotation on Application ``name`` (e.g. ``argocd.argoproj.io/compare-options``)."""
         from kubernetes import client
 
         api = self.cluster.api_client()
         try:
             client.CustomObjectsApi(api).patch_namespaced_custom_object(
                 ARGO_GROUP, ARGO_VERSION, self.namespace, "applications", name,
-                {"metadata": {"annotations": {"argocd.argoproj.io/refresh": "hard" if hard else "normal"}}},
-                _content_type="application/merge-patch+json")
+                {"metadata": {"annotations": {key: value}}}, _content_type="application/merge-patch+json")
         finally:
             api.close()
 
