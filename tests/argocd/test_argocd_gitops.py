@@ -247,7 +247,7 @@ def test_example_syncs_healthy_without_drift_then_a_canary_commit_promotes(gitop
 
 def test_a_failing_release_ends_degraded_naming_the_stable_version(gitops: GitOps):
     g, e = gitops, gitops.e
-    # Steps without holdSeconds: the CRD defaults a field inside list items, which Argo CD must not see as drift.
+    # Steps without holdSeconds: the CRD defaults a field inside list items (the apiserver stores 300 in each).
     canary = fast_canary(steps=[{"weight": 10}, {"weight": 50}])
     first = g.commit(with_candidate(V1, **canary), "credit-limit 1.0.0, 1.1.0 staged")
     # Server-side apply here (docs/install.md recommends it for the chart's Application); client-side in the test above.
