@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.promotion import ABORT_ANNOTATION, RETRY_ANNOTATION
+from ..api.promotion import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
@@ -162,6 +162,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             analysis=obs.analysis,
             retry_annotation=dm.metadata.annotations.get(RETRY_ANNOTATION),
             abort_annotation=dm.metadata.annotations.get(ABORT_ANNOTATION),
+            approve_annotation=dm.metadata.annotations.get(APPROVE_ANNOTATION),
             generation=gen,
             now=now,
         )
@@ -173,7 +174,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     live = [v for v in names if v in pplan.live]  # spec order: stable rendering
     for v in live:
         art = obs.artifacts.get(v, ArtifactObservation())
-        cm = render_configmap(dm, versions[v], diffusion=art.diffusion)
+        shadow = pplan.shadow if pplan.shadow is not None and pplan.shadow.stable == v else None
+        cm = render_configmap(dm, versions[v], diffusion=art.diffusion, shadow=shadow)
         children.append(cm)
         children.append(
             render_inferenceservice(
