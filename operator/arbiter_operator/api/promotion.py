@@ -60,6 +60,16 @@ class MetricCheck(_Model):
     )
 
 
+class FallbackReasonBounds(_Model):
+    """Bounds on the share of decisions handed to the rules for one reason (the runtime's fallback reasons)."""
+
+    upstream_down: float | None = Field(None, ge=0, le=1, description="vLLM not answering.")
+    upstream_error: float | None = Field(None, ge=0, le=1, description="vLLM answering with an error.")
+    deadline: float | None = Field(None, ge=0, le=1, description="No valid answer within the decision deadline.")
+    invalid: float | None = Field(None, ge=0, le=1, description="Answers that failed the schema or consistency checks.")
+    low_confidence: float | None = Field(None, ge=0, le=1, description="Confidence under the threshold.")
+
+
 class Analysis(_Model):
     intervalSeconds: int = Field(
         60, ge=5, le=3600, description="Length of the metrics window read from Prometheus at the end of each step."
@@ -77,9 +87,7 @@ class Analysis(_Model):
         description="Highest share of decisions handed to the fallback rules (0..1); defaults to the candidate "
         "version's metadata.sla.maxFallbackRate, else 0.05.",
     )
-    maxFallbackRateByReason: dict[
-        Literal["upstream_down", "upstream_error", "deadline", "invalid", "low_confidence"], float
-    ] | None = Field(
+    maxFallbackRateByReason: FallbackReasonBounds | None = Field(
         None, description="Optional bound per fallback reason (share of all decisions, 0..1); unset reasons are "
         "bounded only by maxFallbackRate.",
     )
@@ -121,14 +129,6 @@ class Analysis(_Model):
         if dup:
             raise ValueError(f"analysis.checks names must be unique, repeated: {dup}")
         return checks
-
-    @field_validator("maxFallbackRateByReason")
-    @classmethod
-    def _share(cls, value: dict[str, float] | None) -> dict[str, float] | None:
-        bad = sorted(k for k, v in (value or {}).items() if not 0 <= v <= 1)
-        if bad:
-            raise ValueError(f"maxFallbackRateByReason values must be within 0..1, not for {bad}")
-        return value
 
 
 class Shadow(_Model):

@@ -32,7 +32,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping, Protocol
 
-from arbiter_operator.api.promotion import AnalysisRun, CheckResult, MetricCheck, PromoteSpec, PromotionStatus, Shadow
+from arbiter_operator.api.promotion import (
+    AnalysisRun,
+    CheckResult,
+    FallbackReasonBounds,
+    MetricCheck,
+    PromoteSpec,
+    PromotionStatus,
+    Shadow,
+)
 
 # Runtime metric names (runtime/arbiter_runtime/metrics.py) and vLLM's.
 DECISIONS_TOTAL = "arbiter_decisions_total"
@@ -280,7 +288,7 @@ def resolve_bounds(spec: PromoteSpec, shadow: bool, version: VersionBounds | Non
     sh = spec.shadow or DEFAULT_SHADOW
     return DecisionBounds(
         max_fallback_rate=pick(a.maxFallbackRate, v.max_fallback_rate, DEFAULT_MAX_FALLBACK_RATE),
-        max_fallback_by_reason=dict(a.maxFallbackRateByReason or {}),
+        max_fallback_by_reason=(a.maxFallbackRateByReason or FallbackReasonBounds()).model_dump(exclude_none=True),
         max_schema_violation_rate=pick(
             a.maxSchemaViolationRate, v.max_schema_violation_rate, DEFAULT_MAX_SCHEMA_VIOLATION_RATE
         ),
