@@ -155,7 +155,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     #     candidate's InferenceService (Role + RoleBinding, read by name before create, listed by label); no shadow
     #     data comes (empty vectors) with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
     _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
-        "strategy": "Shadow", "shadow": {"holdSeconds": 0, "minCompared": 1}}}})
+        "strategy": "Shadow", "shadow": {"holdSeconds": 20, "minCompared": 1}}}})
     rbac = client.RbacAuthorizationV1Api(admin)
 
     def shadow_grant():
