@@ -252,3 +252,17 @@ def test_run_analysis_survives_any_prometheus_answer(answers, shadow):
     assert run.verdict in ("Pass", "Fail", "NoData", "Inconclusive") and run.message
     if any(isinstance(a, Exception) for a in answers):
         assert run.verdict == "Inconclusive" and "metrics query failed" in run.message
+
+
+def test_a_mix_shift_within_chance_for_few_decisions_is_not_a_failure():
+    # 60 vs 60 decisions: a 15-point difference is well within three standard errors (about 27 points).
+    q = query()
+    run = judge(q, healthy(requests=60.0, labels={"approve": 33.0, "decline": 27.0},
+                           stable_labels={"approve": 24.0, "decline": 36.0}))
+    c = check(run, "decisionMixShift")
+    assert c.value == pytest.approx(0.15) and c.verdict == "Pass" and "within noise" in c.message
+    assert run.verdict == "Pass"
+    # The same shares over 6000 decisions each: significant, and above the bound.
+    run = judge(q, healthy(requests=6000.0, labels={"approve": 3300.0, "decline": 2700.0},
+                           stable_labels={"approve": 2400.0, "decline": 3600.0}))
+    assert run.verdict == "Fail" and "decision mix shift 15.00% above max 10.00% (label 'approve')" in run.message
