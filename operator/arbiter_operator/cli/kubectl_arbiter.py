@@ -261,6 +261,8 @@ def print_status(obj: dict[str, Any], out: TextIO) -> None:
         if promo.get("phase") in ("Progressing", "Paused") and promo.get("weight"):
             n = len((spec.get("promote") or {}).get("steps") or [])
             line += f" (step {promo.get('step', 0) + 1}/{n}, {promo.get('weight', 0)}%)"
+        elif promo.get("phase") == "Shadowing":
+            line += " (shadow: mirrored requests only, no live traffic)"
         print(f"Candidate:   {line}", file=out)
     if promo.get("previous"):
         print(f"Previous:    {promo['previous']} (warm until {promo.get('coolingUntil')})", file=out)
