@@ -9,33 +9,9 @@ from __future__ import annotations
 import json
 import time
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from arbiter_runtime.server import RuntimeOptions
 from hostile_upstream import HostileUpstream
-from runtime_helpers import LABELS, base_config, v2_body
-
-
-def scrape(server) -> dict[tuple[str, frozenset], float]:
-    with server.client() as c:
-        text = c.get("/metrics").text
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
-def series(samples, name: str, **labels: str) -> dict[frozenset, float]:
-    """Every sample of `name` whose labels include `labels`."""
-    want = set(labels.items())
-    return {k: v for (n, k), v in samples.items() if n == name and want <= set(k)}
-
-
-def value(samples, name: str, **labels: str) -> float:
-    found = [v for (n, k), v in samples.items() if n == name and set(k) == set(labels.items())]
-    assert len(found) == 1, f"{name}{labels}: {len(found)} series"
-    return found[0]
+from runtime_helpers import LABELS, base_config, scrape, series, v2_body, value
 
 
 MV = {"model": "credit", "version": "v1"}
