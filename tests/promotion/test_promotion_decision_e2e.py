@@ -119,6 +119,8 @@ def test_a_shadowed_candidate_that_agrees_is_promoted_without_restarting_the_sta
     assert e.route_weights() == {V1: 100}
     e.wait(lambda: e.shadow_json(V1), "shadow.json in the stable's ConfigMap")
     assert e.pod_checksum(V1) == before  # mirroring on: the stable pods' template is untouched
+    assert health(e.dm())[0] in ("Progressing", "Suspended")
+    e.snapshot("shadowing", health(e.dm())[0])
     p = e.wait_phase("Idle", timeout=120)
     assert p["stable"] == V2
     agreement = check_of(p, "agreement")
@@ -146,6 +148,7 @@ def test_a_shadowed_candidate_that_disagrees_is_not_promoted(e2e):
     assert agreement["verdict"] == "Fail" and agreement["value"] < 0.95
     status, message = health(e.dm())
     assert status == "Degraded" and message.startswith("ShadowAnalysisFailed:")
+    e.snapshot("shadow-disagreed", "Degraded")
     e.wait(lambda: e.shadow_json(V1) is None, "shadow.json removed", timeout=30)
     e.wait(lambda: (V1, None) in e.sync.seen, "the stable stops mirroring")
     assert e.route_weights() == {V1: 100}
