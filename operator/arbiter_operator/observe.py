@@ -54,9 +54,13 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         for o in client.list("v1", "ConfigMap", ns, f"{selector},{LABEL_COMPONENT}=decision-config")
         if _owned(o, dm)
     }
+    # The shadow phase's grant exists only while status says Shadowing (it is created when the phase starts and
+    # deleted in the reconcile that ends it, which reads Shadowing): listed only then, so no other reconcile pays.
+    promotion = dm.status.promotion if dm.status else None
+    shadowing = promotion is not None and promotion.phase == "Shadowing"
     shadow_rbac = {
         (kind, o["metadata"]["name"]): o
-        for kind in ("Role", "RoleBinding")
+        for kind in (("Role", "RoleBinding") if shadowing else ())
         for o in client.list(RBAC_API, kind, ns, f"{selector},{LABEL_COMPONENT}={SHADOW_COMPONENT}")
         if _owned(o, dm)
     }

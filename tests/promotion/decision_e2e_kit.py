@@ -108,8 +108,14 @@ class DecisionE2E(E2E):
             "arbiter.dev/decision-config-checksum")
 
     def shadow_json(self, version: str) -> str | None:
-        cm = client.CoreV1Api(self.api).read_namespaced_config_map(f"{isvc_name(self.name, version)}-decision",
-                                                                   self.ns)
+        """The version's shadow.json as the apiserver holds it; None without one (or without the ConfigMap)."""
+        try:
+            cm = client.CoreV1Api(self.api).read_namespaced_config_map(f"{isvc_name(self.name, version)}-decision",
+                                                                       self.ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
         return (cm.data or {}).get("shadow.json")
 
     def close(self) -> None:

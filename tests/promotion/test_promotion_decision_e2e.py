@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 
 import pytest
+from kubernetes import client
 
+from arbiter_operator.api.models import isvc_name
 from arbiter_operator.cli.kubectl_arbiter import main as kubectl_arbiter
 from decision_e2e_kit import DecisionE2E
 from e2e_kit import V1, V2, fast_canary
@@ -54,6 +56,14 @@ def stable_on_v1(e: DecisionE2E, candidate: str = "healthy", **promote) -> None:
     e.set_state(V1, "ready")
     assert e.wait_phase("Idle")["stable"] == V1
     e.wait(lambda: e.route_weights() == {V1: 100}, "Route 100% on 1.0.0")
+
+
+def shadow_grant(e: DecisionE2E):
+    """The shadow phase's Role, when both it and its RoleBinding exist."""
+    rbac = client.RbacAuthorizationV1Api(e.api)
+    roles = rbac.list_namespaced_role(e.ns, label_selector="arbiter.dev/component=shadow-caller").items
+    bindings = rbac.list_namespaced_role_binding(e.ns, label_selector="arbiter.dev/component=shadow-caller").items
+    return roles[0] if roles and bindings else None
 
 
 def check_of(promotion: dict, name: str) -> dict:
@@ -119,10 +129,14 @@ def test_a_shadowed_candidate_that_agrees_is_promoted_without_restarting_the_sta
     assert e.route_weights() == {V1: 100}
     e.wait(lambda: e.shadow_json(V1), "shadow.json in the stable's ConfigMap")
     assert e.pod_checksum(V1) == before  # mirroring on: the stable pods' template is untouched
+    # Auth is on: for the shadow phase only, the stable pods may `get` the candidate's InferenceService.
+    role = e.wait(lambda: shadow_grant(e), "the shadow grant")
+    assert role.rules[0].resource_names == [isvc_name(e.name, V2)] and role.rules[0].verbs == ["get"]
     assert health(e.dm())[0] in ("Progressing", "Suspended")
     e.snapshot("shadowing", health(e.dm())[0])
     p = e.wait_phase("Idle", timeout=120)
     assert p["stable"] == V2
+    e.wait(lambda: shadow_grant(e) is None and e.shadow_json(V1) is None, "grant and shadow.json removed")
     agreement = check_of(p, "agreement")
     assert agreement["verdict"] == "Pass" and agreement["value"] >= 0.95 and agreement["bound"] == 0.95
     assert any(cfg and cfg["candidate"] == V2 for v, cfg in e.sync.seen if v == V1)
