@@ -71,17 +71,20 @@ def check_of(promotion: dict, name: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("behaviour", "metric", "words"),
+    ("behaviour", "bounds", "metric", "words"),
     [
-        ("fallback", "fallbackRate", "fallback rate 100.00% above max 5.00%"),
-        ("schema", "schemaViolationRate", "schema violation rate"),
-        ("approve_all", "decisionMixShift", "decision mix shift"),
+        ("fallback", {}, "fallbackRate", "fallback rate 100.00% above max 5.00%"),
+        ("schema", {}, "schemaViolationRate", "schema violation rate"),
+        ("approve_all", {}, "decisionMixShift", "decision mix shift"),
+        # vLLM's own gauge, re-exported by the decision server at /metrics/vllm: a bound the user opted into.
+        ("healthy", {"maxKvCacheUsage": 0.01}, "kvCacheUsage", "vLLM KV-cache use"),
     ],
 )
-def test_a_candidate_that_decides_badly_is_rolled_back_naming_metric_value_and_bound(e2e, behaviour, metric, words):
+def test_a_candidate_that_decides_badly_is_rolled_back_naming_metric_value_and_bound(e2e, behaviour, bounds, metric,
+                                                                                      words):
     e = e2e
     stable_on_v1(e, candidate=behaviour,
-                 **fast_canary(analysis=ANALYSIS, steps=[{"weight": 10, "holdSeconds": 10}]))
+                 **fast_canary(analysis={**ANALYSIS, **bounds}, steps=[{"weight": 10, "holdSeconds": 10}]))
     e.patch_promote(version=V2)
     e.wait(lambda: V2 in e.isvcs(), "candidate deployed")
     e.set_state(V2, "ready")
@@ -99,7 +102,8 @@ def test_a_candidate_that_decides_badly_is_rolled_back_naming_metric_value_and_b
 
 def test_a_healthy_candidate_passes_every_decision_gate(e2e):
     e = e2e
-    stable_on_v1(e, **fast_canary(analysis=ANALYSIS, steps=[{"weight": 10, "holdSeconds": 10}],
+    vllm_bounds = {"maxQueueTimeP95Ms": 1000, "maxKvCacheUsage": 0.99}
+    stable_on_v1(e, **fast_canary(analysis={**ANALYSIS, **vllm_bounds}, steps=[{"weight": 10, "holdSeconds": 10}],
                                   rollbackWindowSeconds=0))
     e.patch_promote(version=V2)
     e.wait(lambda: V2 in e.isvcs(), "candidate deployed")
@@ -109,6 +113,8 @@ def test_a_healthy_candidate_passes_every_decision_gate(e2e):
     checks = {c["name"]: c for c in p["lastAnalysis"]["checks"]}
     assert checks["fallbackRate"]["value"] == 0 and checks["schemaViolationRate"]["value"] == 0
     assert checks["decisionMixShift"]["verdict"] == "Pass" and checks["decisionMixShift"]["value"] is not None
+    assert checks["kvCacheUsage"]["verdict"] == "Pass" and 0 < checks["kvCacheUsage"]["value"] <= 0.99
+    assert checks["queueTimeP95Ms"]["verdict"] == "Pass" and checks["queueTimeP95Ms"]["value"] <= 1000
 
 
 def shadow(**over) -> dict:
