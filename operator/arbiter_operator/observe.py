@@ -14,6 +14,7 @@ from .plan.model import Observations
 from .render.common import LABEL_COMPONENT, LABEL_DM, runtime_name
 from .render.service import stable_service_name
 from .render.podmonitor import API_VERSION as PODMONITOR_API, KIND as PODMONITOR, podmonitor_name
+from .render.shadow_rbac import COMPONENT as SHADOW_COMPONENT, RBAC_API
 
 log = logging.getLogger("arbiter.observe")
 
@@ -53,6 +54,16 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         for o in client.list("v1", "ConfigMap", ns, f"{selector},{LABEL_COMPONENT}=decision-config")
         if _owned(o, dm)
     }
+    # The shadow phase's grant exists only while status says Shadowing (it is created when the phase starts and
+    # deleted in the reconcile that ends it, which reads Shadowing): listed only then, so no other reconcile pays.
+    promotion = dm.status.promotion if dm.status else None
+    shadowing = promotion is not None and promotion.phase == "Shadowing"
+    shadow_rbac = {
+        (kind, o["metadata"]["name"]): o
+        for kind in (("Role", "RoleBinding") if shadowing else ())
+        for o in client.list(RBAC_API, kind, ns, f"{selector},{LABEL_COMPONENT}={SHADOW_COMPONENT}")
+        if _owned(o, dm)
+    }
     runtime = client.get("serving.kserve.io/v1alpha1", "ServingRuntime", ns, runtime_name(name))
     route = client.get("route.openshift.io/v1", "Route", ns, name)
     podmonitor = client.get(PODMONITOR_API, PODMONITOR, ns, podmonitor_name(name)) if podmonitor_api else None
@@ -78,6 +89,7 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         podmonitor=podmonitor if podmonitor is not None and _owned(podmonitor, dm) else None,
         default_runtime_image=settings.runtime_image(),
         stable_service=service if service is not None and _owned(service, dm) else None,
+        shadow_rbac=shadow_rbac,
     )
 
 

@@ -36,6 +36,7 @@ def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
         out[("PodMonitor", obs.podmonitor["metadata"]["name"])] = obs.podmonitor
     if obs.stable_service is not None:
         out[("Service", obs.stable_service["metadata"]["name"])] = obs.stable_service
+    out.update(obs.shadow_rbac)
     return out
 
 

@@ -52,6 +52,13 @@ P = "arbiter."
 KEY_INPUT_SCHEMA = P + "input_schema"
 KEY_OUTPUT_SCHEMA = P + "output_schema"
 KEY_SLA_P95_MS = P + "sla_p95_latency_ms"
+# The decision-quality bounds a version promises (metadata.sla), recorded only when set; the promotion analysis
+# defaults its gates to them.
+KEY_SLA_BOUNDS = {
+    "maxFallbackRate": P + "sla_max_fallback_rate",
+    "maxSchemaViolationRate": P + "sla_max_schema_violation_rate",
+    "maxLowConfidenceRate": P + "sla_max_low_confidence_rate",
+}
 KEY_TRAINING_FROM = P + "training_data_from"
 KEY_TRAINING_TO = P + "training_data_to"
 KEY_BIAS_REPORT = P + "bias_report_url"
@@ -157,8 +164,11 @@ def version_properties(version: ModelVersion, owner: Owner,
                        tokens_per_decision: int | None = None) -> dict[str, str | int | float | bool]:
     md = version.metadata
     tokens = {KEY_TOKENS_PER_DECISION: tokens_per_decision} if tokens_per_decision else {}
+    bounds = {key: float(getattr(md.sla, field)) for field, key in KEY_SLA_BOUNDS.items()
+              if getattr(md.sla, field) is not None}
     return {
         **tokens,
+        **bounds,
         KEY_INPUT_SCHEMA: fitted(_json_text(md.inputSchema), schema_reference_uri(owner, version.name, "inputSchema")),
         KEY_OUTPUT_SCHEMA: fitted(_json_text(md.outputSchema),
                                   schema_reference_uri(owner, version.name, "outputSchema")),

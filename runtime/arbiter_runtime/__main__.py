@@ -33,13 +33,14 @@ def serve(argv: list[str]) -> int:
     import asyncio
 
     from .server import RuntimeOptions, create_app, resolve_from_model_dir
+    from .shadow import shadow_path_for
     from .tokens import TokenizerRefused
 
     try:
         cfg = load_config(args.config)
         if args.upstream:
             cfg = dataclasses.replace(cfg, upstream=dataclasses.replace(cfg.upstream, url=args.upstream.rstrip("/")))
-        options = RuntimeOptions(model_dir=args.model_dir)
+        options = RuntimeOptions(model_dir=args.model_dir, shadow_config=shadow_path_for(args.config))
         app = create_app(cfg, options)
     except (ConfigError, ValueError) as exc:
         print(f"arbiter-runtime: {exc}", file=sys.stderr)

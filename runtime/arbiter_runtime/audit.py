@@ -275,9 +275,10 @@ class AuditLog:
     def depth(self) -> int:
         return self._held
 
-    def reserve(self, n: int) -> bool:
+    def reserve(self, n: int, limit: int | None = None) -> bool:
+        """Hold n slots, unless that would take the queue past `limit` (default: the capacity)."""
         with self._cond:
-            if self._held + n > self.capacity:
+            if self._held + n > (self.capacity if limit is None else min(limit, self.capacity)):
                 return False
             self._held += n
             return True

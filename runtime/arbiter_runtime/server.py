@@ -28,6 +28,7 @@ from .fallback import RulesEngine
 from .inputs import MAX_BODY_BYTES, BodyTooLarge, UnsupportedMediaType, canonicalise, check_content_type, read_limited
 from .jsonutil import dumps_bytes
 from .metrics import Metrics
+from .shadow import SHADOW_HEADER, Shadow
 from .protocol import OUTPUT_METADATA, BadRequest, infer_response, loads_strict, parse_infer
 from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
 from .trajectory import InputInvalid, InputValidator
@@ -50,6 +51,8 @@ class RuntimeOptions:
     upstream_watch_s: float = 2.0  # health checks of the upstream once ready
     audit_capacity: int = AUDIT_QUEUE_CAPACITY
     on_fatal: Callable[[str], None] | None = None  # called when the model is refused after start-up
+    shadow_config: str | None = None  # shadow.json to watch (serve: next to decision.json); None: never shadow
+    shadow_poll_s: float = 2.0
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -71,6 +74,7 @@ class Runtime:
             log.warning("no catch-all fallback rule (when: \"true\") at the end of fallbackRules: an input no rule "
                         "matches gets a 503 when the model cannot decide it")
         self.metrics = Metrics(cfg.model, cfg.version)
+        self.metrics.configure_labels(cfg.labels)
         self.validator = InputValidator(cfg.input_schema)
         self.ready = False
         self.loaded = False  # the decider can decide (with the rules when the upstream is gone)
@@ -79,6 +83,7 @@ class Runtime:
         self.client: UpstreamClient | None = None
         self.decider: Decider | None = None
         self.audit: AuditLog | None = None
+        self.shadow = Shadow(cfg, self.metrics, lambda: self.audit, options.shadow_config, options.shadow_poll_s)
         self._loader: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
         root = cfg.upstream.url
@@ -115,6 +120,7 @@ class Runtime:
                                   *self.metrics.mv, sink).inc())
         self.metrics.audit_depth.set_function(lambda: self.audit.depth if self.audit else 0)
         self._loader = asyncio.create_task(self._load(tokens), name="load")
+        await self.shadow.start()
 
     async def _upstream_healthy(self) -> bool:
         assert self.client is not None
@@ -186,6 +192,7 @@ class Runtime:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self.shadow.stop()  # before the audit closes: a cancelled mirror gives its slots back
         if self.audit is not None:
             await self.audit.close()  # flushes the S3 batch: no record lost on a clean shutdown
         if self.client is not None:
@@ -330,9 +337,10 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         return None
 
     async def decide_audited(documents: list[Any], trace: Trace, started: float, req_id: str | None,
-                             headers: dict[str, str]) -> list[Outcome] | JSONResponse:
+                             headers: dict[str, str], shadow: bool) -> tuple[list[Outcome], list[str]] | JSONResponse:
         """Decide the rows and write the audit records of exactly the rows whose answer leaves the server:
-        every row of a 200; on a 503 for want of a decision, the rows that had none (their error leaves)."""
+        every row of a 200; on a 503 for want of a decision, the rows that had none (their error leaves).
+        Returns the outcomes and the rows' canonical JSON."""
         assert rt.audit is not None
         docs, canonicals = rt.check_rows(documents)
         n = len(docs)
@@ -346,7 +354,9 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
             failed = [i for i, (o, _) in enumerate(decided) if o.decision is None]
             leaving = failed or range(n)
             for i in leaving:
-                rt.audit.record(decided[i][1])
+                record = decided[i][1]
+                record["shadow"] = shadow
+                rt.audit.record(record)
                 recorded += 1
         finally:
             rt.audit.release(n - recorded)
@@ -354,7 +364,9 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
             first = decided[failed[0]][0]
             return FastJSONResponse({"error": f"no decision for row(s) {failed}: {first.error}", "rows": failed},
                                     status_code=503, headers=headers)
-        return [o for o, _ in decided]
+        for out, _ in decided:
+            rt.metrics.answered(out.decision)  # the decision mix counts what left the server
+        return [o for o, _ in decided], canonicals
 
     @_boundary
     async def infer(request: Request) -> Response:
@@ -365,16 +377,21 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         headers = {"traceparent": trace.traceparent}
         if (err := admit(headers)) is not None:
             return err
+        shadow = SHADOW_HEADER in request.headers
         try:
             documents, req_id, wanted = parse_infer(await _read_json(request))
-            result = await decide_audited(documents, trace, started, req_id, headers)
+            result = await decide_audited(documents, trace, started, req_id, headers, shadow)
         except BadRequest as exc:
             return _error(400, str(exc), headers)
         if isinstance(result, Response):
             return result
+        outcomes, canonicals = result
         params = {"trace_id": trace.trace_id, "traceparent": trace.traceparent}
-        headers["server-timing"] = _timing(result, started)
-        return FastJSONResponse(infer_response(model, version, req_id, result, params, wanted), headers=headers)
+        headers["server-timing"] = _timing(outcomes, started)
+        response = FastJSONResponse(infer_response(model, version, req_id, outcomes, params, wanted), headers=headers)
+        if not shadow:  # a shadow request is never mirrored again: no loops
+            rt.shadow.offer(outcomes, canonicals, trace, req_id)
+        return response
 
     @_boundary
     async def decisions(request: Request) -> Response:
@@ -383,20 +400,25 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         headers = {"traceparent": trace.traceparent}
         if (err := admit(headers)) is not None:
             return err
+        shadow = SHADOW_HEADER in request.headers
         try:
             document = await _read_json(request)
-            result = await decide_audited([document], trace, started, None, headers)
+            result = await decide_audited([document], trace, started, None, headers, shadow)
         except BadRequest as exc:
             return _error(400, str(exc), headers)
         if isinstance(result, Response):
             return result
-        (out,) = result
-        headers["server-timing"] = _timing([out], started)
-        return FastJSONResponse({
+        outcomes, canonicals = result
+        (out,) = outcomes
+        headers["server-timing"] = _timing(outcomes, started)
+        response = FastJSONResponse({
             "model": model, "version": version, "decision": out.decision, "confidence": out.confidence,
             "source": out.source, "lowConfidence": out.flagged, "fallbackReason": out.fallback_reason,
             "rule": out.rule, "trajectory": out.trajectory, "traceId": trace.trace_id,
         }, headers=headers)
+        if not shadow:
+            rt.shadow.offer(outcomes, canonicals, trace, None)
+        return response
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -15,7 +15,8 @@ model that writes trajectories.
 
 Behaviours, set with `--behaviour` or `POST /standin/behaviour`: valid, invalid (ignores the constraint / writes
 probabilities that do not sum to 1), truncated (stops at max_tokens with finish_reason length), slow (waits
-`delay_s` first), failing (HTTP 500). "down" is a stopped server (StandinServer.stop()), because a running server
+`delay_s` first), failing (HTTP 500); with `distribution` (label -> probability at label positions) and `keyed_by`
+("case": the answer depends on the case alone, so two model versions agree) and `spread` (how confident). "down" is a stopped server (StandinServer.stop()), because a running server
 cannot refuse connections.
 """
 
@@ -87,6 +88,11 @@ class Behaviour:
     delay_s: float = 0.0
     count: int | None = None  # apply to this many completions, then return to the default
     distribution: dict[str, float] | None = None  # label text -> probability at label positions
+    # What the "weights" see: "request" (the whole prompt and the seed, which the runtime derives from the model
+    # version too: two versions decide differently) or "case" (the user message alone: two versions of a model with
+    # the same labels decide every case alike, as a retrained champion and its challenger mostly do).
+    keyed_by: str = "request"
+    spread: float = 3.0  # how far apart the pseudo-logits lie: larger, more confident answers
 
 
 @dataclass
@@ -156,7 +162,8 @@ class Generator:
         return hit
 
     def constrained(self, pattern: str | None, key: str, max_tokens: int, greedy: bool, rng: random.Random,
-                    dist: dict[str, float] | None, want: list[int] | None, top_n: int | None):
+                    dist: dict[str, float] | None, want: list[int] | None, top_n: int | None,
+                    spread: float = 3.0):
         """Token-by-token decoding under a regex, as a grammar backend masks logits. Returns text, entries, finish."""
         text = ""
         entries = []
@@ -171,9 +178,12 @@ class Generator:
                 if dist and tok in dist:
                     logits[tid] = math.log(max(dist[tok], 1e-12))
                 else:
-                    # Whole words outrank single characters, as a trained model prefers its canonical tokens.
-                    logits[tid] = -3.0 * _unit(key, text, tid) - (0.0 if dist is None else 6.0) \
-                        + (4.0 if tok in self._whole else 0.0) + (3.0 if tid in self._word_ids else 0.0)
+                    # Whole words outrank single characters, as a trained model prefers its canonical tokens. A
+                    # wider spread between words (more confident answers) keeps the pieces below every word.
+                    word = tid in self._word_ids
+                    logits[tid] = -(spread if word else 3.0) * _unit(key, text, tid) \
+                        - (0.0 if dist is None else 6.0) - (0.0 if word else max(0.0, spread - 3.0)) \
+                        + (4.0 if tok in self._whole else 0.0) + (3.0 if word else 0.0)
             if complete:
                 logits[self.s.eos_id] = 5.0 if not allowed else -1.0
             if not logits:  # dead end: a regex the vocabulary cannot finish
@@ -292,7 +302,11 @@ def build_app(state: StandinState) -> Starlette:
             return _error(400, "diffusion models do not support structured outputs or seed")
         prompt = json.dumps(messages, sort_keys=True)
         seed = body.get("seed")
-        key = hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest()[:16]
+        if behaviour.keyed_by == "case":
+            case = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            key = hashlib.sha256(json.dumps(case).encode()).hexdigest()[:16]
+        else:
+            key = hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest()[:16]
         temperature = body.get("temperature", 1.0)
         greedy = temperature == 0
         rng = random.Random(seed if seed is not None else secrets.randbits(32))
@@ -332,7 +346,8 @@ def build_app(state: StandinState) -> Starlette:
                 content, entries, finish = "maybe\n", [gen._one(state.text_to_id.get(c, 1), {})
                                                        | {"top_logprobs": []} for c in "maybe\n"], "stop"
             else:
-                content, entries, finish = gen.constrained(pattern, key, max_tokens, greedy, rng, dist, want, top_n)
+                content, entries, finish = gen.constrained(pattern, key, max_tokens, greedy, rng, dist, want, top_n,
+                                                           behaviour.spread)
             completion_tokens = len(entries)
         prompt_tokens = len(state.tokenizer.encode(prompt, add_special_tokens=False).ids)
         state.completions += 1
@@ -396,9 +411,12 @@ def build_app(state: StandinState) -> Starlette:
     async def set_behaviour(request: Request) -> Response:
         body = await request.json()
         b = Behaviour(mode=body.get("mode", "valid"), delay_s=float(body.get("delay_s", 0.0)),
-                      count=body.get("count"), distribution=body.get("distribution"))
+                      count=body.get("count"), distribution=body.get("distribution"),
+                      keyed_by=body.get("keyed_by", "request"), spread=float(body.get("spread", 3.0)))
         if b.mode not in ("valid", "invalid", "truncated", "slow", "failing"):
             return _error(400, f"unknown behaviour {b.mode!r}")
+        if b.keyed_by not in ("request", "case"):
+            return _error(400, f"unknown keyed_by {b.keyed_by!r}: request or case")
         if b.count is None:
             state.default, state.queued = b, []
         else:
@@ -456,8 +474,8 @@ class StandinServer:
             self._server = None
 
     def set(self, mode: str = "valid", delay_s: float = 0.0, count: int | None = None,
-            distribution: dict[str, float] | None = None) -> None:
-        b = Behaviour(mode, delay_s, count, distribution)
+            distribution: dict[str, float] | None = None, keyed_by: str = "request", spread: float = 3.0) -> None:
+        b = Behaviour(mode, delay_s, count, distribution, keyed_by, spread)
         if count is None:
             self.state.default, self.state.queued = b, []
         else:
@@ -477,13 +495,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model-dir", help="also write tokenizer.json + config.json here, as a model directory")
     p.add_argument("--behaviour", default="valid", choices=["valid", "invalid", "truncated", "slow", "failing"])
     p.add_argument("--delay-s", type=float, default=0.0)
+    p.add_argument("--keyed-by", default="request", choices=["request", "case"],
+                   help="case: answers depend on the case alone, so two versions of a model agree")
     p.add_argument("--diffusion", action="store_true", help="reject structured_outputs and seed (400)")
     args = p.parse_args(argv)
     words = tuple(w for w in args.words.split(",") if w)
     if args.model_dir:
         write_model_dir(args.model_dir, words, args.served_model_name)
     state = StandinState(tokenizer=build_tokenizer(words), served_model_name=args.served_model_name,
-                         default=Behaviour(args.behaviour, args.delay_s), reject_structured=args.diffusion,
+                         default=Behaviour(args.behaviour, args.delay_s, keyed_by=args.keyed_by),
+                         reject_structured=args.diffusion,
                          words=frozenset(words))
     loop = "uvloop" if _has("uvloop") else "asyncio"
     uvicorn.run(build_app(state), host=args.host, port=args.port, log_level="warning", lifespan="off", loop=loop,

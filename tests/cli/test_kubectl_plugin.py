@@ -112,7 +112,7 @@ def test_completion_offers_commands_flags_and_choices():
     p = plugin.parser()
     assert candidates(p, ["pr"]) == ["promote"]
     assert "--request-timeout" in candidates(p, ["status", "--req"])
-    assert candidates(p, ["promote", "dm", "1.1.0", "--strategy", ""]) == ["Canary", "Immediate"]
+    assert candidates(p, ["promote", "dm", "1.1.0", "--strategy", ""]) == ["Canary", "Immediate", "Shadow"]
     assert candidates(p, ["completion", ""]) == ["bash", "zsh"]
 
 
@@ -309,7 +309,8 @@ decision_model_like = st.fixed_dictionaries({
        body=st.one_of(decision_model_like.map(lambda d: json.dumps(d).encode()), st.binary(max_size=64),
                       json_values.map(lambda d: json.dumps(d).encode())),
        command=st.sampled_from([["status", "dm"], ["status", "dm", "-o", "json"], ["history", "dm"],
-                                ["retry", "dm"], ["abort", "dm"], ["promote", "dm", "1.1.0"]]))
+                                ["retry", "dm"], ["abort", "dm"], ["approve", "dm"],
+                                ["promote", "dm", "1.1.0"]]))
 def test_any_answer_ends_in_a_documented_exit_code(hostile, capsys, status, body, command):
     _Hostile.answer = (status, {"Content-Type": "application/json"}, body)
     code = plugin.main(["--kubeconfig", str(hostile), "--request-timeout", "5s", *command], out=io.StringIO())

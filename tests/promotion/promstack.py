@@ -5,6 +5,10 @@ Each stand-in is a target with the labels OpenShift user-workload monitoring att
 (`arbiter.dev/decision-model` -> `arbiter_dev_decision_model`, `arbiter.dev/version` -> `arbiter_dev_version`,
 `serving.kserve.io/inferenceservice` -> `serving_kserve_io_inferenceservice`).
 Used by tests/promotion and benchmarks/promotion_overhead.py.
+
+Real decision-server processes (tests/runtime/runtime_procs.py) are scraped too, once registered with
+`add_runtime(proc)`: both of a predictor pod's endpoints, `/metrics` (job `arbiter-runtimes`) and `/metrics/vllm`
+(job `arbiter-runtimes-vllm`), under the same pod labels.
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class PromStack:
     control_port: int = 0
     url: str = ""
     tls: tuple[Path, Path] | None = None  # (cert, key): serve HTTPS, as Thanos Querier does
+    runtimes: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)  # real runtime processes
 
 
     def add_workload(self, namespace: str, model: str, version: str) -> Target:
@@ -114,11 +119,22 @@ class PromStack:
     def target(self, namespace: str, model: str, version: str) -> Target:
         return self.targets[f"{namespace}/{model}/{version}"]
 
+    def add_runtime(self, proc) -> None:
+        """Scrape a real decision server (runtime_procs.RuntimeProc: `port`, `labels()`) like a predictor pod."""
+        self.runtimes[f"{proc.labels()['namespace']}/{proc.model}/{proc.version}"] = (proc.port, proc.labels())
+        self._write_sd()
+
+    def remove_runtime(self, proc) -> None:
+        self.runtimes.pop(f"{proc.labels()['namespace']}/{proc.model}/{proc.version}", None)
+        self._write_sd()
+
     def _write_sd(self) -> None:
         groups = [{"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels()} for t in self.targets.values()]
-        tmp = self.workdir / "targets.json.tmp"
-        tmp.write_text(json.dumps(groups))
-        tmp.replace(self.workdir / "targets.json")  # atomic: Prometheus never reads half a file
+        runtimes = [{"targets": [f"127.0.0.1:{port}"], "labels": labels} for port, labels in self.runtimes.values()]
+        for name, content in (("targets.json", groups), ("runtimes.json", runtimes)):
+            tmp = self.workdir / f"{name}.tmp"
+            tmp.write_text(json.dumps(content))
+            tmp.replace(self.workdir / name)  # atomic: Prometheus never reads half a file
 
     def start(self) -> "PromStack":
         binary = prometheus_binary()
@@ -136,7 +152,13 @@ class PromStack:
                     "job_name": "arbiter-predictors",
                     "scrape_interval": "1s",
                     "file_sd_configs": [{"files": [str(self.workdir / "targets.json")], "refresh_interval": "1s"}],
-                }
+                },
+                *({
+                    "job_name": job,
+                    "scrape_interval": "1s",
+                    "metrics_path": path,
+                    "file_sd_configs": [{"files": [str(self.workdir / "runtimes.json")], "refresh_interval": "1s"}],
+                } for job, path in (("arbiter-runtimes", "/metrics"), ("arbiter-runtimes-vllm", "/metrics/vllm"))),
             ],
         }
         cfg = self.workdir / "prometheus.yml"

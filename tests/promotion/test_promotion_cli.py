@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import io
+from datetime import timedelta
 
 import pytest
 from kubernetes import client
@@ -118,3 +119,51 @@ def test_promote_edits_spec_unless_argo_cd_manages_it(control_plane, namespace, 
     assert put.get(managed)["spec"]["promote"]["version"] == "1.0.0"
     code, text = run(control_plane, namespace, "promote", managed, "1.1.0", "--gitops")
     assert code == 0 and text.startswith("# In the Git manifest") and '-   version: "1.0.0"' in text
+
+
+def paused() -> Driver:
+    """1.0.0 stable; 1.1.0 passed its one canary step and waits for approval at 10%."""
+    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
+                            approval="Required", analysis={"intervalSeconds": 60, "minRequests": 50}))
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(5)
+    d.edit_spec(version="1.1.0")
+    d.reconcile(1)
+    d.set_ready("1.1.0")
+    d.reconcile(1)
+    d.now += timedelta(seconds=60)
+    d.reconcile(0, d.analysis(0.05, 0, 500))
+    assert d.body["status"]["promotion"]["phase"] == "Paused"
+    return d
+
+
+def test_approve_through_the_plugin_lets_a_paused_promotion_finish(control_plane, namespace, put, capsys):
+    d = paused()
+    name = put(d)
+    code, text = run(control_plane, namespace, "status", name)
+    assert code == 0 and "Phase:       Paused" in text and "kubectl arbiter approve" in text
+    # Every gate with its measured value and bound.
+    assert "fallbackRate" in text and "decisionMixShift" in text and "p95LatencyMs" in text and "<= 150" in text
+
+    code, _ = run(control_plane, namespace, "approve", name, "1.0.0")
+    assert code == 1 and "not 1.0.0" in capsys.readouterr().err
+    code, text = run(control_plane, namespace, "approve", name)
+    assert code == 0 and "1.1.0 approved" in text
+    obj = put.get(name)
+    value = obj["metadata"]["annotations"]["arbiter.dev/approve"]
+    assert value.startswith("1.1.0@") and obj["spec"]["promote"]["version"] == "1.1.0"
+
+    # The operator's planner, given the annotation the plugin wrote, promotes.
+    d.body["metadata"].setdefault("annotations", {})["arbiter.dev/approve"] = value
+    s = d.reconcile(1)
+    assert s["status"]["promotion"]["phase"] == "Cooling" and s["status"]["promotion"]["stable"] == "1.1.0"
+
+
+def test_approve_refuses_when_nothing_runs(control_plane, namespace, put, capsys):
+    d, _ = failing_canary()
+    d.reconcile(1)
+    name = put(d)
+    code, _ = run(control_plane, namespace, "approve", name)
+    assert code == 1 and "nothing to approve" in capsys.readouterr().err
+    assert "arbiter.dev/approve" not in (put.get(name)["metadata"].get("annotations") or {})

@@ -131,8 +131,10 @@ def test_latency_breach_at_step_two_rolls_back_then_retry_succeeds(e2e: E2E):
     e.annotate("arbiter.dev/retry", datetime.now(timezone.utc).isoformat())
     e.wait(lambda: V2 in e.isvcs(), "candidate redeployed on retry")
     e.set_state(V2, "ready")
-    e.wait(lambda: e.route_weights() == {V2: 100}, "retry promoted", timeout=180)
-    assert [r["outcome"] for r in e.promotion()["history"]][-2:] == ["RolledBack", "Succeeded"]
+    e.wait(lambda: e.route_weights() == {V2: 100}, "retry promoted", timeout=120)
+    # The Route is written before the status that records the outcome: wait for the phase, then read the history.
+    p = e.wait_phase("Cooling", "Idle")
+    assert [r["outcome"] for r in p["history"]][-2:] == ["RolledBack", "Succeeded"]
 
 
 def test_error_rate_breach_rolls_back(e2e: E2E):

@@ -13,6 +13,8 @@ from lupa import LuaRuntime
 
 from plannerdrive import Driver, failing_canary, two_versions
 
+from arbiter_operator.promotion import analysis_due, judge
+
 LUA = Path(__file__).resolve().parents[2] / "helm" / "arbiter" / "health" / "decisionmodel.lua"
 SNAPSHOTS = Path(__file__).with_name("snapshots")
 
@@ -143,3 +145,54 @@ def test_every_degraded_message_names_the_stable_version(stalled_message, reason
 
 
 _FAILED = _failed_promotion()
+
+
+def test_waiting_for_approval_is_suspended_then_healthy_once_approved():
+    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 20, "holdSeconds": 60}],
+                            approval="Required", analysis={"intervalSeconds": 60, "minRequests": 50}))
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(5)
+    d.edit_spec(version="1.1.0")
+    d.reconcile(1)
+    d.set_ready("1.1.0")
+    d.reconcile(1)
+    d.now += timedelta(seconds=60)
+    s = d.reconcile(0, d.analysis(0.05, 0, 500))
+    assert s["status"]["promotion"]["phase"] == "Paused"
+    status, message = health(s)
+    assert status == "Suspended" and "Waiting for approval: 1.1.0" in message and "kubectl arbiter approve" in message
+    d.body["metadata"]["annotations"] = {"arbiter.dev/approve": "1.1.0@now"}
+    s = d.reconcile(1)
+    assert health(s)[0] == "Healthy"
+
+
+def test_shadow_phase_is_progressing_suspended_without_data_and_degraded_on_disagreement():
+    d = Driver(two_versions("1.0.0", strategy="Shadow",
+                            shadow={"holdSeconds": 120, "minCompared": 100, "minAgreement": 0.95},
+                            analysis={"intervalSeconds": 30, "minRequests": 50}))
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(5)
+    d.edit_spec(version="1.1.0")
+    d.reconcile(1)
+    d.set_ready("1.1.0")
+    s = d.reconcile(1)
+    assert s["status"]["promotion"]["phase"] == "Shadowing" and health(s)[0] == "Progressing"
+
+    def run(agree, disagree):
+        dm = d.dm()
+        q = analysis_due(dm.spec.promote, dm.status.promotion, d.now, namespace="team", model=dm.metadata.name,
+                         sla_p95_ms=150)
+        return judge(q, {"requests": 500, "errors": 0, "decision_p95": 0.05,
+                         "shadow_agree": {"true": agree, "false": disagree}})
+
+    d.now += timedelta(seconds=30)
+    s = d.reconcile(0, run(10, 0))
+    status, message = health(s)
+    assert status == "Suspended" and "Shadow phase waits for data" in message and "minCompared=100" in message
+    d.now += timedelta(seconds=30)
+    s = d.reconcile(0, run(150, 50))
+    status, message = health(s)
+    assert status == "Degraded" and message.startswith("ShadowAnalysisFailed:")
+    assert "shadow agreement 75.00% below min 95.00%" in message and "stable version 1.0.0 keeps serving" in message

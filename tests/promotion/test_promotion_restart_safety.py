@@ -14,6 +14,7 @@ from arbiter_operator.api.promotion import (
     CanaryStep,
     PromoteSpec,
     PromotionStatus,
+    Shadow,
 )
 from arbiter_operator.promotion import PromotionInputs, PromotionPlan, VersionObservation, advance
 
@@ -26,7 +27,8 @@ times = st.none() | st.integers(-4000, 4000).map(
     lambda s: (T0 + timedelta(seconds=s)).isoformat().replace("+00:00", "Z")
 )
 phases = st.sampled_from(
-    ["Idle", "Deploying", "Waiting", "Progressing", "Promoted", "Cooling", "RollingBack", "Failed", "Aborted"]
+    ["Idle", "Deploying", "Waiting", "Shadowing", "Progressing", "Paused", "Promoted", "Cooling", "RollingBack",
+     "Failed", "Aborted"]
 )
 observation = st.builds(
     VersionObservation,
@@ -60,17 +62,22 @@ status = st.none() | st.builds(
     failedVersion=maybe_version,
     failedGeneration=st.none() | st.integers(1, 3),
     retryToken=st.none() | st.sampled_from(["a", "b"]),
+    approveToken=st.none() | st.sampled_from(["v2", "v2@a"]),
+    consecutiveFailures=st.integers(0, 3),
 )
 spec = st.builds(
     PromoteSpec,
     version=version,
-    strategy=st.sampled_from(["Immediate", "Canary"]),
+    strategy=st.sampled_from(["Immediate", "Canary", "Shadow"]),
     steps=st.sampled_from(
         [[], [CanaryStep(weight=10, holdSeconds=30)], [CanaryStep(weight=10, holdSeconds=30), CanaryStep(weight=60)]]
     ),
     progressDeadlineSeconds=st.sampled_from([30, 600]),
     rollbackWindowSeconds=st.sampled_from([0, 300]),
-    analysis=st.builds(Analysis, insufficientTraffic=st.sampled_from(["Wait", "Fail"])),
+    analysis=st.builds(Analysis, insufficientTraffic=st.sampled_from(["Wait", "Fail"]),
+                       failureLimit=st.sampled_from([0, 1])),
+    shadow=st.none() | st.builds(Shadow, holdSeconds=st.sampled_from([0, 30])),
+    approval=st.sampled_from(["Auto", "Required"]),
 )
 
 
@@ -95,6 +102,11 @@ def check(plan: PromotionPlan, observations: dict[str, VersionObservation]) -> N
         assert not any(observations.get(v, VersionObservation()).ready for v in plan.live), "traffic to nothing"
     if s.phase == "Progressing" and plan.traffic.get(s.candidate, 0) not in (0, 100):
         assert plan.traffic[s.candidate] == s.weight
+    if s.phase == "Shadowing" and s.stable is not None and observations.get(s.stable, VersionObservation()).ready:
+        assert s.candidate not in plan.traffic, "a shadowed candidate answers no caller"
+    if plan.shadow is not None:
+        assert s.phase == "Shadowing" and {plan.shadow.stable, plan.shadow.candidate} <= plan.live
+        assert (plan.shadow.stable, plan.shadow.candidate) == (s.stable, s.candidate)
     assert plan.requeue_after is None or plan.requeue_after > 0
 
 
@@ -126,6 +138,7 @@ event = st.one_of(
     st.tuples(st.just("analysis"), st.sampled_from(["Pass", "Fail", "NoData", "Inconclusive"])),
     st.tuples(st.just("retry"), st.sampled_from(["r1", "r2", "r3"])),
     st.tuples(st.just("abort"), st.sampled_from(["x1", "x2"])),
+    st.tuples(st.just("approve"), st.sampled_from(["v2", "v3@1", "v1@2"])),
 )
 
 
@@ -133,7 +146,7 @@ event = st.one_of(
 @given(first=spec, events=st.lists(event, max_size=40))
 def test_every_history_of_events_stays_safe(first, events):
     cur_spec, status, now, gen = first, None, T0, 1
-    retry = abort = None
+    retry = abort = approve = None
     obs: dict[str, VersionObservation] = {}
     for ev in events + [("time", 1)]:
         run = None
@@ -146,13 +159,16 @@ def test_every_history_of_events_stays_safe(first, events):
             obs[ev[1]] = VersionObservation(exists=True, ready=ev[2])
         elif kind == "crash" and obs.get(ev[1], VersionObservation()).exists:
             obs[ev[1]] = VersionObservation(exists=True, failed=True, message="crash")
-        elif kind == "analysis" and status is not None and status.phase == "Progressing":
+        elif kind == "analysis" and status is not None and status.phase in ("Progressing", "Shadowing"):
             run = AnalysisRun(at=now.isoformat().replace("+00:00", "Z"), step=status.step, verdict=ev[1])
         elif kind == "retry":
             retry = ev[1]
         elif kind == "abort":
             abort = ev[1]
-        plan = advance(PromotionInputs(cur_spec, status, VERSIONS, dict(obs), 150.0, run, retry, gen, now, abort))
+        elif kind == "approve":
+            approve = ev[1]
+        plan = advance(PromotionInputs(cur_spec, status, VERSIONS, dict(obs), 150.0, run, retry, gen, now, abort,
+                                       approve))
         check(plan, obs)
         status = plan.status
         # What apply does: exactly the live versions have an InferenceService.

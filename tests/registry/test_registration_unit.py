@@ -156,3 +156,13 @@ def test_credentials_never_show_in_repr_or_errors():
     assert "very-secret" not in str(err.value)
     with pytest.raises(CredentialsInvalid):
         decode_secret_data({"models": "%%%not base64"})
+
+
+def test_decision_bounds_a_version_promises_are_recorded_only_when_set():
+    dm = make_dm("credit", ["1.0.0"], uid="u-1", generation=1, sla_ms=150)
+    assert not any(k.startswith("arbiter.sla_max") for k in desired_model(dm).versions[0].properties)
+    sla = dm.spec.versions[0].metadata.sla
+    dm.spec.versions[0].metadata.sla = sla.model_copy(update={"maxFallbackRate": 0.02, "maxLowConfidenceRate": 0.3})
+    props = desired_model(dm).versions[0].properties
+    assert props["arbiter.sla_max_fallback_rate"] == 0.02 and props["arbiter.sla_max_low_confidence_rate"] == 0.3
+    assert "arbiter.sla_max_schema_violation_rate" not in props

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 
 from arbiter_runtime.audit import StdoutSink
 from arbiter_runtime.config import parse_config
@@ -126,3 +127,25 @@ def v2_body(*documents: Any, **extra: Any) -> dict[str, Any]:
 
 def outputs(body: dict[str, Any]) -> dict[str, Any]:
     return {o["name"]: o for o in body["outputs"]}
+
+
+def scrape(server) -> dict[tuple[str, frozenset], float]:
+    with server.client() as c:
+        text = c.get("/metrics").text
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def series(samples, name: str, **labels: str) -> dict[frozenset, float]:
+    """Every sample of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return {k: v for (n, k), v in samples.items() if n == name and want <= set(k)}
+
+
+def value(samples, name: str, **labels: str) -> float:
+    found = [v for (n, k), v in samples.items() if n == name and set(k) == set(labels.items())]
+    assert len(found) == 1, f"{name}{labels}: {len(found)} series"
+    return found[0]

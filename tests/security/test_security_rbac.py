@@ -151,6 +151,20 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
 
     eventually(rolled_back, 120, "the canary to 1.0.0 rolled back")
 
+    # 4c. A shadow promotion of 1.0.0 (auth on): while it shadows, the operator grants the stable pods `get` on the
+    #     candidate's InferenceService (Role + RoleBinding, read by name before create, listed by label); no shadow
+    #     data comes (empty vectors) with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
+        "strategy": "Shadow", "shadow": {"holdSeconds": 20, "minCompared": 1}}}})
+    rbac = client.RbacAuthorizationV1Api(admin)
+
+    def shadow_grant():
+        return [r.metadata.name for r in rbac.list_namespaced_role_binding(
+            ns, label_selector="arbiter.dev/component=shadow-caller").items]
+
+    eventually(lambda: shadow_grant() == ["credit-limit-shadow"] or None, 120, "the shadow grant created")
+    eventually(lambda: rolled_back() and not shadow_grant(), 120, "the shadow phase rolled back, its grant deleted")
+
     # 5. A DecisionModel that names a ModelRegistry and a registry token Secret (the registry itself need not answer:
     #    the reads happen before any call to it).
     client.CoreV1Api(admin).create_namespaced_secret(

@@ -5,10 +5,13 @@
 -- Healthy      the operator has seen the current spec, and the version it names serves all traffic (Ready=True).
 -- Progressing  the operator has not caught up with the spec yet, or a promotion is running (deploying, waiting for
 --              the candidate to become ready, canary steps), or the old candidate is still being stopped.
--- Suspended    a canary step is held because it sees too little traffic to judge (insufficientTraffic: Wait);
---              it resumes by itself when traffic comes, or fails at the progress deadline.
+-- Suspended    a canary step is held because it sees too little traffic to judge (insufficientTraffic: Wait), or
+--              the shadow phase waits for enough mirrored requests to compare: it resumes by itself when traffic
+--              comes, or fails at the progress deadline. Also while a promotion that passed its analysis waits for
+--              approval (phase Paused, approval: Required): kubectl arbiter approve lets it finish.
 -- Degraded     Stalled=True: a promotion failed and was rolled back (AnalysisFailed, ProgressDeadlineExceeded,
---              CandidateFailed, Aborted), or the spec cannot be served; the stable version keeps serving.
+--              ShadowAnalysisFailed, CandidateFailed, Aborted), or the spec cannot be served; the stable version keeps
+--              serving.
 --              Also when nothing serves and the operator is not working on it.
 local hs = {}
 
@@ -92,17 +95,29 @@ if ready ~= nil and ready.status == "True" then
   return hs
 end
 
-if phase == "Progressing" then
+if phase == "Paused" then
+  hs.status = "Suspended"
+  hs.message = "Waiting for approval: " .. (promotion.candidate or "the candidate")
+    .. " passed its analysis; approve with kubectl arbiter approve (the arbiter.dev/approve annotation), or abort"
+  return hs
+end
+
+if phase == "Progressing" or phase == "Shadowing" then
   local last = promotion.lastAnalysis
   if last ~= nil and last.verdict == "NoData" and last.step == promotion.step then
     hs.status = "Suspended"
-    hs.message = "Canary step " .. tostring((promotion.step or 0) + 1) .. " waits for traffic: " .. (last.message or "")
+    if phase == "Shadowing" then
+      hs.message = "Shadow phase waits for data: " .. (last.message or "")
+    else
+      hs.message = "Canary step " .. tostring((promotion.step or 0) + 1) .. " waits for traffic: "
+        .. (last.message or "")
+    end
     return hs
   end
 end
 
 local busy = phase == "Deploying" or phase == "Waiting" or phase == "Progressing" or phase == "RollingBack"
-  or phase == "Aborted"
+  or phase == "Aborted" or phase == "Shadowing"
 if busy or (reconciling ~= nil and reconciling.status == "True") then
   hs.status = "Progressing"
   hs.message = msg(ready, msg(reconciling, "Promotion in progress"))

@@ -110,6 +110,13 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
+# Only while a shadow phase runs with auth on: one Role granting `get` on the candidate's InferenceService (by name)
+# and its RoleBinding to the predictor pods' ServiceAccount, so the stable version may call the candidate; listed by
+# label, read by name before create, deleted when the shadow phase ends. The operator holds that `get` itself, so
+# no escalate or bind verb is needed.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 # Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off).
 - apiGroups: [""]
   resources: ["events"]

@@ -246,6 +246,17 @@ class DecisionOverride(_Model):
 
 class Sla(_Model):
     p95LatencyMs: int = Field(ge=1, le=600000, description="p95 decision latency the version promises (ms).")
+    # The decision-quality bounds the version promises: the promotion analysis uses them when spec.promote.analysis
+    # sets none.
+    maxFallbackRate: float | None = Field(
+        None, ge=0, le=1, description="Highest share of decisions the fallback rules may make (0..1)."
+    )
+    maxSchemaViolationRate: float | None = Field(
+        None, ge=0, description="Highest number of rejected model answers per decision."
+    )
+    maxLowConfidenceRate: float | None = Field(
+        None, ge=0, le=1, description="Highest share of decisions under the confidence threshold (0..1)."
+    )
 
 
 class TrainingData(_Model):

@@ -14,7 +14,9 @@ PromotionPhase = Literal[
     "Idle",  # nothing to do: spec.promote's version is stable and alone
     "Deploying",  # the candidate's InferenceService is being created
     "Waiting",  # waiting for the candidate to become ready (no traffic yet)
+    "Shadowing",  # the candidate is warm and gets a mirrored sample of the stable's traffic, no live traffic
     "Progressing",  # canary step `step` holds `weight`% of traffic, analysed at the end of its hold
+    "Paused",  # every analysis passed; waiting for the arbiter.dev/approve annotation before full traffic
     "Promoted",  # reserved: a success goes straight to Cooling (or Idle with rollbackWindowSeconds=0)
     "Cooling",  # previous stable kept warm for the rollback window
     "RollingBack",  # traffic back on stable, candidate being stopped
@@ -23,6 +25,7 @@ PromotionPhase = Literal[
 ]
 
 AnalysisVerdict = Literal["Pass", "Fail", "NoData", "Inconclusive"]
+CheckVerdict = Literal["Pass", "Fail", "NoData"]
 PromotionOutcome = Literal["Succeeded", "RolledBack", "Aborted"]
 
 
@@ -37,6 +40,36 @@ class CanaryStep(_Model):
     )
 
 
+CHECK_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class MetricCheck(_Model):
+    """A custom gate: a PromQL query whose single number must stay on the right side of `bound`."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=CHECK_NAME, description="Shown in status and events.")
+    query: str = Field(
+        min_length=1,
+        max_length=4000,
+        description="PromQL returning one number. Placeholders: {{candidate}} and {{stable}} expand to the label "
+        "selector of the candidate's and the stable version's pods (without braces), {{window}} to the analysis "
+        "window (e.g. 60s), {{namespace}}, {{model}}, {{candidateVersion}} and {{stableVersion}} to plain values.",
+    )
+    bound: float = Field(description="The limit the number is judged against.")
+    direction: Literal["max", "min"] = Field(
+        "max", description="max: the value must not exceed bound; min: it must not fall below it."
+    )
+
+
+class FallbackReasonBounds(_Model):
+    """Bounds on the share of decisions handed to the rules for one reason (the runtime's fallback reasons)."""
+
+    upstream_down: float | None = Field(None, ge=0, le=1, description="vLLM not answering.")
+    upstream_error: float | None = Field(None, ge=0, le=1, description="vLLM answering with an error.")
+    deadline: float | None = Field(None, ge=0, le=1, description="No valid answer within the decision deadline.")
+    invalid: float | None = Field(None, ge=0, le=1, description="Answers that failed the schema or consistency checks.")
+    low_confidence: float | None = Field(None, ge=0, le=1, description="Confidence under the threshold.")
+
+
 class Analysis(_Model):
     intervalSeconds: int = Field(
         60, ge=5, le=3600, description="Length of the metrics window read from Prometheus at the end of each step."
@@ -49,12 +82,73 @@ class Analysis(_Model):
     insufficientTraffic: Literal["Wait", "Fail"] = Field(
         "Wait", description="With fewer than minRequests: Wait (hold the step, up to the progress deadline) or Fail."
     )
+    maxFallbackRate: float | None = Field(
+        None, ge=0, le=1,
+        description="Highest share of decisions handed to the fallback rules (0..1); defaults to the candidate "
+        "version's metadata.sla.maxFallbackRate, else 0.05.",
+    )
+    maxFallbackRateByReason: FallbackReasonBounds | None = Field(
+        None, description="Optional bound per fallback reason (share of all decisions, 0..1); unset reasons are "
+        "bounded only by maxFallbackRate.",
+    )
+    maxSchemaViolationRate: float | None = Field(
+        None, ge=0,
+        description="Highest number of rejected model answers (schema violations and inconsistent trajectories) per "
+        "decision; defaults to the candidate version's metadata.sla.maxSchemaViolationRate, else 0.01.",
+    )
+    maxLowConfidenceRate: float | None = Field(
+        None, ge=0, le=1,
+        description="Highest share of decisions whose confidence is under the threshold (flagged or handed to the "
+        "rules); defaults to the candidate version's metadata.sla.maxLowConfidenceRate, else 0.25.",
+    )
+    maxDecisionMixShift: float | None = Field(
+        None, ge=0, le=1,
+        description="Highest absolute difference, over all labels, between the share of decisions with that label "
+        "from the candidate and from the stable version in the same window (0..1); default 0.10. Judged only when "
+        "the stable version saw minRequests decisions too.",
+    )
+    maxQueueTimeP95Ms: float | None = Field(
+        None, gt=0, description="Optional bound on vLLM's p95 request queue time (ms); off when unset."
+    )
+    maxKvCacheUsage: float | None = Field(
+        None, gt=0, le=1, description="Optional bound on vLLM's peak KV-cache use in the window (0..1); off when unset."
+    )
+    checks: list[MetricCheck] = Field(
+        default_factory=list, max_length=20, description="Custom PromQL gates, judged with the built-in ones."
+    )
+    failureLimit: int = Field(
+        0, ge=0, le=10,
+        description="Failed analyses in a row tolerated before the promotion rolls back (0: the first one does).",
+    )
 
+    @field_validator("checks")
+    @classmethod
+    def _unique_names(cls, checks: list[MetricCheck]) -> list[MetricCheck]:
+        names = [c.name for c in checks]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"analysis.checks names must be unique, repeated: {dup}")
+        return checks
+
+
+class Shadow(_Model):
+    """Champion/challenger: the stable version mirrors a sample of its live requests to the candidate."""
+
+    sampleRate: float = Field(0.1, gt=0, le=1, description="Share of the stable's requests mirrored (0..1].")
+    holdSeconds: int = Field(600, ge=0, le=7 * 86400, description="How long the shadow phase lasts at least.")
+    minAgreement: float = Field(
+        0.95, ge=0, le=1, description="Lowest share of mirrored requests where both versions chose the same label."
+    )
+    minCompared: int = Field(100, ge=1, description="Fewest compared requests before agreement counts.")
+    timeoutMs: int = Field(2000, ge=10, le=600000, description="How long the stable waits for a mirrored answer.")
+    maxInFlight: int = Field(16, ge=1, le=1024, description="Mirrored requests in flight at most; more are dropped.")
 
 class PromoteSpec(_Model):
     version: str = Field(description="The version that should be active; must be one of spec.versions[].name.")
-    strategy: Literal["Immediate", "Canary"] = Field(
-        "Immediate", description="Immediate: switch once the candidate is ready. Canary: move traffic by steps."
+    strategy: Literal["Immediate", "Canary", "Shadow"] = Field(
+        "Immediate",
+        description="Immediate: switch once the candidate is ready. Canary: move traffic by steps. Shadow: the "
+        "candidate only sees a mirrored sample of the stable's traffic and is judged on agreement, then switched.",
     )
     steps: list[CanaryStep] = Field(
         default_factory=lambda: [CanaryStep(weight=10), CanaryStep(weight=50)],
@@ -68,6 +162,16 @@ class PromoteSpec(_Model):
         3600, ge=0, le=7 * 86400, description="How long the previous version stays warm after a success (seconds)."
     )
     analysis: Analysis = Field(default_factory=Analysis)
+    shadow: Shadow | None = Field(
+        None,
+        description="Shadow phase settings. With strategy Shadow the defaults apply when unset; with strategy Canary "
+        "a shadow phase runs before the first step when set.",
+    )
+    approval: Literal["Auto", "Required"] = Field(
+        "Auto",
+        description="Required: after every analysis passed, wait (phase Paused) for the arbiter.dev/approve "
+        "annotation naming the candidate (kubectl arbiter approve) before it takes all traffic.",
+    )
 
     @field_validator("steps")
     @classmethod
@@ -76,6 +180,17 @@ class PromoteSpec(_Model):
         if any(b <= a for a, b in zip(weights, weights[1:])):
             raise ValueError(f"canary step weights must strictly increase, got {weights}")
         return steps
+
+
+class CheckResult(_Model):
+    """One gate of an analysis: what was measured, against which bound, and the verdict."""
+
+    name: str
+    value: float | None = None
+    bound: float | None = None
+    direction: Literal["max", "min"] = "max"
+    verdict: CheckVerdict
+    message: str = ""
 
 
 class AnalysisRun(_Model):
@@ -90,6 +205,7 @@ class AnalysisRun(_Model):
     maxErrorRate: float | None = None
     minRequests: int | None = None
     windowSeconds: int | None = None
+    checks: list[CheckResult] = Field(default_factory=list, max_length=64)
     message: str = ""
 
 
@@ -122,9 +238,23 @@ class PromotionStatus(_Model):
     )
     retryToken: str | None = Field(None, description="Last value of the arbiter.dev/retry annotation acted upon.")
     abortToken: str | None = Field(None, description="Last value of the arbiter.dev/abort annotation acted upon.")
+    approveToken: str | None = Field(
+        None, description="Value of the arbiter.dev/approve annotation when the promotion started (not an approval)."
+    )
+    consecutiveFailures: int = Field(0, ge=0, description="Failed analyses in a row, tolerated up to failureLimit.")
     history: list[PromotionRecord] = Field(default_factory=list, max_length=10)
 
 
 RETRY_ANNOTATION = "arbiter.dev/retry"
 # Abort without editing spec (GitOps-safe): a new value rolls a running promotion back; see docs/operations.md.
 ABORT_ANNOTATION = "arbiter.dev/abort"
+# Manual gate (approval: Required): `<candidate version>` or `<candidate version>@<anything>`, set after the promotion
+# started, lets a Paused promotion take all traffic; kubectl arbiter approve writes `<version>@<time>`.
+APPROVE_ANNOTATION = "arbiter.dev/approve"
+
+
+def approves(annotation: str | None, candidate: str | None, consumed: str | None) -> bool:
+    """Whether the annotation value approves `candidate`: it names it and was set after the promotion started."""
+    if not annotation or candidate is None or annotation == consumed:
+        return False
+    return annotation == candidate or annotation.startswith(candidate + "@")

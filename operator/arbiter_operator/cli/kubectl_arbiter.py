@@ -1,12 +1,13 @@
-"""`kubectl arbiter status|promote|abort|retry|history NAME`: the promotion surface for SREs.
+"""`kubectl arbiter status|promote|approve|abort|retry|history NAME`: the promotion surface for SREs.
 
 Installed as the `kubectl-arbiter` executable, which kubectl finds on PATH as a plugin. Works against any cluster the
 kubeconfig reaches, with kubectl's flags (--kubeconfig, --context, -n/--namespace, --as, --as-group,
 --request-timeout). Errors are one line on stderr with a documented exit code (see EXIT_*), never a traceback.
-There is no `approve`: promotions have no manual gates; a Canary advances on its analyses alone.
 
 Which commands write what:
 - status, history: read only.
+- approve: sets the `arbiter.dev/approve` annotation to `<candidate>@<time>`: a promotion with `approval: Required`
+  that waits in phase Paused takes all traffic (no spec change; safe under Argo CD).
 - retry: sets the `arbiter.dev/retry` annotation to a new value (no spec change; safe under Argo CD).
 - abort: sets the `arbiter.dev/abort` annotation to a new value: the running promotion rolls back at once, the spec
   is untouched (safe under Argo CD; the spec still names the candidate, so the resource stays Degraded until Git is
@@ -37,6 +38,7 @@ GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 DISTRIBUTION = "arbiter-operator"
 RETRY_ANNOTATION = "arbiter.dev/retry"
 ABORT_ANNOTATION = "arbiter.dev/abort"
+APPROVE_ANNOTATION = "arbiter.dev/approve"
 FIELD_MANAGER = "kubectl-arbiter"
 # Argo CD's own marks. Annotation tracking is Argo CD's default (since 3.0) and cannot be confused with anything else.
 # Label tracking (argocd-cm `application.resourceTrackingMethod: label`) uses `application.instanceLabelKey`, by
@@ -44,7 +46,7 @@ FIELD_MANAGER = "kubectl-arbiter"
 # says label tracking is configured (--argocd-tracking-label or ARBITER_ARGOCD_TRACKING_LABEL).
 ARGOCD_TRACKING_ANNOTATION = "argocd.argoproj.io/tracking-id"
 ARGOCD_TRACKING_LABEL_ENV = "ARBITER_ARGOCD_TRACKING_LABEL"
-IN_PROGRESS = ("Deploying", "Waiting", "Progressing")
+IN_PROGRESS = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
 
 # Exit codes (documented in docs/operations.md): scripts tell "fix your kubeconfig" from "the cluster said no".
 EXIT_OK = 0
@@ -256,9 +258,11 @@ def print_status(obj: dict[str, Any], out: TextIO) -> None:
     print(f"Stable:      {promo.get('stable') or '-'}", file=out)
     if promo.get("candidate"):
         line = promo["candidate"]
-        if promo.get("phase") == "Progressing":
+        if promo.get("phase") in ("Progressing", "Paused") and promo.get("weight"):
             n = len((spec.get("promote") or {}).get("steps") or [])
             line += f" (step {promo.get('step', 0) + 1}/{n}, {promo.get('weight', 0)}%)"
+        elif promo.get("phase") == "Shadowing":
+            line += " (shadow: mirrored requests only, no live traffic)"
         print(f"Candidate:   {line}", file=out)
     if promo.get("previous"):
         print(f"Previous:    {promo['previous']} (warm until {promo.get('coolingUntil')})", file=out)
@@ -268,14 +272,33 @@ def print_status(obj: dict[str, Any], out: TextIO) -> None:
     last = promo.get("lastAnalysis")
     if last:
         print(f"Analysis:    {last.get('verdict')} at {last.get('at')}: {last.get('message', '')}", file=out)
+        checks = last.get("checks") or []
+        if checks:
+            print(f"  {'CHECK':<24}{'VALUE':>12}{'BOUND':>14}  VERDICT", file=out)
+            for c in checks:
+                word = "<=" if c.get("direction", "max") == "max" else ">="
+                bound = "-" if c.get("bound") is None else f"{word} {_num(c.get('bound'))}"
+                print(f"  {str(c.get('name', '')):<24}{_num(c.get('value')):>12}{bound:>14}  {c.get('verdict', '')}",
+                      file=out)
     if promo.get("failureReason"):
         print(f"Failure:     {promo['failureReason']}: {promo.get('failureMessage', '')}", file=out)
     print("Conditions:", file=out)
     for c in status.get("conditions") or []:
         print(f"  {c['type']:<15} {c['status']:<8} {c.get('reason', ''):<26} {c.get('message', '')}", file=out)
+    if promo.get("phase") == "Paused":
+        print(f"\nWaiting for approval: kubectl arbiter approve {meta['name']} -n {meta['namespace']}  "
+              f"(or kubectl arbiter abort)", file=out)
     if promo.get("phase") == "Failed":
         print(f"\nTo try again: kubectl arbiter retry {meta['name']} -n {meta['namespace']}  (or change the spec)",
               file=out)
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)[:12]
+    return f"{value:.4g}"
 
 
 def print_history(obj: dict[str, Any], out: TextIO) -> None:
@@ -360,6 +383,23 @@ def cmd_abort(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_approve(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
+    obj = cluster.get(args.name)
+    promo = (obj.get("status") or {}).get("promotion") or {}
+    candidate = promo.get("candidate")
+    if promo.get("phase") not in IN_PROGRESS or not candidate:
+        raise CliError(f"nothing to approve for {args.name}: phase is {promo.get('phase', 'Idle')}, no promotion runs")
+    if args.version and args.version != candidate:
+        raise CliError(f"{args.name} is promoting {candidate}, not {args.version}: nothing approved")
+    cluster.patch(args.name, {"metadata": {"annotations": {APPROVE_ANNOTATION: f"{candidate}@{_now()}"}}})
+    if promo.get("phase") == "Paused":
+        print(f"decisionmodel.arbiter.dev/{args.name}: {candidate} approved; it takes all traffic", file=out)
+    else:
+        print(f"decisionmodel.arbiter.dev/{args.name}: {candidate} approved in advance (phase "
+              f"{promo.get('phase')}); it takes all traffic once its analyses pass", file=out)
+    return 0
+
+
 def cmd_retry(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
     obj = cluster.get(args.name)
     promo = (obj.get("status") or {}).get("promotion") or {}
@@ -427,12 +467,15 @@ def parser() -> argparse.ArgumentParser:
     s = add("promote", "set spec.promote.version (not for GitOps-managed resources)")
     s.add_argument("name")
     s.add_argument("version")
-    s.add_argument("--strategy", choices=["Immediate", "Canary"], default=None)
+    s.add_argument("--strategy", choices=["Immediate", "Canary", "Shadow"], default=None)
     s.add_argument("--gitops", action="store_true", help="print the change to commit to Git; change nothing")
     s.add_argument("--force", action="store_true", help="edit the spec even when Argo CD manages the resource")
     s.add_argument("--argocd-tracking-label", metavar="KEY", default=os.environ.get(ARGOCD_TRACKING_LABEL_ENV),
                    help="Argo CD uses label tracking with this label key (its application.instanceLabelKey, e.g. "
                         f"app.kubernetes.io/instance); default ${ARGOCD_TRACKING_LABEL_ENV}, else annotation only")
+    s = add("approve", "let a promotion waiting for approval take all traffic (annotation; spec untouched)")
+    s.add_argument("name")
+    s.add_argument("version", nargs="?", default=None, help="refuse unless this is the candidate being promoted")
     s = add("abort", "roll the running promotion back now (annotation; spec untouched)")
     s.add_argument("name")
     s = add("retry", "retry a failed promotion (annotation; spec untouched)")
@@ -445,7 +488,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"status": cmd_status, "promote": cmd_promote, "abort": cmd_abort, "retry": cmd_retry,
+COMMANDS = {"status": cmd_status, "promote": cmd_promote, "approve": cmd_approve, "abort": cmd_abort, "retry": cmd_retry,
             "history": cmd_history}
 
 

@@ -62,6 +62,8 @@ KINDS: dict[tuple[str, str], Kind] = {
         Kind("apps/v1", "Deployment", "deployments"),
         Kind("modelregistry.opendatahub.io/v1beta1", "ModelRegistry", "modelregistries"),
         Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
+        Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
+        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
     )
 }
 

@@ -36,6 +36,8 @@ class Observations:
     podmonitor_api: bool = False
     podmonitor: dict[str, Any] | None = None
     stable_service: dict[str, Any] | None = None  # the DecisionModel's own Service (owned), if it exists
+    # The shadow phase's Role and RoleBinding (owned), keyed by (kind, name): deleted when no shadow phase runs.
+    shadow_rbac: Mapping[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Filled by other parts (registry, artifact check, Prometheus analysis); neutral defaults keep serving going.
     artifacts: Mapping[str, ArtifactObservation] = field(default_factory=dict)
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

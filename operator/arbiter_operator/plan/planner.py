@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.promotion import ABORT_ANNOTATION, RETRY_ANNOTATION
+from ..api.promotion import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
@@ -22,6 +22,7 @@ from ..render import (
 )
 from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
+from ..render.shadow_rbac import RBAC_API, render_shadow_rbac
 from .model import ArtifactObservation, Event, Observations, Plan
 from .predictors import PredictorProblem, deployment_available, deployment_problem, predictor_problem
 from .validate import operator_side_problems, size_problems
@@ -162,6 +163,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             analysis=obs.analysis,
             retry_annotation=dm.metadata.annotations.get(RETRY_ANNOTATION),
             abort_annotation=dm.metadata.annotations.get(ABORT_ANNOTATION),
+            approve_annotation=dm.metadata.annotations.get(APPROVE_ANNOTATION),
             generation=gen,
             now=now,
         )
@@ -173,7 +175,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     live = [v for v in names if v in pplan.live]  # spec order: stable rendering
     for v in live:
         art = obs.artifacts.get(v, ArtifactObservation())
-        cm = render_configmap(dm, versions[v], diffusion=art.diffusion)
+        shadow = pplan.shadow if pplan.shadow is not None and pplan.shadow.stable == v else None
+        cm = render_configmap(dm, versions[v], diffusion=art.diffusion, shadow=shadow)
         children.append(cm)
         children.append(
             render_inferenceservice(
@@ -182,6 +185,9 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
                 storage_key=art.storage_key,
             )
         )
+    # While the stable version mirrors to the candidate, its pods may call the candidate (auth on); never otherwise.
+    shadow_rbac = render_shadow_rbac(dm, pplan.shadow.candidate) if pplan.shadow and dm.spec.exposure.auth else []
+    children.extend(shadow_rbac)
     if obs.podmonitor_api:
         children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
     stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None
@@ -203,6 +209,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     deletions = [("serving.kserve.io/v1beta1", "InferenceService", n) for n in sorted(obs.inferenceservices)
                  if n not in wanted_isvcs]
     deletions += [("v1", "ConfigMap", n) for n in sorted(obs.configmaps) if n not in wanted_cms]
+    wanted_rbac = {(c["kind"], c["metadata"]["name"]) for c in shadow_rbac}
+    deletions += [(RBAC_API, k, n) for k, n in sorted(obs.shadow_rbac) if (k, n) not in wanted_rbac]
 
     # Conditions: promotion's three, then Serving / Exposed / Ready from what the user can reach.
     for pc in (pplan.promoted, pplan.stalled, pplan.reconciling):

@@ -18,12 +18,21 @@ from typing import Literal, Mapping
 from arbiter_operator.api.conditions import PROMOTED, RECONCILING, STALLED, Condition, make_condition
 from arbiter_operator.api.conditions import Event as PromotionEvent  # one Event type for planner and machine
 from arbiter_operator.api.promotion import (
+    APPROVE_ANNOTATION,
     AnalysisRun,
     PromoteSpec,
     PromotionRecord,
     PromotionStatus,
+    approves,
 )
-from arbiter_operator.promotion.analysis import _ts, next_analysis_at, parse_time, whole_seconds
+from arbiter_operator.promotion.analysis import (
+    DEFAULT_SHADOW,
+    _hold_seconds,
+    _ts,
+    next_analysis_at,
+    parse_time,
+    whole_seconds,
+)
 
 HISTORY_LIMIT = 10
 # While waiting on something that has no timer (an InferenceService turning ready, a candidate being deleted), poll at
@@ -42,11 +51,12 @@ def loading_poll(elapsed: float) -> float:
         interval *= 2
     return min(interval, POLL_MAX_SECONDS)
 
-IN_PROGRESS = ("Deploying", "Waiting", "Progressing")
+IN_PROGRESS = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
 STOPPING = ("RollingBack", "Aborted")
 
 # Failure reasons (status.promotion.failureReason, and the reason of Promoted/Stalled/Ready).
 ANALYSIS_FAILED = "AnalysisFailed"
+SHADOW_FAILED = "ShadowAnalysisFailed"
 DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 CANDIDATE_FAILED = "CandidateFailed"
 ARTIFACTS_INVALID = "ArtifactsInvalid"
@@ -77,6 +87,23 @@ class PromotionInputs:
     generation: int
     now: datetime
     abort_annotation: str | None = None
+    approve_annotation: str | None = None
+
+
+@dataclass(frozen=True)
+class ShadowPlan:
+    """The stable version mirrors a sample of its traffic to the candidate (rendered as the stable's shadow.json)."""
+
+    stable: str
+    candidate: str
+    sample_rate: float
+    timeout_ms: int
+    max_in_flight: int
+
+
+def uses_shadow(spec: PromoteSpec) -> bool:
+    """Strategy Shadow, or a Canary with a shadow phase before its first step."""
+    return spec.strategy == "Shadow" or (spec.strategy == "Canary" and spec.shadow is not None)
 
 
 @dataclass(frozen=True)
@@ -99,6 +126,7 @@ class PromotionPlan:
     ready: ReadyVerdict
     events: tuple[PromotionEvent, ...]
     requeue_after: float | None
+    shadow: ShadowPlan | None = None
 
 
 @dataclass
@@ -150,6 +178,8 @@ class _Run:
             failedGeneration=None,
             retryToken=self.inp.retry_annotation or self.st.retryToken,
             abortToken=self.inp.abort_annotation or self.st.abortToken,
+            approveToken=self.inp.approve_annotation or self.st.approveToken,
+            consecutiveFailures=0,
         )
         frm = f" from {self.st.stable}" if self.st.stable else ""
         self.event("Normal", "PromotionStarted", f"Promoting {version}{frm} ({self.inp.spec.strategy}); {why}")
@@ -202,11 +232,14 @@ class _Run:
         """Deadline for the current wait: progress must happen within progressDeadlineSeconds of entering the
         phase or step, beyond the holds the spec itself asks for (so long canaries are not cut short)."""
         spec = self.inp.spec
+        if self.st.phase == "Paused":
+            return None  # a person decides; abort is always available
         base = parse_time(self.st.startedAt)
-        if self.st.phase == "Progressing":
+        if self.st.phase in ("Progressing", "Shadowing"):
             step_start = parse_time(self.st.stepStartedAt)
-            if step_start is not None and 0 <= self.st.step < len(spec.steps):
-                base = step_start + timedelta(seconds=spec.steps[self.st.step].holdSeconds)
+            hold = _hold_seconds(spec, self.st)
+            if step_start is not None and hold is not None:
+                base = step_start + timedelta(seconds=hold)
         return None if base is None else base + timedelta(seconds=spec.progressDeadlineSeconds)
 
     # -- normalisation: any status read back (even one edited by hand) becomes a consistent one ----------------
@@ -238,6 +271,12 @@ class _Run:
             self.set(previous=None, coolingUntil=None)
         if phase == "Progressing" and (self.st.step < 0 or parse_time(self.st.stepStartedAt) is None):
             phase = "Waiting"
+        if phase == "Shadowing" and (self.st.stable is None or parse_time(self.st.stepStartedAt) is None):
+            phase = "Waiting"
+        if phase == "Paused" and self.st.stable is None:
+            phase = "Waiting"
+        if phase == "Shadowing":
+            self.set(step=-1)
         if phase in ("Deploying", "Waiting") and parse_time(self.st.startedAt) is None:
             self.set(startedAt=_ts(self.now))
         if phase in ("Deploying", "Waiting"):
@@ -248,6 +287,11 @@ class _Run:
             # Weight follows the spec's step; a step index beyond a shortened spec keeps a canary-sized weight.
             w = steps[self.st.step].weight if self.st.step < len(steps) else max(1, min(99, self.st.weight or 50))
             self.set(weight=w)
+        elif phase == "Paused":
+            # Paused after the last canary step keeps that step's weight; after a shadow phase or Immediate, none.
+            steps = self.inp.spec.steps
+            canary = self.inp.spec.strategy == "Canary" and 0 <= self.st.step < len(steps)
+            self.set(weight=steps[self.st.step].weight if canary else 0, step=self.st.step if canary else -1)
         else:
             self.set(weight=0)
 
@@ -353,7 +397,7 @@ class _Run:
             self.fail(CANDIDATE_FAILED, f"{cand} failed: {o.message or 'InferenceService reports a failure'}")
             return
         deadline = self.deadline()
-        if deadline is not None and self.now >= deadline and not (self.st.phase != "Progressing" and o.ready):
+        if deadline is not None and self.now >= deadline and not (self.st.phase in ("Deploying", "Waiting") and o.ready):
             self.fail(DEADLINE_EXCEEDED, self.deadline_message(cand))
             return
         st = self.st
@@ -366,17 +410,75 @@ class _Run:
                     self.set(phase="Waiting")
                     self.event("Normal", "CandidateDeployed", f"InferenceService of {cand} created, waiting for ready")
                 return
-            if st.stable is None or spec.strategy == "Immediate" or not spec.steps:
-                self.promote()
+            if st.stable is None:
+                self.promote()  # first deployment: nothing to compare with, nothing else serves
+                return
+            if uses_shadow(spec):
+                self.enter_shadow()
+                return
+            if spec.strategy != "Canary" or not spec.steps:
+                self.finish()
                 return
             self.enter_step(0)
             return
-        # Progressing
-        if spec.strategy == "Immediate" or st.step >= len(spec.steps):
-            if o.ready:
+        if st.phase == "Paused":
+            if spec.approval != "Required":
+                self.event("Normal", "Approved", f"approval is no longer required: promoting {cand}")
+                self.promote()
+            elif approves(inp.approve_annotation, cand, st.approveToken):
+                self.set(approveToken=inp.approve_annotation)
+                self.event("Normal", "Approved", f"{cand} approved ({APPROVE_ANNOTATION}={inp.approve_annotation})")
                 self.promote()
             return
+        if st.phase == "Shadowing":
+            if not uses_shadow(spec):  # the spec dropped the shadow phase: go on as it now says
+                self.after_shadow()
+                return
+            self.take_analysis()
+            return
+        # Progressing
+        if spec.strategy != "Canary" or st.step >= len(spec.steps):
+            if o.ready:
+                self.finish()
+            return
         self.take_analysis()
+
+    def finish(self) -> None:
+        """Every analysis passed: take all traffic, or wait for approval first."""
+        if self.inp.spec.approval != "Required":
+            self.promote()
+            return
+        cand = self.st.candidate
+        if approves(self.inp.approve_annotation, cand, self.st.approveToken):
+            self.set(approveToken=self.inp.approve_annotation)
+            self.event("Normal", "Approved", f"{cand} approved ({APPROVE_ANNOTATION}={self.inp.approve_annotation})")
+            self.promote()
+            return
+        keep = self.st.phase == "Progressing" and self.inp.spec.strategy == "Canary"
+        self.set(phase="Paused", step=self.st.step if keep else -1, weight=self.st.weight if keep else 0)
+        self.event(
+            "Normal",
+            "WaitingForApproval",
+            f"{cand} passed its analysis and waits for approval: kubectl arbiter approve (sets {APPROVE_ANNOTATION}="
+            f"{cand})",
+        )
+
+    def enter_shadow(self) -> None:
+        sh = self.inp.spec.shadow or DEFAULT_SHADOW
+        self.set(phase="Shadowing", step=-1, weight=0, stepStartedAt=_ts(self.now))
+        self.event(
+            "Normal",
+            "ShadowStarted",
+            f"{self.st.stable} mirrors {sh.sampleRate * 100:g}% of its requests to {self.st.candidate} "
+            f"(no live traffic to it), hold {sh.holdSeconds}s, minAgreement {sh.minAgreement}",
+        )
+
+    def after_shadow(self) -> None:
+        spec = self.inp.spec
+        if spec.strategy == "Canary" and spec.steps:
+            self.enter_step(0)
+        else:
+            self.finish()
 
     def enter_step(self, index: int) -> None:
         step = self.inp.spec.steps[index]
@@ -398,26 +500,44 @@ class _Run:
         if at is None or at < started:
             return  # stale: from before this step began
         spec = self.inp.spec
-        hold_end = started + timedelta(seconds=spec.steps[st.step].holdSeconds)
+        shadow = st.phase == "Shadowing"
+        hold_end = started + timedelta(seconds=_hold_seconds(spec, st) or 0)
         self.set(lastAnalysis=run)
         n = len(spec.steps)
+        where = "shadow" if shadow else f"step {st.step + 1}/{n}"
         if run.verdict == "Fail":
-            self.fail(ANALYSIS_FAILED, f"step {st.step + 1}/{n}: {run.message}")
+            failures = st.consecutiveFailures + 1
+            if failures <= spec.analysis.failureLimit:
+                self.set(consecutiveFailures=failures)
+                self.event(
+                    "Warning",
+                    "AnalysisFailureTolerated",
+                    f"{where.capitalize()}: failed analysis {failures} of failureLimit "
+                    f"{spec.analysis.failureLimit} tolerated: {run.message}",
+                )
+                return
+            reason = SHADOW_FAILED if shadow else ANALYSIS_FAILED
+            self.fail(reason, f"{where}: {run.message}")
             return
+        if run.verdict == "Pass":
+            self.set(consecutiveFailures=0)
         if at < hold_end:
             return  # interim analysis: only a failure acts before the hold ends
         if run.verdict == "Pass":
-            self.event("Normal", "AnalysisPassed", f"Step {st.step + 1}/{n} passed: {run.message}")
-            if st.step + 1 < n:
+            self.event("Normal", "AnalysisPassed", f"{where.capitalize()} passed: {run.message}")
+            if shadow:
+                self.after_shadow()
+            elif st.step + 1 < n:
                 self.enter_step(st.step + 1)
             else:
-                self.promote()
+                self.finish()
             return
         if run.verdict == "NoData" and spec.analysis.insufficientTraffic == "Fail":
-            self.fail(ANALYSIS_FAILED, f"step {st.step + 1}/{n}: insufficient traffic: {run.message}")
+            reason = SHADOW_FAILED if shadow else ANALYSIS_FAILED
+            self.fail(reason, f"{where}: insufficient traffic: {run.message}")
             return
         reason = "InsufficientTraffic" if run.verdict == "NoData" else "AnalysisInconclusive"
-        self.event("Warning", reason, f"Step {st.step + 1}/{n} waits: {run.message}")
+        self.event("Warning", reason, f"{where.capitalize()} waits: {run.message}")
 
     def deadline_message(self, cand: str) -> str:
         st, spec = self.st, self.inp.spec
@@ -428,10 +548,12 @@ class _Run:
             )
         elif st.phase == "Waiting":
             where = f"{cand} not ready"
+        elif st.phase == "Shadowing":
+            where = "shadow phase did not pass"
         else:
             where = f"step {st.step + 1}/{len(spec.steps)} did not pass"
         msg = f"{where} within progressDeadlineSeconds={secs}"
-        if st.lastAnalysis is not None and st.phase == "Progressing":
+        if st.lastAnalysis is not None and st.phase in ("Progressing", "Shadowing"):
             msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
         return msg
 
@@ -486,7 +608,7 @@ def _traffic(
     intended: dict[str, int] = {}
     if st.stable:
         intended[st.stable] = 100
-    if st.phase == "Progressing" and st.candidate and 0 < st.weight < 100 and st.stable:
+    if st.phase in ("Progressing", "Paused") and st.candidate and 0 < st.weight < 100 and st.stable:
         intended = {st.stable: 100 - st.weight, st.candidate: st.weight}
     ready_part = {v: w for v, w in intended.items() if ready(v) and w > 0}
     if len(ready_part) == len(intended) and ready_part:
@@ -532,17 +654,27 @@ def _conditions(run: _Run, traffic: Mapping[str, int]) -> tuple[Condition, Condi
             msg = f"Canary step {st.step + 1}/{n}: {st.weight}% of traffic to {st.candidate}"
             if st.lastAnalysis is not None:
                 msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
+        elif st.phase == "Shadowing":
+            msg = f"Shadow: {st.candidate} gets a mirrored sample of {st.stable}'s requests, no live traffic"
+            if st.lastAnalysis is not None:
+                msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
+        elif st.phase == "Paused":
+            msg = (
+                f"{st.candidate} passed its analysis and waits for approval ({st.weight}% of traffic): "
+                f"kubectl arbiter approve, or set the {APPROVE_ANNOTATION}={st.candidate} annotation"
+            )
         elif st.phase == "Waiting":
             msg = f"Waiting for {st.candidate} to become ready"
         else:
             msg = f"Deploying {st.candidate}"
         if st.stable:
             msg += f"; {st.stable} serves the rest"
+        reason = "WaitingForApproval" if st.phase == "Paused" else "Progressing"
         return (
-            cond(PROMOTED, "False", "Progressing", msg),
-            cond(STALLED, "False", "Progressing", msg),
-            cond(RECONCILING, "True", "Progressing", msg),
-            ReadyVerdict("False", "Progressing", msg),
+            cond(PROMOTED, "False", reason, msg),
+            cond(STALLED, "False", reason, msg),
+            cond(RECONCILING, "True", reason, msg),
+            ReadyVerdict("False", reason, msg),
         )
     # Idle, Cooling, Aborted: the promoted version is stable.
     if st.stable == target and traffic.get(target) == 100:
@@ -585,7 +717,7 @@ def _requeue(run: _Run) -> float | None:
         # Status times have whole seconds; waking just after the boundary keeps overhead under a second.
         out = max(0.5, (min(times) - run.inp.now).total_seconds() + 0.05)
     if st.phase in ("Deploying", "Waiting") or st.phase in STOPPING or (
-        st.phase == "Progressing" and not run.obs(st.candidate).ready
+        st.phase in ("Progressing", "Shadowing") and not run.obs(st.candidate).ready
     ):
         poll = POLL_SECONDS
         if st.phase in ("Deploying", "Waiting") and (started := parse_time(st.startedAt)) is not None:
@@ -607,6 +739,11 @@ def advance(inputs: PromotionInputs) -> PromotionPlan:
     live = _live(run.st, obs)
     traffic = _traffic(run.st, live, obs)
     promoted, stalled, reconciling, ready = _conditions(run, traffic)
+    shadow = None
+    st = run.st
+    if st.phase == "Shadowing" and st.stable and st.candidate and st.candidate in live and st.stable in live:
+        sh = inputs.spec.shadow or DEFAULT_SHADOW
+        shadow = ShadowPlan(st.stable, st.candidate, sh.sampleRate, sh.timeoutMs, sh.maxInFlight)
     return PromotionPlan(
         status=run.st,
         live=live,
@@ -617,4 +754,5 @@ def advance(inputs: PromotionInputs) -> PromotionPlan:
         ready=ready,
         events=tuple(run.events),
         requeue_after=_requeue(run),
+        shadow=shadow,
     )

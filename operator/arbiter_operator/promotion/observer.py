@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig
-from arbiter_operator.promotion.analysis import analysis_due, run_analysis
+from arbiter_operator.promotion.analysis import VersionBounds, analysis_due, run_analysis
 
 log = logging.getLogger("arbiter.promotion")
 # httpx logs every request at INFO; the analysis line below already tells the story once per analysis.
@@ -37,6 +37,15 @@ def _sla(dm: Any, version: str) -> float | None:
     return None
 
 
+def _bounds(dm: Any, version: str) -> VersionBounds | None:
+    """The decision-quality bounds the candidate's metadata.sla promises (the analysis falls back on them)."""
+    for v in dm.spec.versions:
+        if v.name == version:
+            sla = v.metadata.sla
+            return VersionBounds(sla.maxFallbackRate, sla.maxSchemaViolationRate, sla.maxLowConfidenceRate)
+    return None
+
+
 async def observe_promotion_analysis(dm: Any, obs: Any) -> Any:
     promote = dm.spec.promote
     query = analysis_due(
@@ -46,16 +55,17 @@ async def observe_promotion_analysis(dm: Any, obs: Any) -> Any:
         namespace=dm.metadata.namespace,
         model=dm.metadata.name,
         sla_p95_ms=_sla(dm, promote.version),
+        version_bounds=_bounds(dm, promote.version),
     )
     if query is None:
         return obs
     run = await run_analysis(_prometheus(), query)
     log.info(
-        "%s/%s analysis of %s step %d (%s): %s: %s",
+        "%s/%s analysis of %s %s (%s): %s: %s",
         dm.metadata.namespace,
         dm.metadata.name,
         query.version,
-        query.step + 1,
+        "shadow" if query.shadow else f"step {query.step + 1}",
         "final" if query.final else "interim",
         run.verdict,
         run.message,

@@ -26,6 +26,10 @@ SERVING_PORT_NAME = "http1"  # the runtime container's port name (KServe's conve
 VLLM_PORT = 8000
 CONFIG_DIR = "/etc/arbiter/decision"
 CONFIG_FILE = "decision.json"
+# The stable version's mirroring settings during a shadow phase; read live by the runtime, so it is left out of the
+# pod-template checksum: switching shadowing on or off never restarts a serving pod.
+SHADOW_FILE = "shadow.json"
+LIVE_FILES = frozenset({SHADOW_FILE})
 MODEL_DIR = "/mnt/models"  # where KServe's storage initializer (or modelcar) puts the weights
 
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..api.models import DecisionModel, DecisionSpec, ModelVersion
-from .common import CONFIG_FILE, VLLM_PORT, configmap_name, metadata
+from .common import CONFIG_FILE, SHADOW_FILE, VLLM_PORT, configmap_name, metadata, predictor_service
 
 
 def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:
@@ -42,12 +42,32 @@ def decision_config(dm: DecisionModel, version: ModelVersion, diffusion: bool = 
     return cfg
 
 
-def render_configmap(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> dict[str, Any]:
+def shadow_config(dm: DecisionModel, shadow: Any) -> dict[str, Any]:
+    """shadow.json: where the stable version's runtime mirrors a sample of its requests (the candidate's predictor
+    Service, in-cluster), how many and how long it waits. The runtime re-reads it live."""
+    ns = dm.metadata.namespace
+    return {
+        "candidate": shadow.candidate,
+        "url": f"http://{predictor_service(dm.metadata.name, shadow.candidate)}.{ns}.svc.cluster.local",
+        "sampleRate": shadow.sample_rate,
+        "timeoutMs": shadow.timeout_ms,
+        "maxInFlight": shadow.max_in_flight,
+    }
+
+
+def render_configmap(
+    dm: DecisionModel, version: ModelVersion, diffusion: bool = False, shadow: Any = None
+) -> dict[str, Any]:
+    """shadow: a promotion.ShadowPlan when this (stable) version mirrors traffic to a candidate; without it the
+    ConfigMap has no shadow.json, so server-side apply removes the key and mirroring stops."""
     cfg = decision_config(dm, version, diffusion)
+    # Sorted, indented JSON: stable bytes (so the checksum only moves when content does) and readable in `oc get`.
+    data = {CONFIG_FILE: json.dumps(cfg, sort_keys=True, indent=2)}
+    if shadow is not None:
+        data[SHADOW_FILE] = json.dumps(shadow_config(dm, shadow), sort_keys=True, indent=2)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": metadata(dm, configmap_name(dm.metadata.name, version.name), "decision-config", version.name),
-        # Sorted, indented JSON: stable bytes (so the checksum only moves when content does) and readable in `oc get`.
-        "data": {CONFIG_FILE: json.dumps(cfg, sort_keys=True, indent=2)},
+        "data": data,
     }

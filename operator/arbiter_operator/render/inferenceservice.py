@@ -9,6 +9,7 @@ from .common import (
     ANN_CONFIG_CHECKSUM,
     CONFIG_DIR,
     CONFIG_FILE,
+    LIVE_FILES,
     MODEL_DIR,
     SERVING_PORT,
     VLLM_PORT,
@@ -120,8 +121,10 @@ def render_inferenceservice(
     s = dm.spec.serving
     name = isvc_name(dm.metadata.name, version.name)
     pod_annotations, pod_labels = sidecar_settings(dm.spec.mesh.sidecar, namespace_labels)
-    # A changed decision.json changes this annotation on the pod template, so the Deployment rolls the pods.
-    pod_annotations = {**pod_annotations, ANN_CONFIG_CHECKSUM: checksum(configmap.get("data", {}))}
+    # A changed decision.json changes this annotation on the pod template, so the Deployment rolls the pods; files the
+    # runtime re-reads live (shadow.json) are left out, so they never restart a pod.
+    restart_data = {k: v for k, v in (configmap.get("data") or {}).items() if k not in LIVE_FILES}
+    pod_annotations = {**pod_annotations, ANN_CONFIG_CHECKSUM: checksum(restart_data)}
     pod_labels = {**base_labels(dm, "predictor", version.name), **pod_labels}
 
     labels = {**base_labels(dm, "inferenceservice", version.name), DASHBOARD: "true"}
