@@ -112,10 +112,11 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
-# Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off).
+# Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off); a reason that
+# repeats on the same DecisionModel within 10 minutes updates the earlier Event's count (patch) instead.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 # spec.registry.modelRegistryRef: the ModelRegistry's status gives the registry's REST address.
 - apiGroups: ["modelregistry.opendatahub.io"]
   resources: ["modelregistries"]
