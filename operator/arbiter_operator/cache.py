@@ -16,10 +16,10 @@ the apiserver.
 
 from __future__ import annotations
 
-import copy
+import json
 import re
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from .clients.kube import KubeClient
 
@@ -38,22 +38,25 @@ def _rv(obj: dict[str, Any] | None) -> int | None:
         return None
 
 
-def newer(new: dict[str, Any], old: dict[str, Any] | None) -> bool:
-    """Whether `new` may replace `old`. resourceVersions are opaque to clients in general, but every apiserver
-    backed by etcd hands out its revision, an increasing integer; when either is not an integer, the later arrival
-    wins."""
-    a, b = _rv(new), _rv(old)
-    return a is None or b is None or a >= b
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# KServe's predictor Deployments and pods: the reconcile reads their metadata and status only (plan/predictors.py),
+# so their spec (the pod template: containers, volumes, env) is not held.
+STATUS_ONLY = frozenset({"Deployment", "Pod"})
 
 
 def _slim(obj: dict[str, Any]) -> dict[str, Any]:
-    """What the reconcile reads of an object: everything but managedFields (the largest part, read only for objects
-    of other owners, which come from the apiserver)."""
+    """What the reconcile reads of an object: everything but managedFields, kubectl's copy of the last applied spec
+    and, for STATUS_ONLY kinds, the spec (the largest parts; managedFields are read only for objects of other owners,
+    which come from the apiserver)."""
     meta = obj.get("metadata") or {}
-    if "managedFields" not in meta:
+    annotations = meta.get("annotations") or {}
+    status_only = obj.get("kind") in STATUS_ONLY and "spec" in obj
+    if "managedFields" not in meta and LAST_APPLIED not in annotations and not status_only:
         return obj
-    out = dict(obj)
+    out = {k: v for k, v in obj.items() if not (status_only and k == "spec")}
     out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if LAST_APPLIED in annotations:
+        out["metadata"]["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
     return out
 
 
@@ -86,6 +89,13 @@ def matches(labels: dict[str, str], reqs: list[tuple[str, str, set[str]]]) -> bo
     return True
 
 
+class _Held(NamedTuple):
+    rv: int | None
+    labels: dict[str, str]
+    data: bytes  # the object as compact JSON: a third or less of the memory of the parsed dicts, and each read
+    # parses its own copy (no caller can change what is held)
+
+
 class WatchCache:
     """Objects by (apiVersion, kind, namespace, name) for the kinds whose watches fill it. Thread-safe: the watches
     run on kopf's event loop, reconciles read from worker threads."""
@@ -94,7 +104,7 @@ class WatchCache:
         # (apiVersion, kind) -> the label every held object of that kind carries (the watch's filter), or None.
         # Namespaces are held too (nswatch.py fills them) but are not listed here: a namespace not yet watched is read.
         self.kinds: dict[tuple[str, str], str | None] = dict(kinds or {})
-        self._objs: dict[Key, dict[str, Any]] = {}
+        self._objs: dict[Key, _Held] = {}
         self._by_ns: dict[tuple[str, str, str], set[str]] = {}
         self._written: dict[Key, int | None] = {}  # resourceVersion of the operator's last write to each object
         self._lock = threading.Lock()
@@ -102,16 +112,24 @@ class WatchCache:
     def __len__(self) -> int:
         return len(self._objs)
 
-    def put(self, obj: dict[str, Any]) -> dict[str, Any] | None:
-        """Hold `obj` unless what is held is newer. Returns what was held before (None: nothing)."""
+    def put(self, obj: dict[str, Any]) -> None:
+        """Hold `obj` unless what is held is newer. resourceVersions are opaque to clients in general, but every
+        apiserver backed by etcd hands out its revision, an increasing integer; when either is not an integer, the
+        later arrival wins."""
         key = _key(obj)
+        rv = _rv(obj)
+        held = self._objs.get(key)
+        if held is not None and rv is not None and held.rv is not None and rv < held.rv:
+            return
+        slim = _slim(obj)
+        entry = _Held(rv, dict((slim.get("metadata") or {}).get("labels") or {}),
+                      json.dumps(slim, separators=(",", ":")).encode())
         with self._lock:
-            old = self._objs.get(key)
-            if old is not None and not newer(obj, old):
-                return old
-            self._objs[key] = _slim(obj)
+            held = self._objs.get(key)
+            if held is not None and rv is not None and held.rv is not None and rv < held.rv:
+                return
+            self._objs[key] = entry
             self._by_ns.setdefault(key[:3], set()).add(key[3])
-            return old
 
     def discard(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
         key = (api_version, kind, namespace or "", name)
@@ -140,20 +158,18 @@ class WatchCache:
             return rv is not None and self._written.get(_key(obj)) == rv
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        with self._lock:
-            obj = self._objs.get((api_version, kind, namespace or "", name))
-        return copy.deepcopy(obj) if obj is not None else None
+        held = self._objs.get((api_version, kind, namespace or "", name))
+        return json.loads(held.data) if held is not None else None
 
     def list(self, api_version: str, kind: str, namespace: str | None,
              reqs: list[tuple[str, str, set[str]]]) -> list[dict[str, Any]]:
         with self._lock:
             if namespace:
                 names = self._by_ns.get((api_version, kind, namespace), set())
-                objs = [self._objs[(api_version, kind, namespace, n)] for n in sorted(names)]
+                held = [self._objs[(api_version, kind, namespace, n)] for n in sorted(names)]
             else:
-                objs = [o for k, o in self._objs.items() if k[:2] == (api_version, kind)]
-        return [copy.deepcopy(o) for o in objs
-                if matches((o.get("metadata") or {}).get("labels") or {}, reqs)]
+                held = [h for k, h in sorted(self._objs.items()) if k[:2] == (api_version, kind)]
+        return [json.loads(h.data) for h in held if matches(h.labels, reqs)]
 
 
 class CachedKubeClient:
