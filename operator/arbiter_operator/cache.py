@@ -157,6 +157,9 @@ class WatchCache:
         with self._lock:
             return rv is not None and self._written.get(_key(obj)) == rv
 
+    def holds(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+        return (api_version, kind, namespace or "", name) in self._objs
+
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         held = self._objs.get((api_version, kind, namespace or "", name))
         return json.loads(held.data) if held is not None else None

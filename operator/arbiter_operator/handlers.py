@@ -332,6 +332,23 @@ async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, 
         memo[QUEUE_KEY].add((namespace, owner))
 
 
+async def _label_gone(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """An object whose label the watch filters on is absent: if the cache holds it (someone removed the label), it
+    goes, and its DecisionModel (as last held) is queued to put the label back."""
+    cache: WatchCache = memo[CACHE_KEY]
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    api_version, kind, ns, name = obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get(
+        "name", "")
+    if not cache.holds(api_version, kind, ns, name):
+        return
+    held = cache.get(api_version, kind, ns, name) or {}
+    cache.discard(api_version, kind, ns, name)
+    owner = ((held.get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
+    if owner and ns:
+        memo[QUEUE_KEY].add((ns, owner))
+
+
 def _group_version(api_version: str) -> tuple[str, str]:
     group, _, version = api_version.rpartition("/")
     return group, version
@@ -341,6 +358,8 @@ for _api, _kind, _plural, _label in CACHED:
     _g, _v = _group_version(_api)
     _filters: dict[str, Any] = {"labels": {_label: kopf.PRESENT}} if _label else {}
     kopf.index(_g, _v, _plural, id=f"cache-{_plural}", **_filters)(_fill)
+    if _label:
+        kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)
     if _kind == "Deployment":
         kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)
     elif _kind == "Pod":  # read while a version loads (the loading poll); a pod's own changes queue nothing

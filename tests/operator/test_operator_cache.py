@@ -197,3 +197,16 @@ def test_a_list_the_cache_cannot_answer_goes_to_the_apiserver(control_plane, nam
     assert cached.list("v1", "ConfigMap", namespace, "arbiter.dev/decision-model=x") == []  # held: none
     assert cached.get("v1", "ConfigMap", namespace, name)["metadata"]["name"] == name
     assert cached.held("v1", "ConfigMap", namespace, name) is None
+
+
+def test_a_child_whose_label_is_removed_gets_it_back(control_plane, namespace, api, operator_process, predictors):
+    """The cache holds children by the operator's label: one whose label someone removed leaves the cache, and the
+    reconcile puts the label back (it would otherwise look converged from memory)."""
+    operator_process(namespaces=[namespace])
+    create_dm(api, namespace, example())
+    eventually(lambda: _ready(api, namespace), 120, "Ready")
+    cm = "credit-limit--1-0-0-decision"
+    client.CoreV1Api(api).patch_namespaced_config_map(
+        cm, namespace, [{"op": "remove", "path": "/metadata/labels/arbiter.dev~1decision-model"}])
+    eventually(lambda: client.CoreV1Api(api).read_namespaced_config_map(cm, namespace).metadata.labels.get(
+        "arbiter.dev/decision-model") == DM, 30, "label restored")
