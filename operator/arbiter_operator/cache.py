@@ -91,6 +91,7 @@ def matches(labels: dict[str, str], reqs: list[tuple[str, str, set[str]]]) -> bo
 
 class _Held(NamedTuple):
     rv: int | None
+    uid: str | None
     labels: dict[str, str]
     data: bytes  # the object as compact JSON: a third or less of the memory of the parsed dicts, and each read
     # parses its own copy (no caller can change what is held)
@@ -122,7 +123,7 @@ class WatchCache:
         if held is not None and rv is not None and held.rv is not None and rv < held.rv:
             return
         slim = _slim(obj)
-        entry = _Held(rv, dict((slim.get("metadata") or {}).get("labels") or {}),
+        entry = _Held(rv, (obj.get("metadata") or {}).get("uid"), dict((slim.get("metadata") or {}).get("labels") or {}),
                       json.dumps(slim, separators=(",", ":")).encode())
         with self._lock:
             held = self._objs.get(key)
@@ -131,9 +132,14 @@ class WatchCache:
             self._objs[key] = entry
             self._by_ns.setdefault(key[:3], set()).add(key[3])
 
-    def discard(self, api_version: str, kind: str, namespace: str | None, name: str) -> None:
+    def discard(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> None:
+        """Forget an object. uid: only that very object (a deletion event of an earlier object of the same name must
+        not take the one created since, e.g. a candidate redeployed under its name)."""
         key = (api_version, kind, namespace or "", name)
         with self._lock:
+            held = self._objs.get(key)
+            if uid and held is not None and held.uid and held.uid != uid:
+                return
             self._objs.pop(key, None)
             self._written.pop(key, None)
             names = self._by_ns.get(key[:3])

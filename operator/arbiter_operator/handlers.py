@@ -268,7 +268,8 @@ def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
     obj = event.get("object") or {}
     if event.get("type") == "DELETED":
         meta = obj.get("metadata") or {}
-        cache.discard(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""))
+        cache.discard(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""),
+                      uid=meta.get("uid"))
         return False
     return cache.is_echo(obj)
 
