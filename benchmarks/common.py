@@ -196,6 +196,25 @@ def metrics_requests(api: k8s.ApiClient) -> Counter[tuple[str, str]]:
     return out
 
 
+def operator_counters(op: Any) -> dict[str, float]:
+    """The operator's own counters from its /metrics page: reconcile passes (all results), watch echoes skipped, and
+    its API requests by verb (e.g. "requests_GET"). Counters only grow: diff two readings."""
+    out: dict[str, float] = {}
+    for line in op.scrape().splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        name, value = line.rsplit(" ", 1)
+        if name.startswith("arbiter_operator_reconcile_total{"):
+            out["reconciles"] = out.get("reconciles", 0.0) + float(value)
+        elif name.startswith("arbiter_operator_watch_echoes_skipped_total"):
+            out["echoes_skipped"] = float(value)
+        elif name.startswith("arbiter_operator_kube_requests_total{"):
+            verb = re.search(r'verb="(\w+)"', name)
+            key = f"requests_{verb.group(1) if verb else '?'}"
+            out[key] = out.get(key, 0.0) + float(value)
+    return out
+
+
 def audit_requests(audit_log: pathlib.Path, user: str | None, since: float, until: float | None = None
                    ) -> Counter[tuple[str, str]]:
     """Completed requests of `user` (None: everyone) received in [since, until), by (verb, resource[/sub])."""
@@ -403,7 +422,7 @@ class Stack:
     def start_operator(self) -> OperatorProcess:
         t = time.monotonic()
         self.op = OperatorProcess(self.operator_kubeconfig, self.op_namespaces, env=self.operator_env,
-                                  log_dir=self.workdir / "operator").start(timeout=120)
+                                  log_dir=self.workdir / "operator", metrics=True).start(timeout=120)
         log(f"operator live in {time.monotonic() - t:.1f}s (pid {self.op.proc.pid}, log {self.op.log_path})")
         return self.op
 

@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
+import scale  # noqa: E402
 from scale import run_scale  # noqa: E402
 
 
@@ -37,9 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     nss = [f"idle-{i:02d}" for i in range(args.namespaces)]
     result = {"benchmark": "idle", "machine": common.machine(), "args": vars(args)}
-    with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep) as stack:
+    # One 1-GPU predictor per DecisionModel, eight per simulated A100 node, and a spare node (as scale.py).
+    with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
+                      gpu_nodes=args.count // 8 + 2) as stack:
         stack.start_operator()
         setup = run_scale(stack, args.count, nss, args.timeout)
+        scale.print_scale(setup)
         setup.pop("_op_counter")
         result["setup"] = setup
         if not setup["all_ready"]:

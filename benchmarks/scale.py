@@ -27,6 +27,7 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
     stats = stack.stats()
     cpu0 = stats.cpu_seconds()
     metrics0 = common.metrics_requests(stack.api)
+    own0 = common.operator_counters(stack.op)
     wall0 = time.time()
     t0 = time.perf_counter()
 
@@ -62,6 +63,8 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
     if prof is not None:
         prof.stop()
     metrics1 = common.metrics_requests(stack.api)
+    own1 = common.operator_counters(stack.op)
+    own = {k: v - own0.get(k, 0.0) for k, v in own1.items()}
     stack.flush_audit()
     op_req = common.audit_requests(stack.audit_log, common.OPERATOR_USER, wall0, wall1)
     kserve_req = common.audit_requests(stack.audit_log, common.KSERVE_USER, wall0, wall1)
@@ -87,6 +90,9 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
         "audit_requests_total_all_clients": sum(all_req.values()),
         "metrics_requests_total_all_clients": sum(metrics_diff.values()),
         "metrics_requests_all_clients": common.counter_json(metrics_diff),
+        "operator_reconciles_per_dm": own.get("reconciles", 0.0) / count,
+        "operator_echoes_skipped_per_dm": own.get("echoes_skipped", 0.0) / count,
+        "operator_own_requests_per_dm": sum(v for k, v in own.items() if k.startswith("requests_")) / count,
         "_op_counter": op_req,
         "profile_top": prof.top(40) if prof is not None else [],
     }
@@ -102,7 +108,10 @@ def print_scale(r: dict) -> None:
         ("operator peak RSS (MiB)", r["operator_peak_rss_bytes"] / mib, "< 300 MB"),
         ("operator CPU (s)", r["operator_cpu_seconds"], ""),
         ("operator CPU per DM (ms)", 1000 * r["operator_cpu_seconds"] / r["count"], ""),
-        ("operator API requests per DM", r["operator_requests_per_dm"], ""),
+        ("operator API requests per DM (audit)", r["operator_requests_per_dm"], ""),
+        ("operator API requests per DM (its own metric)", r["operator_own_requests_per_dm"], ""),
+        ("reconcile passes per DM / watch echoes skipped per DM",
+         f"{r['operator_reconciles_per_dm']:.2f} / {r['operator_echoes_skipped_per_dm']:.2f}", ""),
         ("apiserver_request_total diff, all clients", r["metrics_requests_total_all_clients"], ""),
         ("audit: all clients / KServe controller", f"{r['audit_requests_total_all_clients']} / {r['kserve_requests_total']}",
          ""),

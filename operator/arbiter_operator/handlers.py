@@ -21,10 +21,13 @@ from typing import Any
 import kopf
 
 from . import metrics, observe
-from .api.models import GROUP, PLURAL, VERSION
+from .api.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from .cache import CachedKubeClient, WatchCache
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .reconcile import Reconciler
+from .observe import ISVC_LABEL
 from .render.common import LABEL_DM
+from .render.podmonitor import API_VERSION as PODMONITOR_API
 
 log = logging.getLogger("arbiter.handlers")
 
@@ -83,6 +86,7 @@ class WorkQueue:
 
 
 QUEUE_KEY = "arbiter_queue"
+CACHE_KEY = "arbiter_cache"
 NSWATCH_KEY = "arbiter_nswatch"
 LEADER_KEY = "arbiter_leader"  # set by __main__ with --leader-elect: the Lease settings and this replica's identity
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
@@ -199,7 +203,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     else:
         metrics.LEADER.set(1)  # the only replica
         leading.set()
-    kube = RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)), fence=fence)
+    # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
+    cache = memo[CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in CACHED})
+    kube = CachedKubeClient(RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)), fence=fence), cache)
     # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
     # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
     from . import artifacts, registration
@@ -217,7 +223,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
     # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
     memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
-                                       asyncio.get_running_loop())
+                                       asyncio.get_running_loop(), cache=cache)
     memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading))
                              for _ in range(WORKERS)]
 
@@ -232,23 +238,132 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         memo[NSWATCH_KEY].stop()
 
 
+# The kinds held in the watch cache: (apiVersion, kind, plural, the label every held object carries or None).
+# Each is registered below as a kopf index, which kopf lists completely before it calls any other handler: the
+# first reconcile after start-up already sees every child (a half-filled cache would look like missing children).
+CACHED = (
+    (API_VERSION, KIND, PLURAL, None),
+    ("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices", LABEL_DM),
+    ("serving.kserve.io/v1alpha1", "ServingRuntime", "servingruntimes", LABEL_DM),
+    ("route.openshift.io/v1", "Route", "routes", LABEL_DM),
+    ("v1", "ConfigMap", "configmaps", LABEL_DM),
+    ("v1", "Service", "services", LABEL_DM),
+    (PODMONITOR_API, "PodMonitor", "podmonitors", LABEL_DM),
+    ("apps/v1", "Deployment", "deployments", ISVC_LABEL),  # KServe's predictors (a version's readiness)
+    ("v1", "Pod", "pods", ISVC_LABEL),  # their pods (why a version is not ready: unschedulable, crash loop)
+)
+
+
+def _fill(body: Any, memo: kopf.Memo, **_: Any) -> None:
+    """Index handler, for its side effect only: hold the object (kopf keeps no value: the handler returns None)."""
+    cache: WatchCache | None = memo.get(CACHE_KEY)
+    if cache is not None:
+        cache.put(dict(body))
+
+
+def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
+    """Bring the cache up to date with one watch event (the index handler already holds what is not a deletion).
+    Returns whether the event is the echo of the operator's own last write to that object."""
+    cache: WatchCache = memo[CACHE_KEY]
+    obj = event.get("object") or {}
+    if event.get("type") == "DELETED":
+        meta = obj.get("metadata") or {}
+        cache.discard(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""),
+                      uid=meta.get("uid"))
+        return False
+    return cache.is_echo(obj)
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    echo = _held(event, memo)
     if event.get("type") == "DELETED":
         memo[NSWATCH_KEY].forget(namespace, name)
         return  # children go with it (owner references); a deletion the finalizer holds arrives as MODIFIED
     memo[NSWATCH_KEY].note(namespace, name)
+    if echo:  # our own status or finalizer patch coming back: nothing in it the reconcile has not seen
+        metrics.ECHOES_SKIPPED.inc()
+        return
     memo[QUEUE_KEY].add((namespace, name))
 
 
-async def _child_event(labels: dict[str, str], namespace: str, memo: kopf.Memo, **_: Any) -> None:
+async def _child_event(event: dict[str, Any], labels: dict[str, str], namespace: str, memo: kopf.Memo,
+                       **_: Any) -> None:
+    echo = _held(event, memo)
     owner = labels.get(LABEL_DM)
+    if not owner:
+        return
+    if echo:  # our own apply coming back (KServe's status updates and anybody's edits get a new resourceVersion)
+        metrics.ECHOES_SKIPPED.inc()
+        return
+    memo[QUEUE_KEY].add((namespace, owner))
+
+
+def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What the readiness of a version reads of its predictor Deployment (rollout steps in between change nothing)."""
+    st = (obj or {}).get("status") or {}
+    conds = {c.get("type"): (c.get("status"), c.get("message")) for c in st.get("conditions") or []}
+    return (bool(st.get("availableReplicas")), (conds.get("Available") or (None,))[0], conds.get("ReplicaFailure"))
+
+
+async def _cache_only(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    _held(event, memo)
+
+
+_AVAILABILITY: dict[tuple[str, str], tuple[Any, ...]] = {}  # per predictor Deployment, as last seen
+
+
+async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str,
+                            memo: kopf.Memo, **_: Any) -> None:
+    """A predictor Deployment (KServe's): its DecisionModel is queued only when the Deployment's availability changed
+    (a version is ready on KServe's status and an available replica: whichever the operator sees last wakes it)."""
+    _held(event, memo)
+    key = (namespace, name)
+    before = _AVAILABILITY.get(key)
+    if event.get("type") == "DELETED":
+        _AVAILABILITY.pop(key, None)
+        now = None
+    else:
+        now = _AVAILABILITY[key] = _availability(event.get("object"))
+    if now == before:
+        return
+    isvc = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, labels.get(ISVC_LABEL, ""))
+    owner = (((isvc or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
     if owner:
         memo[QUEUE_KEY].add((namespace, owner))
 
 
-_CHILD = {"labels": {LABEL_DM: kopf.PRESENT}}
-kopf.on.event("serving.kserve.io", "v1beta1", "inferenceservices", id="isvc", **_CHILD)(_child_event)
-kopf.on.event("serving.kserve.io", "v1alpha1", "servingruntimes", id="runtime", **_CHILD)(_child_event)
-kopf.on.event("route.openshift.io", "v1", "routes", id="route", **_CHILD)(_child_event)
-kopf.on.event("", "v1", "configmaps", id="configmap", **_CHILD)(_child_event)
+async def _label_gone(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
+    """An object whose label the watch filters on is absent: if the cache holds it (someone removed the label), it
+    goes, and its DecisionModel (as last held) is queued to put the label back."""
+    cache: WatchCache = memo[CACHE_KEY]
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    api_version, kind, ns, name = obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get(
+        "name", "")
+    if not cache.holds(api_version, kind, ns, name):
+        return
+    held = cache.get(api_version, kind, ns, name) or {}
+    cache.discard(api_version, kind, ns, name)
+    owner = ((held.get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
+    if owner and ns:
+        memo[QUEUE_KEY].add((ns, owner))
+
+
+def _group_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+for _api, _kind, _plural, _label in CACHED:
+    _g, _v = _group_version(_api)
+    _filters: dict[str, Any] = {"labels": {_label: kopf.PRESENT}} if _label else {}
+    kopf.index(_g, _v, _plural, id=f"cache-{_plural}", **_filters)(_fill)
+    if _label:
+        kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)
+    if _kind == "Deployment":
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)
+    elif _kind == "Pod":  # read while a version loads (the loading poll); a pod's own changes queue nothing
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_cache_only)
+    elif _kind != KIND:
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)

@@ -51,6 +51,11 @@ PROMOTIONS = Counter(
     ["outcome"],
 )
 
+ECHOES_SKIPPED = Counter(
+    "arbiter_operator_watch_echoes_skipped_total",
+    "Watch events that carried exactly what the operator's own last write produced, so queued no reconcile.",
+)
+
 LEADER = Gauge(
     "arbiter_operator_leader",
     "1 while this replica leads (holds the leader Lease, or runs without leader election), else 0 (standby).",

@@ -23,8 +23,9 @@ Enqueue = Callable[[tuple[str, str]], None]
 
 
 class NamespaceWatch:
-    def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop, cache: Any = None) -> None:
         self.api = api
+        self.cache = cache  # the watch cache (cache.WatchCache): the labels seen are what the reconcile reads
         self.enqueue = enqueue
         self.loop = loop
         self.models: dict[str, set[str]] = {}
@@ -59,6 +60,16 @@ class NamespaceWatch:
         for name in names:
             self.loop.call_soon_threadsafe(self.enqueue, (namespace, name))
 
+    def _hold(self, namespace: str, obj: Any) -> None:
+        if self.cache is None:
+            return
+        if obj is None:
+            self.cache.discard("v1", "Namespace", None, namespace)
+            return
+        self.cache.put({"apiVersion": "v1", "kind": "Namespace",
+                        "metadata": {"name": namespace, "labels": dict(obj.metadata.labels or {}),
+                                     "resourceVersion": obj.metadata.resource_version}})
+
     def _run(self, namespace: str) -> None:
         core = k8s.CoreV1Api(self.api)
         labels: dict[str, str] | None = None  # as last seen; None until the first answer
@@ -67,6 +78,7 @@ class NamespaceWatch:
             try:
                 listed = core.list_namespace(field_selector=f"metadata.name={namespace}")
                 now = (listed.items[0].metadata.labels or {}) if listed.items else {}
+                self._hold(namespace, listed.items[0] if listed.items else None)
                 if labels is not None and now != labels:
                     self._changed(namespace)
                 labels = now
@@ -78,6 +90,7 @@ class NamespaceWatch:
                         break
                     obj: Any = ev["object"]
                     now = (obj.metadata.labels or {}) if ev["type"] != "DELETED" else {}
+                    self._hold(namespace, obj if ev["type"] != "DELETED" else None)
                     if now != labels:
                         labels = now
                         self._changed(namespace)

@@ -64,10 +64,13 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         for o in client.list(RBAC_API, kind, ns, f"{selector},{LABEL_COMPONENT}={SHADOW_COMPONENT}")
         if _owned(o, dm)
     }
-    runtime = client.get("serving.kserve.io/v1alpha1", "ServingRuntime", ns, runtime_name(name))
-    route = client.get("route.openshift.io/v1", "Route", ns, name)
-    podmonitor = client.get(PODMONITOR_API, PODMONITOR, ns, podmonitor_name(name)) if podmonitor_api else None
-    service = client.get("v1", "Service", ns, stable_service_name(name))
+    # Children by name: from the watch cache where there is one (`held`: a child of ours carries our label, so the
+    # cache holds every one; a miss is an absent child, whose name apply_plan checks on the apiserver before creating).
+    read = getattr(client, "held", client.get)
+    runtime = read("serving.kserve.io/v1alpha1", "ServingRuntime", ns, runtime_name(name))
+    route = read("route.openshift.io/v1", "Route", ns, name)
+    podmonitor = read(PODMONITOR_API, PODMONITOR, ns, podmonitor_name(name)) if podmonitor_api else None
+    service = read("v1", "Service", ns, stable_service_name(name))
     try:
         namespace = client.get("v1", "Namespace", None, ns) or {}
         ns_labels = (namespace.get("metadata") or {}).get("labels") or {}

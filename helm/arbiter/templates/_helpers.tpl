@@ -52,12 +52,12 @@ Every rule is exercised by the reconcile and promotion scenarios run as this Ser
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}
-# The DecisionModel: kopf lists and watches it; the reconcile reads it. patch: metadata only: the finalizer that
-# archives its registry versions on delete (only with spec.registry), and the one-time removal of kopf's annotations
-# earlier builds wrote (registry_handlers.py). The operator never writes its spec.
+# The DecisionModel: kopf lists and watches it; the reconcile reads it from the watch cache (no get). patch: metadata
+# only: the finalizer that archives its registry versions on delete (only with spec.registry), and the one-time
+# removal of kopf's annotations earlier builds wrote (registry_handlers.py). The operator never writes its spec.
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 # Status is the only thing the operator writes about a DecisionModel (conditions, promotion progress).
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels/status"]
@@ -86,30 +86,32 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["route.openshift.io"]
   resources: ["routes/custom-host"]
   verbs: ["create"]
-# One PodMonitor per DecisionModel (where prometheus-operator is installed), read by name and applied; it goes with
-# the DecisionModel through its owner reference. Whether the API is served is read from discovery (no grant needed).
+# One PodMonitor per DecisionModel (where prometheus-operator is installed), applied, watched (a deleted one is put
+# back), its name read before it is created; it goes with the DecisionModel through its owner reference. Whether
+# the API is served is read from discovery (no grant needed).
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["podmonitors"]
-  verbs: ["get", "create", "patch"]
-# One Service per DecisionModel (named after it) that follows the stable version; read by name, applied, and gone
-# with the DecisionModel through its owner reference. KServe's own per-version Services are not touched.
+  verbs: ["get", "list", "watch", "create", "patch"]
+# One Service per DecisionModel (named after it) that follows the stable version; applied, watched (drift), its
+# name read before it is created, and gone with the DecisionModel through its owner reference. KServe's own
+# per-version Services are not touched.
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # Read only, by name: the S3 storage-config Secret (spec.storage.secretName) and the registry token Secret
 # (spec.registry.tokenSecretRef). No list or watch: the operator never sees Secrets it was not pointed at.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
-# Read only, by label (serving.kserve.io/inferenceservice): the predictor Deployments KServe makes (a version is
-# ready when KServe says so and its Deployment has an available replica) and, while a version is not ready, its pods
-# (the scheduler's Unschedulable message, a crash loop's restart count and last exit reason).
+# Read only, watched (the watch cache holds those with KServe's label serving.kserve.io/inferenceservice): the
+# predictor Deployments KServe makes (a version is ready when KServe says so and its Deployment has an available
+# replica) and their pods (the scheduler's Unschedulable message, a crash loop's restart count and exit reason).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list"]
+  verbs: ["list", "watch"]
 # Only while a shadow phase runs with auth on: one Role granting `get` on the candidate's InferenceService (by name)
 # and its RoleBinding to the predictor pods' ServiceAccount, so the stable version may call the candidate; listed by
 # label, read by name before create, deleted when the shadow phase ends. The operator holds that `get` itself, so
@@ -117,10 +119,11 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "create", "patch", "delete"]
-# Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off).
+# Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off); a reason that
+# repeats on the same DecisionModel within 10 minutes updates the earlier Event's count (patch) instead.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 # spec.registry.modelRegistryRef: the ModelRegistry's status gives the registry's REST address.
 - apiGroups: ["modelregistry.opendatahub.io"]
   resources: ["modelregistries"]

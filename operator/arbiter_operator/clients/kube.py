@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
@@ -25,6 +26,25 @@ FIELD_MANAGER = "arbiter-operator"
 # The User-Agent of every client new_api_client makes; with leader election it names this replica
 # ("arbiter-operator/<identity>"), so the apiserver's audit log tells the replicas' requests apart.
 USER_AGENT = "arbiter-operator"
+
+
+# Events are aggregated like client-go's event correlator: a repeat of the same reason on the same object within
+# SERIES_WINDOW joins the earlier Event (its count grows, its message and lastTimestamp are the latest) instead of
+# posting another, and a series is written at most once per SERIES_WRITE_INTERVAL: repeats in between are counted in
+# memory and go out with the next write. So a reason that repeats on every analysis poll (a canary waiting for
+# traffic) costs one write a minute at most, not one per poll.
+SERIES_WINDOW = 600.0
+SERIES_WRITE_INTERVAL = 60.0
+
+
+@dataclass
+class EventSeries:
+    name: str  # the Event object's name
+    count: int
+    message: str
+    seen: float  # monotonic time of the latest occurrence
+    written: float  # monotonic time of the latest write (POST or PATCH)
+    written_count: int
 
 
 @dataclass(frozen=True)
@@ -118,6 +138,8 @@ class RestKubeClient:
         self.fence = fence
         self.writes: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
+        self._series: dict[tuple[str, str, str, str], EventSeries] = {}  # (namespace, uid, type, reason)
+        self.clock: Callable[[], float] = time.monotonic
 
     # -- plumbing -------------------------------------------------------------------------------------------------
     def _call(
@@ -230,6 +252,49 @@ class RestKubeClient:
         return True
 
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Post an Event on `involved`, or count it into the series of the same reason (see SERIES_WINDOW)."""
+        meta = involved["metadata"]
+        message = message[:1024]
+        key = (meta["namespace"], meta.get("uid") or meta["name"], type_, reason)
+        now = self.clock()
+        with self._lock:
+            if len(self._series) > 10_000:  # forget series nobody repeated within the window
+                self._series = {k: v for k, v in self._series.items() if now - v.seen <= SERIES_WINDOW}
+            series = self._series.get(key)
+            if series is not None and now - series.seen > SERIES_WINDOW:
+                series = None
+            if series is not None:
+                series.count += 1
+                series.message = message
+                series.seen = now
+                if now - series.written < SERIES_WRITE_INTERVAL:
+                    log.debug("event %s on %s counted (%d), written with the series' next write", reason,
+                              meta["name"], series.count)
+                    return
+        if series is not None and self._update_series(meta, series, reason):
+            return
+        name = self._post_event(involved, type_, reason, message)
+        if name:
+            with self._lock:
+                self._series[key] = EventSeries(name, 1, message, now, now, 1)
+
+    def _update_series(self, meta: dict[str, Any], series: EventSeries, reason: str) -> bool:
+        """Write a series' count and latest message to its Event. False: the Event is gone (post a new one)."""
+        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}")
+        try:
+            self._call("PATCH", KINDS[("v1", "Event")].path(meta["namespace"], series.name),
+                       body={"count": series.count, "message": series.message, "lastTimestamp": stamp},
+                       content_type="application/merge-patch+json")
+        except KubeError as exc:
+            if exc.status == 404:  # expired (Events live an hour) or deleted: a new one is posted instead
+                return False
+            log.warning("could not update event %s on %s: %s", reason, meta["name"], exc)
+            return True
+        series.written, series.written_count = self.clock(), series.count
+        return True
+
+    def _post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> str | None:
         meta = involved["metadata"]
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
@@ -246,7 +311,7 @@ class RestKubeClient:
             },
             "type": type_,
             "reason": reason,
-            "message": message[:1024],
+            "message": message,
             "source": {"component": FIELD_MANAGER},
             "reportingComponent": FIELD_MANAGER,
             "firstTimestamp": now,
@@ -255,9 +320,11 @@ class RestKubeClient:
         }
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}")
         try:
-            self._call("POST", KINDS[("v1", "Event")].path(meta["namespace"]), body=body)
+            out = self._call("POST", KINDS[("v1", "Event")].path(meta["namespace"]), body=body)
         except KubeError as exc:  # an event is a courtesy: failing to post one must not fail the reconcile
             log.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
+            return None
+        return ((out or {}).get("metadata") or {}).get("name")
 
 
 def raw_call(

@@ -1,0 +1,244 @@
+"""The watch cache: the objects the operator's watches deliver, kept in memory, so that a reconcile reads its
+DecisionModel and children without asking the apiserver (docs/architecture.md, "Reads from the watch cache").
+
+kopf's watches fill it (handlers.py: one `kopf.index` per kind, which kopf lists completely before any other handler
+runs, so no reconcile ever sees a half-filled cache). The operator's own writes go in too (write-through) with the
+object the apiserver answered, so the next reconcile sees what it just wrote even before the watch echoes it; a
+watch event older than what is held (by resourceVersion) never replaces it. The echo of a write is recognised
+(`is_echo`) so it does not queue another reconcile.
+
+`CachedKubeClient` wraps the REST client. A `get` of a cached kind is answered from here when the object is held, and
+(but for DecisionModels, which are watched unfiltered, so a miss is an answer) from the apiserver when it is not (the watches of children hold only objects that carry the operator's label, so a
+miss may be another owner's object or a CA bundle ConfigMap: only the apiserver can say). A `list` of a cached kind
+is answered from here when its selector pins the label the watch filters on. Writes, Secrets and Pods always go to
+the apiserver.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from typing import Any, NamedTuple
+
+from .clients.kube import KubeClient
+
+Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
+
+
+def _key(obj: dict[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace") or "", meta.get("name", ""))
+
+
+def _rv(obj: dict[str, Any] | None) -> int | None:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+# KServe's predictor Deployments and pods: the reconcile reads their metadata and status only (plan/predictors.py),
+# so their spec (the pod template: containers, volumes, env) is not held.
+STATUS_ONLY = frozenset({"Deployment", "Pod"})
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the reconcile reads of an object: everything but managedFields, kubectl's copy of the last applied spec
+    and, for STATUS_ONLY kinds, the spec (the largest parts; managedFields are read only for objects of other owners,
+    which come from the apiserver)."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    status_only = obj.get("kind") in STATUS_ONLY and "spec" in obj
+    if "managedFields" not in meta and LAST_APPLIED not in annotations and not status_only:
+        return obj
+    out = {k: v for k, v in obj.items() if not (status_only and k == "spec")}
+    out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    if LAST_APPLIED in annotations:
+        out["metadata"]["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    return out
+
+
+_EQ = re.compile(r"^\s*([^\s=!,()]+)\s*(==?|!=)\s*([^\s,()]*)\s*$")
+_IN = re.compile(r"^\s*([^\s=!,()]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+
+
+def _requirements(selector: str) -> list[tuple[str, str, set[str]]] | None:
+    """A label selector as (key, op, values); None when it uses a form this parser does not know."""
+    parts = re.findall(r"[^,(]+(?:\([^)]*\))?", selector)
+    out: list[tuple[str, str, set[str]]] = []
+    for part in parts:
+        if not part.strip():
+            continue
+        if m := _IN.match(part):
+            out.append((m.group(1), m.group(2), {v.strip() for v in m.group(3).split(",") if v.strip()}))
+        elif m := _EQ.match(part):
+            out.append((m.group(1), "!=" if m.group(2) == "!=" else "=", {m.group(3)}))
+        else:
+            return None
+    return out
+
+
+def matches(labels: dict[str, str], reqs: list[tuple[str, str, set[str]]]) -> bool:
+    for key, op, values in reqs:
+        if op in ("=", "in") and labels.get(key) not in values:
+            return False
+        if op in ("!=", "notin") and key in labels and labels[key] in values:
+            return False
+    return True
+
+
+class _Held(NamedTuple):
+    rv: int | None
+    uid: str | None
+    labels: dict[str, str]
+    data: bytes  # the object as compact JSON: a third or less of the memory of the parsed dicts, and each read
+    # parses its own copy (no caller can change what is held)
+
+
+class WatchCache:
+    """Objects by (apiVersion, kind, namespace, name) for the kinds whose watches fill it. Thread-safe: the watches
+    run on kopf's event loop, reconciles read from worker threads."""
+
+    def __init__(self, kinds: dict[tuple[str, str], str | None] | None = None) -> None:
+        # (apiVersion, kind) -> the label every held object of that kind carries (the watch's filter), or None.
+        # Namespaces are held too (nswatch.py fills them) but are not listed here: a namespace not yet watched is read.
+        self.kinds: dict[tuple[str, str], str | None] = dict(kinds or {})
+        self._objs: dict[Key, _Held] = {}
+        self._by_ns: dict[tuple[str, str, str], set[str]] = {}
+        self._written: dict[Key, int | None] = {}  # resourceVersion of the operator's last write to each object
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._objs)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        """Hold `obj` unless what is held is newer. resourceVersions are opaque to clients in general, but every
+        apiserver backed by etcd hands out its revision, an increasing integer; when either is not an integer, the
+        later arrival wins."""
+        key = _key(obj)
+        rv = _rv(obj)
+        held = self._objs.get(key)
+        if held is not None and rv is not None and held.rv is not None and rv < held.rv:
+            return
+        slim = _slim(obj)
+        entry = _Held(rv, (obj.get("metadata") or {}).get("uid"), dict((slim.get("metadata") or {}).get("labels") or {}),
+                      json.dumps(slim, separators=(",", ":")).encode())
+        with self._lock:
+            held = self._objs.get(key)
+            if held is not None and rv is not None and held.rv is not None and rv < held.rv:
+                return
+            self._objs[key] = entry
+            self._by_ns.setdefault(key[:3], set()).add(key[3])
+
+    def discard(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> None:
+        """Forget an object. uid: only that very object (a deletion event of an earlier object of the same name must
+        not take the one created since, e.g. a candidate redeployed under its name)."""
+        key = (api_version, kind, namespace or "", name)
+        with self._lock:
+            held = self._objs.get(key)
+            if uid and held is not None and held.uid and held.uid != uid:
+                return
+            self._objs.pop(key, None)
+            self._written.pop(key, None)
+            names = self._by_ns.get(key[:3])
+            if names is not None:
+                names.discard(name)
+
+    def wrote(self, obj: dict[str, Any] | None) -> None:
+        """The apiserver's answer to one of the operator's writes: hold it, and know its watch event as an echo."""
+        if not obj or not (obj.get("metadata") or {}).get("name"):
+            return
+        if (obj.get("apiVersion"), obj.get("kind")) not in self.kinds:
+            return
+        self.put(obj)
+        with self._lock:
+            self._written[_key(obj)] = _rv(obj)
+
+    def is_echo(self, obj: dict[str, Any]) -> bool:
+        """Whether this watch event carries exactly the object the operator's own last write produced (nothing
+        anybody else did since): reconciling for it would find nothing new."""
+        rv = _rv(obj)
+        with self._lock:
+            return rv is not None and self._written.get(_key(obj)) == rv
+
+    def holds(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+        return (api_version, kind, namespace or "", name) in self._objs
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        held = self._objs.get((api_version, kind, namespace or "", name))
+        return json.loads(held.data) if held is not None else None
+
+    def list(self, api_version: str, kind: str, namespace: str | None,
+             reqs: list[tuple[str, str, set[str]]]) -> list[dict[str, Any]]:
+        with self._lock:
+            if namespace:
+                names = self._by_ns.get((api_version, kind, namespace), set())
+                held = [self._objs[(api_version, kind, namespace, n)] for n in sorted(names)]
+            else:
+                held = [h for k, h in sorted(self._objs.items()) if k[:2] == (api_version, kind)]
+        return [json.loads(h.data) for h in held if matches(h.labels, reqs)]
+
+
+class CachedKubeClient:
+    """A KubeClient whose reads of cached kinds come from the watch cache; writes go through and are written back."""
+
+    def __init__(self, inner: KubeClient, cache: WatchCache) -> None:
+        self.inner = inner
+        self.cache = cache
+
+    def __getattr__(self, name: str) -> Any:  # writes, fence, served, ... of the wrapped client
+        return getattr(self.inner, name)
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        held = self.cache.get(api_version, kind, namespace, name)
+        if held is not None:
+            return held
+        if (api_version, kind) in self.cache.kinds and self.cache.kinds[(api_version, kind)] is None:
+            return None  # a kind watched unfiltered (DecisionModels): the cache holds every one, a miss is an absence
+        return self.inner.get(api_version, kind, namespace, name)
+
+    def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Like `get`, but a miss of a cached kind is an answer (None), not a read: for the operator's own children,
+        which all carry the label the watch filters on."""
+        if (api_version, kind) in self.cache.kinds:
+            return self.cache.get(api_version, kind, namespace, name)
+        return self.inner.get(api_version, kind, namespace, name)
+
+    def list(self, api_version: str, kind: str, namespace: str | None,
+             label_selector: str | None = None) -> list[dict[str, Any]]:
+        reqs = _requirements(label_selector or "")
+        if (api_version, kind) in self.cache.kinds and reqs is not None:
+            label = self.cache.kinds[(api_version, kind)]
+            if label is None or any(k == label and op in ("=", "in") for k, op, _ in reqs):
+                return self.cache.list(api_version, kind, namespace, reqs)
+        return self.inner.list(api_version, kind, namespace, label_selector)
+
+    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+        out = self.inner.apply(obj, force=force)
+        self.cache.wrote(out)
+        return out
+
+    def patch_status(self, api_version: str, kind: str, namespace: str, name: str,
+                     patch: dict[str, Any]) -> dict[str, Any]:
+        out = self.inner.patch_status(api_version, kind, namespace, name, patch)
+        self.cache.wrote(out)
+        return out
+
+    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
+              content_type: str) -> dict[str, Any]:
+        out = self.inner.patch(api_version, kind, namespace, name, body, content_type)
+        self.cache.wrote(out)
+        return out
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
+        out = self.inner.delete(api_version, kind, namespace, name, uid=uid)
+        self.cache.discard(api_version, kind, namespace, name)
+        return out
+
+    def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        self.inner.event(involved, type_, reason, message)
+
+    def served(self, api_version: str, kind: str) -> bool:
+        return self.inner.served(api_version, kind)
