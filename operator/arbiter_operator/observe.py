@@ -116,7 +116,7 @@ def _observe_workloads(
         deployments: dict[str, dict[str, Any]] = {}
         for d in client.list("apps/v1", "Deployment", ns, selector):
             owner = ((d.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
-            if owner and d["metadata"]["name"] == f"{owner}-predictor":
+            if owner and d["metadata"]["name"] == f"{owner}-predictor" and _belongs_to(d, isvcs.get(owner)):
                 deployments[owner] = d
         waiting = sorted(n for n, i in isvcs.items() if not _isvc_ready(i) or n not in deployments)
         pods: dict[str, list[dict[str, Any]]] = {}
@@ -132,6 +132,17 @@ def _observe_workloads(
                     ns, exc.reason)
         return {}, {}, False
     return deployments, {k: tuple(v) for k, v in pods.items()}, True
+
+
+def _belongs_to(deployment: dict[str, Any], isvc: dict[str, Any] | None) -> bool:
+    """Whether KServe made this Deployment for this very InferenceService. A version stopped and started again (a
+    retry) gets a new InferenceService under the same name while the garbage collector may still hold the old
+    Deployment, available from before: counting it would call the new version ready before it has loaded."""
+    uid = ((isvc or {}).get("metadata") or {}).get("uid")
+    if not uid:
+        return True  # nothing to compare with (an object built in memory): the name and label decide
+    refs = (deployment.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid for r in refs)
 
 
 def podmonitor_served(client: KubeClient) -> bool | None:

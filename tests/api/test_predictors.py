@@ -113,6 +113,19 @@ def test_ready_needs_the_predictor_deployment_too():
     assert _serving(served)["status"] == "True"
 
 
+def test_a_deployment_not_yet_rolled_out_for_its_spec_is_not_available():
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    ready = {**isvc, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    stale = {"metadata": {"name": f"{name}-predictor", "generation": 3},
+             "status": {"observedGeneration": 2, "availableReplicas": 1,
+                        "conditions": [{"type": "Available", "status": "True"}]}}
+    p = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+                              predictor_deployments={name: stale}), T0)
+    assert _serving(p)["status"] == "False" and "has no available replica" in p.status["versions"][0]["message"]
+
+
 def test_crash_looping_predictor_fails_the_version_with_restarts_and_reason():
     dm = make_dm()
     isvc = _first_isvc(dm)
@@ -151,3 +164,18 @@ def test_hostile_pod_status_never_raises(pods):
     except (AttributeError, TypeError, ValueError) as exc:  # pragma: no cover - the assertion below explains
         raise AssertionError(f"predictor_problem raised {exc!r} on {pods!r}") from exc
     assert problem is None or problem.reason in (UNSCHEDULABLE, CRASH_LOOP)
+
+
+def test_a_predictor_deployment_left_by_a_deleted_inferenceservice_is_not_counted():
+    # A retried version: KServe's new InferenceService has the old name, the old Deployment (still available) waits
+    # for the garbage collector. Only the Deployment owned by the live InferenceService's uid counts.
+    from arbiter_operator.observe import _belongs_to
+
+    isvc = {"metadata": {"name": "credit--1-1-0", "uid": "new-uid"}}
+    left_over = {"metadata": {"name": "credit--1-1-0-predictor",
+                              "ownerReferences": [{"kind": "InferenceService", "uid": "old-uid"}]}}
+    current = {"metadata": {"name": "credit--1-1-0-predictor",
+                            "ownerReferences": [{"kind": "InferenceService", "uid": "new-uid"}]}}
+    assert not _belongs_to(left_over, isvc)
+    assert _belongs_to(current, isvc)
+    assert not _belongs_to({"metadata": {"name": "credit--1-1-0-predictor"}}, isvc)

@@ -498,9 +498,12 @@ def test_analysis_window_never_reaches_back_before_the_step_started():
     started = datetime(2026, 11, 30, 4, 0, 0, tzinfo=timezone.utc)
     status = PromotionStatus(phase="Progressing", stable="v1", candidate="v2", step=0, weight=10,
                              stepStartedAt="2026-11-30T04:00:00Z")
+    # stepStartedAt is truncated to the second: the step may have begun as late as 04:00:00.999, when the failed
+    # attempt's last samples were still arriving, so the window covers only the whole seconds after that.
     q = analysis_due(spec, status, started + timedelta(seconds=3), namespace="ns", model="m", sla_p95_ms=150)
-    assert q is not None and q.final and q.window_seconds == 3
-    assert all("[3s]" in expr for expr in q.queries.values())
+    assert q is not None and q.final and q.window_seconds == 2
+    assert all("[2s]" in expr for expr in q.queries.values())
+    assert q.at - timedelta(seconds=q.window_seconds) >= started + timedelta(seconds=1)
     later = analysis_due(spec, status, started + timedelta(seconds=600), namespace="ns", model="m", sla_p95_ms=150)
     assert later is not None and later.window_seconds == 60
 

@@ -101,5 +101,8 @@ def deployment_available(deployment: Mapping[str, Any] | None) -> bool:
     if not deployment:
         return False
     status = _map(deployment.get("status"))
+    generation = _int(_map(deployment.get("metadata")).get("generation"))
+    if generation and _int(status.get("observedGeneration")) < generation:
+        return False  # a spec change the Deployment controller has not looked at yet: its replicas are of the old one
     available = next((c for c in _maps(status.get("conditions")) if c.get("type") == "Available"), None)
     return bool(available and available.get("status") == "True" and _int(status.get("availableReplicas")) > 0)

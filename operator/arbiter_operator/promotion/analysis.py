@@ -334,7 +334,9 @@ def analysis_due(
     final = now >= hold_end
     # The window never reaches back before the step started: samples from the previous step, or from a failed attempt
     # of the same version before a retry (same series, still in Prometheus), must not judge this step.
-    elapsed = int((now - step_started).total_seconds())
+    # stepStartedAt has whole seconds (truncated), so the step began up to a second after it: one second less keeps
+    # a retry started within the second its previous attempt failed from being judged on that attempt's last samples.
+    elapsed = int((now - step_started).total_seconds()) - 1
     window = max(1, elapsed if shadow else min(spec.analysis.intervalSeconds, elapsed))
     bound = spec.analysis.p95LatencyMs if spec.analysis.p95LatencyMs is not None else sla_p95_ms
     bounds = resolve_bounds(spec, shadow, version_bounds)
