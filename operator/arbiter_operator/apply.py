@@ -15,9 +15,10 @@ from typing import Any
 
 from datetime import datetime, timezone
 
-from .api.models import API_VERSION, KIND, DecisionModel
+from .api.models import DecisionModel
+from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
 from .clients.kube import KubeClient, KubeError
-from .observe import controller_of, owned_by
+from .observe.children import controller_of, owned_by
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .plan.model import Event, Plan
 from .plan.planner import CHILD_CONFLICT, conflict_message, with_child_conflicts
@@ -25,7 +26,6 @@ from .render.common import checksum
 
 log = logging.getLogger("arbiter.apply")
 
-ANN_APPLIED_HASH = "arbiter.dev/applied-hash"
 
 
 def with_hash(desired: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 from kubernetes import client as k8s, watch
 
+from .api.backoff import WATCH_RESTART_BACKOFF
+
 log = logging.getLogger("arbiter.nswatch")
 
 Enqueue = Callable[[tuple[str, str]], None]
@@ -73,7 +75,7 @@ class NamespaceWatch:
     def _run(self, namespace: str) -> None:
         core = k8s.CoreV1Api(self.api)
         labels: dict[str, str] | None = None  # as last seen; None until the first answer
-        delay = 1.0
+        failures = 0
         while self._wanted(namespace):
             try:
                 listed = core.list_namespace(field_selector=f"metadata.name={namespace}")
@@ -94,9 +96,10 @@ class NamespaceWatch:
                     if now != labels:
                         labels = now
                         self._changed(namespace)
-                delay = 1.0
+                failures = 0
             except Exception as exc:  # an expired resourceVersion, a dropped connection, a missing grant: retry
+                delay = WATCH_RESTART_BACKOFF.delay(failures)
+                failures += 1
                 log.warning("watch on namespace %s failed (%s); retrying in %.0fs", namespace,
                             getattr(exc, "reason", None) or type(exc).__name__, delay)
                 time.sleep(delay)
-                delay = min(delay * 2, 60.0)

@@ -18,11 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from .conditions import Condition
 from .promotion import PromoteSpec, PromotionStatus
 
-GROUP = "arbiter.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "DecisionModel"
-PLURAL = "decisionmodels"
+from .names import API_VERSION, GROUP, KIND, PLURAL, VERSION  # noqa: E402,F401  (re-exported: the API's identity)
+
 SINGULAR = "decisionmodel"
 SHORT_NAMES = ["dm"]
 
@@ -644,3 +641,11 @@ def legacy_isvc_name(dm_name: str, version: str) -> str:
     """The name earlier builds gave an InferenceService (`<dm>-<slug>`, not injective). Only read, to replace such
     children without an outage; never created."""
     return f"{dm_name}-{version_slug(version)}"
+
+
+def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:
+    """spec.decision with the version's overrides applied (a field set on the version wins)."""
+    if version.decision is None:
+        return spec
+    override = version.decision.model_dump(exclude_none=True)
+    return spec.model_copy(update=override)

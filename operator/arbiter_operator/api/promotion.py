@@ -245,12 +245,6 @@ class PromotionStatus(_Model):
     history: list[PromotionRecord] = Field(default_factory=list, max_length=10)
 
 
-RETRY_ANNOTATION = "arbiter.dev/retry"
-# Abort without editing spec (GitOps-safe): a new value rolls a running promotion back; see docs/operations.md.
-ABORT_ANNOTATION = "arbiter.dev/abort"
-# Manual gate (approval: Required): `<candidate version>` or `<candidate version>@<anything>`, set after the promotion
-# started, lets a Paused promotion take all traffic; kubectl arbiter approve writes `<version>@<time>`.
-APPROVE_ANNOTATION = "arbiter.dev/approve"
 
 
 def approves(annotation: str | None, candidate: str | None, consumed: str | None) -> bool:

@@ -34,12 +34,11 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3._collections import HTTPHeaderDict
 
-GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
+from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, CLI_FIELD_MANAGER, GROUP, PLURAL, RETRY_ANNOTATION, VERSION
+from ..api.times import format_time
+
 DISTRIBUTION = "arbiter-operator"
-RETRY_ANNOTATION = "arbiter.dev/retry"
-ABORT_ANNOTATION = "arbiter.dev/abort"
-APPROVE_ANNOTATION = "arbiter.dev/approve"
-FIELD_MANAGER = "kubectl-arbiter"
+FIELD_MANAGER = CLI_FIELD_MANAGER
 # Argo CD's own marks. Annotation tracking is Argo CD's default (since 3.0) and cannot be confused with anything else.
 # Label tracking (argocd-cm `application.resourceTrackingMethod: label`) uses `application.instanceLabelKey`, by
 # default app.kubernetes.io/instance: a label Helm charts and other operators set too, so it only counts when the user
@@ -76,7 +75,7 @@ def plugin_version() -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return format_time(datetime.now(timezone.utc))
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")

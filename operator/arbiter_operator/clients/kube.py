@@ -18,11 +18,12 @@ from typing import Any, Callable, Protocol
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from ..api.names import FIELD_MANAGER
+from ..api.times import format_time
 from ..metrics import KUBE_REQUESTS, code_class
 
 log = logging.getLogger("arbiter.kube")
 
-FIELD_MANAGER = "arbiter-operator"
 # The User-Agent of every client new_api_client makes; with leader election it names this replica
 # ("arbiter-operator/<identity>"), so the apiserver's audit log tells the replicas' requests apart.
 USER_AGENT = "arbiter-operator"
@@ -280,7 +281,7 @@ class RestKubeClient:
 
     def _update_series(self, meta: dict[str, Any], series: EventSeries, reason: str) -> bool:
         """Write a series' count and latest message to its Event. False: the Event is gone (post a new one)."""
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = format_time(datetime.now(timezone.utc))
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}")
         try:
             self._call("PATCH", KINDS[("v1", "Event")].path(meta["namespace"], series.name),
@@ -296,7 +297,7 @@ class RestKubeClient:
 
     def _post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> str | None:
         meta = involved["metadata"]
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time(datetime.now(timezone.utc))
         body = {
             "apiVersion": "v1",
             "kind": "Event",

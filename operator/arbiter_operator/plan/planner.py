@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.promotion import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
+from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
@@ -20,7 +20,7 @@ from ..render import (
     render_stable_service,
     stable_service_url,
 )
-from ..recheck import recheck_after, sooner
+from .recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
 from ..render.shadow_rbac import RBAC_API, render_shadow_rbac
 from .model import ArtifactObservation, Event, Observations, Plan

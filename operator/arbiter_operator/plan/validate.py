@@ -8,7 +8,8 @@ import jsonschema
 
 from ..api.models import DecisionModel, DecisionModelSpec
 from ..render.common import CONFIG_FILE
-from ..render.configmap import decision_config, effective_decision
+from ..api.models import effective_decision
+from ..render.configmap import decision_config
 from .vllm_args import arg_problems
 from .output_schema import output_schema_clash
 
