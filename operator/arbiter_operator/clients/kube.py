@@ -1,8 +1,8 @@
 """A small Kubernetes client: get, list, server-side apply, status patch, delete, events. No logic.
 
 Raw REST over `kubernetes.client.ApiClient` (no discovery round-trips, one code path for built-in and custom kinds).
-Every mutating call is counted in `writes` and logged with the `kube-write` prefix, so tests can prove that a
-converged reconcile writes nothing.
+Every mutating call is logged with the `kube-write` prefix (nothing is kept in memory), so tests can prove from the
+log that a converged reconcile writes nothing.
 """
 
 from __future__ import annotations
@@ -137,7 +137,6 @@ class RestKubeClient:
         # With leader election: whether this replica still holds the leader Lease (leader.LeaderElector.is_leader).
         # Checked before every write, so a replica that lost the Lease (or never had it) writes nothing.
         self.fence = fence
-        self.writes: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
         self._series: dict[tuple[str, str, str, str], EventSeries] = {}  # (namespace, uid, type, reason)
         self.clock: Callable[[], float] = time.monotonic
@@ -157,8 +156,6 @@ class RestKubeClient:
         if self.fence is not None and not self.fence():
             log.warning("write refused, not the leader: %s %s %s", verb, kind, ref)
             raise NotLeader(503, "NotLeader", f"{verb} {kind} {ref}: this replica does not hold the leader Lease")
-        with self._lock:
-            self.writes.append((verb, kind, ref))
         log.info("kube-write %s %s %s", verb, kind, ref)
 
     # -- reads ----------------------------------------------------------------------------------------------------
