@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 
 from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .api.names import API_VERSION, KIND
+from .api.times import format_time
 from .apply import apply_plan
 from .clients.kube import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
@@ -117,6 +119,11 @@ class Reconciler:
             obs = await observe_promotion_analysis(self.prometheus, dm, obs, now)
         # sync (registry ids label the InferenceServices the plan renders)
         obs = await sync_registry_step(self.client, dm, obs)
+        # One clock: what the observe and sync steps report carries this reconcile's `now` (set_condition keeps an
+        # earlier lastTransitionTime while the status is unchanged).
+        stamp = format_time(now)
+        obs = replace(obs, extra_conditions=tuple(c.model_copy(update={"lastTransitionTime": stamp})
+                                                  for c in obs.extra_conditions))
         # plan
         p = make_plan(dm, obs, now)
         # apply

@@ -8,7 +8,6 @@ from typing import Any, Mapping
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.times import format_time
 from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, VersionObservation, advance
 from ..render import (
@@ -245,10 +244,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         reason = "RouteAdmitted" if admitted else "RouteConfigured"
         cond(c.EXPOSED, "True", reason, f"Route {dm.metadata.name} sends traffic to ready backends at {where}")
 
-    # Conditions the observe and sync steps report carry the plan's clock: one `now` per reconcile in status.
-    stamp = format_time(now)
     for extra in obs.extra_conditions:
-        conditions = set_condition(conditions, extra.model_copy(update={"lastTransitionTime": stamp}))
+        conditions = set_condition(conditions, extra)
 
     serving = c.get_condition(conditions, c.SERVING)
     exposed = c.get_condition(conditions, c.EXPOSED)
