@@ -39,7 +39,8 @@ def contains(live: Any, want: Any) -> bool:
     if isinstance(want, dict):
         return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in want.items())
     if isinstance(want, list):
-        return isinstance(live, list) and len(live) == len(want) and all(contains(a, b) for a, b in zip(live, want))
+        return isinstance(live, list) and len(live) == len(want) and all(
+            contains(a, b) for a, b in zip(live, want, strict=True))
     return live == want
 
 

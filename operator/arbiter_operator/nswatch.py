@@ -25,7 +25,8 @@ Enqueue = Callable[[tuple[str, str]], None]
 
 
 class NamespaceWatch:
-    def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop, cache: Any = None) -> None:
+    def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop,
+                 cache: Any = None) -> None:
         self.api = api
         self.cache = cache  # the watch cache (cache.WatchCache): the labels seen are what the reconcile reads
         self.enqueue = enqueue

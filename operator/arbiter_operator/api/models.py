@@ -142,7 +142,9 @@ class FallbackRule(_Model):
         "model failed); the first rule that is true decides."
     )
     decision: Label = Field(description="The label this rule decides; must be one of decision.labels.")
-    reasoningCode: Label = Field(description="Reasoning code reported with the decision; one of decision.reasoningCodes.")
+    reasoningCode: Label = Field(
+        description="Reasoning code reported with the decision; one of decision.reasoningCodes."
+    )
 
 
 _DECISION_FIELDS_DOC = "Decision settings the runtime reads from the mounted decision.json."

@@ -177,7 +177,7 @@ class PromoteSpec(_Model):
     @classmethod
     def _weights_increase(cls, steps: list[CanaryStep]) -> list[CanaryStep]:
         weights = [s.weight for s in steps]
-        if any(b <= a for a, b in zip(weights, weights[1:])):
+        if any(b <= a for a, b in zip(weights, weights[1:], strict=False)):
             raise ValueError(f"canary step weights must strictly increase, got {weights}")
         return steps
 

@@ -34,7 +34,15 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3._collections import HTTPHeaderDict
 
-from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, CLI_FIELD_MANAGER, GROUP, PLURAL, RETRY_ANNOTATION, VERSION
+from ..api.names import (
+    ABORT_ANNOTATION,
+    APPROVE_ANNOTATION,
+    CLI_FIELD_MANAGER,
+    GROUP,
+    PLURAL,
+    RETRY_ANNOTATION,
+    VERSION,
+)
 from ..api.times import format_time
 
 DISTRIBUTION = "arbiter-operator"
@@ -487,7 +495,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"status": cmd_status, "promote": cmd_promote, "approve": cmd_approve, "abort": cmd_abort, "retry": cmd_retry,
+COMMANDS = {"status": cmd_status, "promote": cmd_promote, "approve": cmd_approve, "abort": cmd_abort,
+            "retry": cmd_retry,
             "history": cmd_history}
 
 

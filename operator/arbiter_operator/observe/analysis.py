@@ -35,7 +35,7 @@ async def run_analysis(prometheus_client: InstantQuerier, query: AnalysisQuery) 
         *(prometheus_client.query(promql[n], at=query.at) for n in names), return_exceptions=True
     )
     values: dict[str, Any] = {}
-    for name, result in zip(names, results):
+    for name, result in zip(names, results, strict=True):
         if isinstance(result, BaseException):
             if isinstance(result, asyncio.CancelledError):
                 raise result

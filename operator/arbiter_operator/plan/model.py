@@ -43,7 +43,8 @@ class Observations:
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     extra_conditions: tuple[Condition, ...] = ()  # e.g. Registered, ArtifactsValid, computed where they are observed
     analysis: AnalysisRun | None = None
-    # The operator's runtime image setting (--runtime-image / $ARBITER_RUNTIME_IMAGE): what a newly deployed version runs.
+    # The operator's runtime image setting (--runtime-image / $ARBITER_RUNTIME_IMAGE): what a newly deployed version
+    # runs.
     default_runtime_image: str = DEFAULT_RUNTIME_IMAGE
     # The predictor workloads KServe made, keyed by InferenceService name: its `<isvc>-predictor` Deployment and,
     # for InferenceServices that are not ready, their pods (why they do not serve). workloads_observed False (no

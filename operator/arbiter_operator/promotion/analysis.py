@@ -4,8 +4,8 @@
 Prometheus client (see arbiter_operator.clients.prometheus) and hands the result to `advance`.
 
 Every query selects one version: the candidate's numbers, and the stable version's decision mix and shadow
-comparisons (the stable runtime records those while it mirrors traffic to the candidate). Series are matched on the labels Prometheus attaches to the
-predictor pods' targets (see docs/operations.md, "Promotion metrics"):
+comparisons (the stable runtime records those while it mirrors traffic to the candidate). Series are matched on the
+labels Prometheus attaches to the predictor pods' targets (see docs/operations.md, "Promotion metrics"):
 - `namespace`: attached by Prometheus to every target in OpenShift user-workload monitoring;
 - `arbiter_dev_decision_model` and `arbiter_dev_version`: the pod labels `arbiter.dev/decision-model` and
   `arbiter.dev/version`, copied onto the target by the PodMonitor's `podTargetLabels` (Prometheus replaces `.`,
@@ -278,7 +278,8 @@ def resolve_bounds(spec: PromoteSpec, shadow: bool, version: VersionBounds | Non
         max_schema_violation_rate=pick(
             a.maxSchemaViolationRate, v.max_schema_violation_rate, DEFAULT_MAX_SCHEMA_VIOLATION_RATE
         ),
-        max_low_confidence_rate=pick(a.maxLowConfidenceRate, v.max_low_confidence_rate, DEFAULT_MAX_LOW_CONFIDENCE_RATE),
+        max_low_confidence_rate=pick(a.maxLowConfidenceRate, v.max_low_confidence_rate,
+                                     DEFAULT_MAX_LOW_CONFIDENCE_RATE),
         max_mix_shift=a.maxDecisionMixShift if a.maxDecisionMixShift is not None else DEFAULT_MAX_DECISION_MIX_SHIFT,
         max_queue_p95_ms=a.maxQueueTimeP95Ms,
         max_kv_cache=a.maxKvCacheUsage,
@@ -413,7 +414,10 @@ def _check(name: str, value: float | None, bound: float | None, direction: str =
         return CheckResult(name=name, value=value, bound=bound, direction=direction, verdict=verdict,  # type: ignore[arg-type]
                            message=f"{what or name}: no data" if value is None else f"{what or name} {fmt(value)}")
     bad = value > bound if direction == "max" else value < bound
-    word = ("above max" if direction == "max" else "below min") if bad else ("within max" if direction == "max" else "at or above min")
+    if bad:
+        word = "above max" if direction == "max" else "below min"
+    else:
+        word = "within max" if direction == "max" else "at or above min"
     return CheckResult(name=name, value=value, bound=bound, direction=direction,  # type: ignore[arg-type]
                        verdict="Fail" if bad else "Pass", message=f"{what or name} {fmt(value)} {word} {fmt(bound)}")
 
@@ -442,7 +446,6 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
     requests = num("requests")
     if requests is not None and requests < 0:
         requests = None
-    errors = num("errors")
     decision_p95, vllm_p95 = num("decision_p95"), num("vllm_p95")
     # The runtime's decision latency is the gate: it is what the SLA promises (it includes the model call) and its
     # buckets resolve milliseconds. vLLM's e2e histogram starts at a 300 ms bucket, so its p95 of a 40 ms model reads

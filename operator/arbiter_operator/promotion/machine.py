@@ -394,7 +394,8 @@ class _Run:
             self.fail(CANDIDATE_FAILED, f"{cand} failed: {o.message or 'InferenceService reports a failure'}")
             return
         deadline = self.deadline()
-        if deadline is not None and self.now >= deadline and not (self.st.phase in ("Deploying", "Waiting") and o.ready):
+        loaded = self.st.phase in ("Deploying", "Waiting") and o.ready
+        if deadline is not None and self.now >= deadline and not loaded:
             self.fail(DEADLINE_EXCEEDED, self.deadline_message(cand))
             return
         st = self.st

@@ -132,7 +132,8 @@ def render_inferenceservice(
             labels[LABEL_MODEL_VERSION_ID] = registry_ids["modelVersionId"]
         reg = dm.spec.registry
         if labels.get(LABEL_MODEL_VERSION_ID) and reg is not None and reg.modelRegistryRef is not None:
-            labels[LABEL_REGISTRY_NAME] = reg.modelRegistryRef.name  # the registry the dashboard's deployments view shows
+            # the registry the dashboard's deployments view shows
+            labels[LABEL_REGISTRY_NAME] = reg.modelRegistryRef.name
     annotations = {
         "serving.kserve.io/deploymentMode": "Standard",  # KServe 0.17 rewrites the legacy "RawDeployment" to this
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).
