@@ -132,7 +132,8 @@ def apply_plan(
                 raise
     involved = {"apiVersion": API_VERSION, "kind": KIND, "metadata": dm_raw["metadata"]}
     events = list(plan.events)
-    old_ready = next((c for c in (dm_raw.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    conditions = (dm_raw.get("status") or {}).get("conditions") or []
+    old_ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     if conflicts and old_ready.get("reason") != CHILD_CONFLICT:
         events.append(Event("Warning", CHILD_CONFLICT, conflict_message(conflicts)))
     for ev in events:

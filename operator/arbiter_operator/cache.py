@@ -34,7 +34,7 @@ def _key(obj: dict[str, Any]) -> Key:
 
 def _rv(obj: dict[str, Any] | None) -> int | None:
     try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))  # type: ignore[arg-type]  # (None: below)
     except (TypeError, ValueError):
         return None
 

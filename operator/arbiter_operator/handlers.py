@@ -268,7 +268,7 @@ def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
     return cache.is_echo(obj)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
+@kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]  # (kopf passes all kwargs; we take a few)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     echo = _held(event, memo)
     if event.get("type") == "DELETED":
@@ -304,7 +304,7 @@ async def _cache_only(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     _held(event, memo)
 
 
-_AVAILABILITY: dict[tuple[str, str], tuple[Any, ...]] = {}  # per predictor Deployment, as last seen
+_AVAILABILITY: dict[tuple[str, str], tuple[Any, ...] | None] = {}  # per predictor Deployment, as last seen
 
 
 async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str,
@@ -316,7 +316,7 @@ async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, 
     before = _AVAILABILITY.get(key)
     if event.get("type") == "DELETED":
         _AVAILABILITY.pop(key, None)
-        now = None
+        now: tuple[Any, ...] | None = None
     else:
         now = _AVAILABILITY[key] = _availability(event.get("object"))
     if now == before:
@@ -354,10 +354,10 @@ for _api, _kind, _plural, _label in CACHED:
     _filters: dict[str, Any] = {"labels": {_label: kopf.PRESENT}} if _label else {}
     kopf.index(_g, _v, _plural, id=f"cache-{_plural}", **_filters)(_fill)
     if _label:
-        kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)
+        kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)  # type: ignore[arg-type]
     if _kind == "Deployment":
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)  # type: ignore[arg-type]
     elif _kind == "Pod":  # read while a version loads (the loading poll); a pod's own changes queue nothing
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_cache_only)
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_cache_only)  # type: ignore[arg-type]
     elif _kind != KIND:
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)  # type: ignore[arg-type]

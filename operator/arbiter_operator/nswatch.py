@@ -80,14 +80,16 @@ class NamespaceWatch:
         while self._wanted(namespace):
             try:
                 listed = core.list_namespace(field_selector=f"metadata.name={namespace}")
-                now = (listed.items[0].metadata.labels or {}) if listed.items else {}
+                meta = listed.items[0].metadata if listed.items else None
+                now = (meta.labels if meta is not None else None) or {}
                 self._hold(namespace, listed.items[0] if listed.items else None)
                 if labels is not None and now != labels:
                     self._changed(namespace)
                 labels = now
                 w = watch.Watch()
                 for ev in w.stream(core.list_namespace, field_selector=f"metadata.name={namespace}",
-                                   resource_version=listed.metadata.resource_version, timeout_seconds=300):
+                                   resource_version=listed.metadata.resource_version if listed.metadata else None,
+                                   timeout_seconds=300):
                     if not self._wanted(namespace):
                         w.stop()
                         break

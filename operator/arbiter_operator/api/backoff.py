@@ -18,7 +18,7 @@ class DoublingBackoff:
 
     def delay(self, failures: int) -> float:
         """Seconds before the next attempt after `failures` failed ones (0: the first retry)."""
-        return min(self.cap, self.first * 2 ** min(max(failures, 0), 32))
+        return min(self.cap, self.first * float(2 ** min(max(failures, 0), 32)))
 
     def schedule(self, count: int) -> list[float]:
         return [self.delay(n) for n in range(count)]

@@ -126,7 +126,7 @@ class _Impersonating:
 def _api_error(exc: ApiException, what: str) -> CliError:
     detail = exc.reason
     try:
-        detail = json.loads(exc.body).get("message", detail)
+        detail = json.loads(exc.body or "").get("message", detail)
     except (TypeError, ValueError, AttributeError):
         pass
     if exc.status in (401, 403):
@@ -186,7 +186,8 @@ class Cluster:
             if groups and not user:
                 raise CliError("--as-group needs --as (the apiserver impersonates groups only with a user)",
                                EXIT_CONFIG)
-            api_client.rest_client.pool_manager = _Impersonating(api_client.rest_client.pool_manager, user, groups)
+            api_client.rest_client.pool_manager = _Impersonating(  # type: ignore[assignment]  # (a wrapper)
+                api_client.rest_client.pool_manager, user, groups)
         self.api = client.CustomObjectsApi(api_client)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:

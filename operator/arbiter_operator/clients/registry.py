@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import httpx
 
@@ -90,7 +90,7 @@ class Entity:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> "Entity":
+    def from_json(cls, body: dict[str, Any]) -> Self:
         return cls(
             id=str(body["id"]),
             name=body.get("name", ""),

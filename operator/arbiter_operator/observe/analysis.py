@@ -48,7 +48,7 @@ async def run_analysis(prometheus_client: InstantQuerier, query: AnalysisQuery) 
     return judge(query, values)
 
 
-def _samples(result: Any) -> list[tuple[Any, Any]]:
+def _samples(result: Any) -> list[Any]:
     if not isinstance(result, (list, tuple)):
         return []
     return [r for r in result if isinstance(r, (list, tuple)) and len(r) == 2]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Mapping, Protocol
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
 
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
 from ..api.models import effective_decision
@@ -38,9 +38,14 @@ from .tokencost import TokenCost, TokenizerUnreadable, decision_settings, token_
 class ObjectInfo(Protocol):
     """One object of a storage listing (clients.s3.ObjectInfo has these)."""
 
-    key: str
-    etag: str
-    size: int
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def etag(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
 
 
 # Reasons of `ArtifactsValid`.
@@ -175,7 +180,7 @@ def is_diffusion(config: Mapping[str, Any]) -> bool:
     return bool(archs & DIFFUSION_ARCHITECTURES) or "canvas_length" in config or "canvas_length" in lang
 
 
-def _weights_problem(listing: list[ObjectInfo], fmt: str, index: Mapping[str, Any] | None) -> str | None:
+def _weights_problem(listing: Sequence[ObjectInfo], fmt: str, index: Mapping[str, Any] | None) -> str | None:
     files = {o.key: o for o in listing}
     if fmt == "gguf":
         ggufs = [k for k in files if k.endswith(".gguf") and "/" not in k]
@@ -212,7 +217,7 @@ def _weights_problem(listing: list[ObjectInfo], fmt: str, index: Mapping[str, An
 
 def check_artifacts(
     config: Mapping[str, Any] | None,
-    listing: list[ObjectInfo],
+    listing: Sequence[ObjectInfo],
     ask: ServingAsk,
     *,
     where: str,
@@ -241,7 +246,8 @@ def check_artifacts(
         if diffusion else {}
     )
     max_pos, pos_key = derived_max_len(lang)
-    common = dict(diffusion=diffusion, architecture=arch, max_position_embeddings=max_pos, runtime_hints=hints)
+    common: dict[str, Any] = dict(diffusion=diffusion, architecture=arch, max_position_embeddings=max_pos,
+                                  runtime_hints=hints)
 
     if ask.architecture and ask.architecture not in archs:
         return fail(ARCHITECTURE_MISMATCH, f"config.json names architecture {', '.join(archs) or 'none'}, "

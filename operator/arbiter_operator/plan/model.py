@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..api.conditions import Condition, Event
+from ..api.conditions import Condition
+from ..api.conditions import Event as Event  # re-exported: the planner's events
 from ..api.models import DEFAULT_RUNTIME_IMAGE
 from ..api.promotion import AnalysisRun
 

@@ -53,10 +53,10 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
                 problems.append(f"spec.versions[{version.name}].metadata.outputSchema {clash}")
         if decision.trajectoryMode == "scored" and decision.scoredFormat == "compact":
             for key in ("reasoningCodes", "labels"):
-                clash = _prefix_clash(getattr(decision, key))
-                if clash:
+                prefixes = _prefix_clash(getattr(decision, key))
+                if prefixes:
                     problems.append(
-                        f"decision.{key} (version {version.name}): {clash[0]!r} is the start of {clash[1]!r}, so "
+                        f"decision.{key} (version {version.name}): {prefixes[0]!r} is the start of {prefixes[1]!r}, so "
                         "scoredFormat compact (no separators) cannot tell them apart; rename one, or set "
                         "decision.scoredFormat: lines"
                     )

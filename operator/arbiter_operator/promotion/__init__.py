@@ -14,9 +14,9 @@ from arbiter_operator.promotion.analysis import (
     judge,
     next_analysis_at,
 )
+from arbiter_operator.api.conditions import Event as PromotionEvent
 from arbiter_operator.promotion.machine import (
     HISTORY_LIMIT,
-    PromotionEvent,
     PromotionInputs,
     PromotionPlan,
     ReadyVerdict,

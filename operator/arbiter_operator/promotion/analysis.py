@@ -411,14 +411,14 @@ def _check(name: str, value: float | None, bound: float | None, direction: str =
            fmt: Any = _pct) -> CheckResult:
     if value is None or bound is None:
         verdict = "NoData" if bound is not None else "Pass"
-        return CheckResult(name=name, value=value, bound=bound, direction=direction, verdict=verdict,  # type: ignore[arg-type]
+        return CheckResult(name=name, value=value, bound=bound, direction=direction, verdict=verdict,
                            message=f"{what or name}: no data" if value is None else f"{what or name} {fmt(value)}")
     bad = value > bound if direction == "max" else value < bound
     if bad:
         word = "above max" if direction == "max" else "below min"
     else:
         word = "within max" if direction == "max" else "at or above min"
-    return CheckResult(name=name, value=value, bound=bound, direction=direction,  # type: ignore[arg-type]
+    return CheckResult(name=name, value=value, bound=bound, direction=direction,
                        verdict="Fail" if bad else "Pass", message=f"{what or name} {fmt(value)} {word} {fmt(bound)}")
 
 

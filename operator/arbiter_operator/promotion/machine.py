@@ -150,7 +150,7 @@ class _Run:
         rec = PromotionRecord(
             version=version,
             fromVersion=from_version,
-            outcome=outcome,  # type: ignore[arg-type]
+            outcome=outcome,
             reason=reason,
             startedAt=format_time(started),
             finishedAt=format_time(self.now),

@@ -6,18 +6,18 @@ import hashlib
 import json
 from typing import Any
 
-from ..api.models import API_VERSION, KIND, DecisionModel, isvc_name
-
+from ..api.models import DecisionModel, isvc_name
 from ..api import names
-from ..api.names import (  # noqa: F401  (re-exported for the renderers)
-    ANN_CONFIG_CHECKSUM,
-    FIELD_MANAGER,
-    LABEL_COMPONENT,
-    LABEL_DM,
-    LABEL_MANAGED_BY,
-    LABEL_PART_OF,
-    LABEL_VERSION,
-    MANAGED_BY,
+from ..api.names import API_VERSION, KIND
+from ..api.names import (  # re-exported for the renderers
+    ANN_CONFIG_CHECKSUM as ANN_CONFIG_CHECKSUM,
+    FIELD_MANAGER as FIELD_MANAGER,
+    LABEL_COMPONENT as LABEL_COMPONENT,
+    LABEL_DM as LABEL_DM,
+    LABEL_MANAGED_BY as LABEL_MANAGED_BY,
+    LABEL_PART_OF as LABEL_PART_OF,
+    LABEL_VERSION as LABEL_VERSION,
+    MANAGED_BY as MANAGED_BY,
 )
 
 # The runtime container: the decision server listens here (KServe's predictor Service targets it) and vLLM listens
@@ -71,7 +71,7 @@ def owner_reference(dm: DecisionModel) -> dict[str, Any]:
     }
 
 
-def metadata(dm: DecisionModel, name: str, component: str, version: str | None = None, **extra: Any) -> dict:
+def metadata(dm: DecisionModel, name: str, component: str, version: str | None = None, **extra: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
         "namespace": dm.metadata.namespace,

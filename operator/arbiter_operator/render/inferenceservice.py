@@ -56,7 +56,9 @@ def vllm_args(dm: DecisionModel, diffusion: bool = False) -> list[str]:
 
 
 def _probes() -> dict[str, Any]:
-    http = lambda path: {"httpGet": {"path": path, "port": SERVING_PORT, "scheme": "HTTP"}}  # noqa: E731
+    def http(path: str) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": SERVING_PORT, "scheme": "HTTP"}}
+
     return {
         # Loading tens of GB of weights into GPUs takes minutes: the startup probe allows 30 minutes before
         # liveness starts counting, so a slow load is never killed half-way.

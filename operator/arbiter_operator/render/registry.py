@@ -76,7 +76,7 @@ class Owner:
         m = dm.metadata
         return cls(namespace=m.namespace, name=m.name, uid=m.uid, generation=m.generation)
 
-    def properties(self) -> dict[str, str | int]:
+    def properties(self) -> dict[str, str | int | float | bool]:
         return {
             KEY_NAMESPACE: self.namespace,
             KEY_NAME: self.name,
