@@ -166,7 +166,7 @@ class VerdictCache:
     A reconcile runs several times per change (the operator's own writes come back as watch events); reading S3
     again each time was the largest cost in the scale benchmark. A spec change (another spec digest) or the ttl makes
     the check run again, so a fixed bucket or a rotated Secret is seen within `ttl`. Unknown verdicts are never cached:
-    they are retried with backoff (recheck.py).
+    they are retried with backoff (plan/recheck.py).
     """
 
     def __init__(self, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:

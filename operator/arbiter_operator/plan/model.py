@@ -20,7 +20,7 @@ class ArtifactObservation:
     message: str = ""
     digest: str | None = None
     diffusion: bool = False
-    tokens_per_decision: int | None = None  # scored mode, from the version's tokenizer (tokencost.py)
+    tokens_per_decision: int | None = None  # scored mode, from the version's tokenizer (plan/tokencost.py)
     storage_key: str | None = None  # the storage-config entry the check read with; KServe is told to use it too
 
 
