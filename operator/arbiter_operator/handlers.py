@@ -208,8 +208,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
     cache = memo[CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in CACHED})
     kube = CachedKubeClient(RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)), fence=fence), cache)
-    reconciler = Reconciler(kube, prometheus=PrometheusClient(PrometheusConfig.from_env(os.environ)),
-                            runtime_image=runtime_image())
+    try:  # the canary analyses' Prometheus (docs/operations.md, "Promotion metrics")
+        prometheus: PrometheusClient | None = PrometheusClient(PrometheusConfig.from_env(os.environ))
+    except Exception as exc:  # e.g. an unreadable CA file: serving goes on, promotion steps wait for an analysis
+        log.error("cannot set up the Prometheus client (%s); promotion analyses cannot run", exc)
+        prometheus = None
+    reconciler = Reconciler(kube, prometheus=prometheus, runtime_image=runtime_image())
     failures: dict[Key, int] = {}
     memo[QUEUE_KEY] = queue
     from .nswatch import NamespaceWatch
