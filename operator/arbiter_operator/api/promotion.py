@@ -23,6 +23,9 @@ PromotionPhase = Literal[
     "Failed",  # rolled back; waits for a spec change or a retry
     "Aborted",  # the user pointed spec.promote back at the stable version; candidate being stopped
 ]
+# A promotion under way (a candidate exists and may still take traffic) / on its way out.
+IN_PROGRESS: tuple[PromotionPhase, ...] = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
+STOPPING: tuple[PromotionPhase, ...] = ("RollingBack", "Aborted")
 
 AnalysisVerdict = Literal["Pass", "Fail", "NoData", "Inconclusive"]
 CheckVerdict = Literal["Pass", "Fail", "NoData"]

@@ -43,6 +43,7 @@ from ..api.names import (
     RETRY_ANNOTATION,
     VERSION,
 )
+from ..api.promotion import IN_PROGRESS
 from ..api.times import format_time
 
 DISTRIBUTION = "arbiter-operator"
@@ -53,7 +54,6 @@ FIELD_MANAGER = CLI_FIELD_MANAGER
 # says label tracking is configured (--argocd-tracking-label or ARBITER_ARGOCD_TRACKING_LABEL).
 ARGOCD_TRACKING_ANNOTATION = "argocd.argoproj.io/tracking-id"
 ARGOCD_TRACKING_LABEL_ENV = "ARBITER_ARGOCD_TRACKING_LABEL"
-IN_PROGRESS = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
 
 # Exit codes (documented in docs/operations.md): scripts tell "fix your kubeconfig" from "the cluster said no".
 EXIT_OK = 0

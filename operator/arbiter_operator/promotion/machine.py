@@ -21,6 +21,8 @@ from arbiter_operator.api.backoff import LOADING_POLL
 from arbiter_operator.api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from arbiter_operator.api.times import format_time, parse_time
 from arbiter_operator.api.promotion import (
+    IN_PROGRESS,
+    STOPPING,
     AnalysisRun,
     PromoteSpec,
     PromotionRecord,
@@ -48,8 +50,6 @@ def loading_poll(elapsed: float) -> float:
     """Seconds until the next look at a version that has been loading for `elapsed` seconds."""
     return LOADING_POLL.delay(elapsed)
 
-IN_PROGRESS = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
-STOPPING = ("RollingBack", "Aborted")
 
 # Failure reasons (status.promotion.failureReason, and the reason of Promoted/Stalled/Ready).
 ANALYSIS_FAILED = "AnalysisFailed"
