@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     # kopf logs every watch event at DEBUG/INFO; keep the operator's own story readable.
     logging.getLogger("kopf").setLevel(logging.INFO if debug else max(level, logging.WARNING))
+    # httpx logs every request (registry, Prometheus) at INFO; the analysis and registry lines tell the story once.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if debug else max(level, logging.WARNING))
 
     if args.metrics_port:
         # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own

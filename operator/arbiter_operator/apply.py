@@ -15,9 +15,10 @@ from typing import Any
 
 from datetime import datetime, timezone
 
-from .api.models import API_VERSION, KIND, DecisionModel
+from .api.models import DecisionModel
+from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
 from .clients.kube import KubeClient, KubeError
-from .observe import controller_of, owned_by
+from .observe.children import controller_of, owned_by
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .plan.model import Event, Plan
 from .plan.planner import CHILD_CONFLICT, conflict_message, with_child_conflicts
@@ -25,7 +26,6 @@ from .render.common import checksum
 
 log = logging.getLogger("arbiter.apply")
 
-ANN_APPLIED_HASH = "arbiter.dev/applied-hash"
 
 
 def with_hash(desired: dict[str, Any]) -> dict[str, Any]:
@@ -39,7 +39,8 @@ def contains(live: Any, want: Any) -> bool:
     if isinstance(want, dict):
         return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in want.items())
     if isinstance(want, list):
-        return isinstance(live, list) and len(live) == len(want) and all(contains(a, b) for a, b in zip(live, want))
+        return isinstance(live, list) and len(live) == len(want) and all(
+            contains(a, b) for a, b in zip(live, want, strict=True))
     return live == want
 
 
@@ -131,7 +132,8 @@ def apply_plan(
                 raise
     involved = {"apiVersion": API_VERSION, "kind": KIND, "metadata": dm_raw["metadata"]}
     events = list(plan.events)
-    old_ready = next((c for c in (dm_raw.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), {})
+    conditions = (dm_raw.get("status") or {}).get("conditions") or []
+    old_ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     if conflicts and old_ready.get("reason") != CHILD_CONFLICT:
         events.append(Event("Warning", CHILD_CONFLICT, conflict_message(conflicts)))
     for ev in events:

@@ -8,7 +8,8 @@ watch event older than what is held (by resourceVersion) never replaces it. The 
 (`is_echo`) so it does not queue another reconcile.
 
 `CachedKubeClient` wraps the REST client. A `get` of a cached kind is answered from here when the object is held, and
-(but for DecisionModels, which are watched unfiltered, so a miss is an answer) from the apiserver when it is not (the watches of children hold only objects that carry the operator's label, so a
+(but for DecisionModels, which are watched unfiltered, so a miss is an answer) from the apiserver when it is not
+(the watches of children hold only objects that carry the operator's label, so a
 miss may be another owner's object or a CA bundle ConfigMap: only the apiserver can say). A `list` of a cached kind
 is answered from here when its selector pins the label the watch filters on. Writes, Secrets and Pods always go to
 the apiserver.
@@ -33,7 +34,7 @@ def _key(obj: dict[str, Any]) -> Key:
 
 def _rv(obj: dict[str, Any] | None) -> int | None:
     try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))  # type: ignore[arg-type]  # (None: below)
     except (TypeError, ValueError):
         return None
 
@@ -123,7 +124,8 @@ class WatchCache:
         if held is not None and rv is not None and held.rv is not None and rv < held.rv:
             return
         slim = _slim(obj)
-        entry = _Held(rv, (obj.get("metadata") or {}).get("uid"), dict((slim.get("metadata") or {}).get("labels") or {}),
+        labels = dict((slim.get("metadata") or {}).get("labels") or {})
+        entry = _Held(rv, (obj.get("metadata") or {}).get("uid"), labels,
                       json.dumps(slim, separators=(",", ":")).encode())
         with self._lock:
             held = self._objs.get(key)

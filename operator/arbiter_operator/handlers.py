@@ -12,7 +12,7 @@ kopf's storage the `arbiter.dev` prefix should a change handler ever be added.
 from __future__ import annotations
 
 import asyncio
-import functools
+
 import logging
 import os
 import time
@@ -20,12 +20,14 @@ from typing import Any
 
 import kopf
 
-from . import metrics, observe
-from .api.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from . import metrics
+from .api.names import API_VERSION, GROUP, ISVC_LABEL, KIND, PLURAL, VERSION
 from .cache import CachedKubeClient, WatchCache
+from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.kube import KubeError, RestKubeClient, new_api_client
+from .clients.prometheus import PrometheusClient, PrometheusConfig
 from .reconcile import Reconciler
-from .observe import ISVC_LABEL
+from .settings import runtime_image
 from .render.common import LABEL_DM
 from .render.podmonitor import API_VERSION as PODMONITOR_API
 
@@ -94,9 +96,8 @@ KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path,
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
 # make no API or S3 requests (docs/benchmarks.md, idle cost). Namespace labels are watched (nswatch.py); set it
 # (seconds) only to catch what no watch reports.
-RESYNC_SECONDS = float(os.environ.get("ARBITER_RESYNC_SECONDS", "0"))
-WORKERS = int(os.environ.get("ARBITER_WORKERS", "4"))
-ERROR_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+RESYNC_ENV = "ARBITER_RESYNC_SECONDS"
+WORKERS_ENV = "ARBITER_WORKERS"
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -108,10 +109,11 @@ def configure(settings: kopf.OperatorSettings) -> None:
     # kopf would post handler log lines as Events (writes on every reconcile); Arbiter posts its own on transitions.
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
-    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+    settings.networking.error_backoffs = RECONCILE_ERROR_BACKOFF.schedule(5)
 
 
-async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int], leading: asyncio.Event) -> None:
+async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int], leading: asyncio.Event,
+                  resync_seconds: float) -> None:
     while True:
         await leading.wait()  # a standby's queue fills from the watches; it is worked off once this replica leads
         key = await queue.get()
@@ -122,7 +124,7 @@ async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, 
             metrics.RECONCILES.labels(result).inc()
             metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
             failures.pop(key, None)
-            delays = [d for d in (requeue, RESYNC_SECONDS or None) if d is not None]
+            delays = [d for d in (requeue, resync_seconds or None) if d is not None]
             if delays:
                 queue.add_after(key, min(delays))
         except asyncio.CancelledError:
@@ -133,7 +135,7 @@ async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, 
             metrics.RECONCILE_ERRORS.labels("kube" if isinstance(exc, KubeError) else "other").inc()
             n = failures.get(key, 0)
             failures[key] = n + 1
-            delay = ERROR_BACKOFF[min(n, len(ERROR_BACKOFF) - 1)]
+            delay = RECONCILE_ERROR_BACKOFF.delay(n)
             log.error("reconcile of %s/%s failed (%s); retrying in %.0fs", key[0], key[1], exc, delay)
             queue.add_after(key, delay)
         finally:
@@ -206,17 +208,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
     cache = memo[CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in CACHED})
     kube = CachedKubeClient(RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)), fence=fence), cache)
-    # Observations other parts contribute, in order: artifact checks on storage (nothing is deployed for a version
-    # until its artifacts are known valid), then Model Registry entries (ids label the InferenceServices).
-    from . import artifacts, registration
-    from .promotion.observer import observe_promotion_analysis
-
-    observe.OBSERVERS[:] = [
-        functools.partial(artifacts.observe_artifacts, kube),
-        functools.partial(registration.observe_registry, kube),
-        observe_promotion_analysis,  # canary analysis numbers from Prometheus, when a step is due one
-    ]
-    reconciler = Reconciler(kube)
+    try:  # the canary analyses' Prometheus (docs/operations.md, "Promotion metrics")
+        prometheus: PrometheusClient | None = PrometheusClient(PrometheusConfig.from_env(os.environ))
+    except Exception as exc:  # e.g. an unreadable CA file: serving goes on, promotion steps wait for an analysis
+        log.error("cannot set up the Prometheus client (%s); promotion analyses cannot run", exc)
+        prometheus = None
+    reconciler = Reconciler(kube, prometheus=prometheus, runtime_image=runtime_image())
     failures: dict[Key, int] = {}
     memo[QUEUE_KEY] = queue
     from .nswatch import NamespaceWatch
@@ -224,8 +221,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
     memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
                                        asyncio.get_running_loop(), cache=cache)
-    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading))
-                             for _ in range(WORKERS)]
+    resync = float(os.environ.get(RESYNC_ENV, "0"))
+    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading, resync))
+                             for _ in range(int(os.environ.get(WORKERS_ENV, "4")))]
 
 
 @kopf.on.cleanup()
@@ -274,7 +272,7 @@ def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
     return cache.is_echo(obj)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
+@kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]  # (kopf passes all kwargs; we take a few)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     echo = _held(event, memo)
     if event.get("type") == "DELETED":
@@ -310,7 +308,7 @@ async def _cache_only(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
     _held(event, memo)
 
 
-_AVAILABILITY: dict[tuple[str, str], tuple[Any, ...]] = {}  # per predictor Deployment, as last seen
+_AVAILABILITY: dict[tuple[str, str], tuple[Any, ...] | None] = {}  # per predictor Deployment, as last seen
 
 
 async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str,
@@ -322,7 +320,7 @@ async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, 
     before = _AVAILABILITY.get(key)
     if event.get("type") == "DELETED":
         _AVAILABILITY.pop(key, None)
-        now = None
+        now: tuple[Any, ...] | None = None
     else:
         now = _AVAILABILITY[key] = _availability(event.get("object"))
     if now == before:
@@ -360,10 +358,10 @@ for _api, _kind, _plural, _label in CACHED:
     _filters: dict[str, Any] = {"labels": {_label: kopf.PRESENT}} if _label else {}
     kopf.index(_g, _v, _plural, id=f"cache-{_plural}", **_filters)(_fill)
     if _label:
-        kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)
+        kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)  # type: ignore[arg-type]
     if _kind == "Deployment":
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)  # type: ignore[arg-type]
     elif _kind == "Pod":  # read while a version loads (the loading poll); a pod's own changes queue nothing
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_cache_only)
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_cache_only)  # type: ignore[arg-type]
     elif _kind != KIND:
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)  # type: ignore[arg-type]

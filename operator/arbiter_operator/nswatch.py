@@ -17,13 +17,16 @@ from typing import Any, Callable
 
 from kubernetes import client as k8s, watch
 
+from .api.backoff import WATCH_RESTART_BACKOFF
+
 log = logging.getLogger("arbiter.nswatch")
 
 Enqueue = Callable[[tuple[str, str]], None]
 
 
 class NamespaceWatch:
-    def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop, cache: Any = None) -> None:
+    def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop,
+                 cache: Any = None) -> None:
         self.api = api
         self.cache = cache  # the watch cache (cache.WatchCache): the labels seen are what the reconcile reads
         self.enqueue = enqueue
@@ -73,18 +76,20 @@ class NamespaceWatch:
     def _run(self, namespace: str) -> None:
         core = k8s.CoreV1Api(self.api)
         labels: dict[str, str] | None = None  # as last seen; None until the first answer
-        delay = 1.0
+        failures = 0
         while self._wanted(namespace):
             try:
                 listed = core.list_namespace(field_selector=f"metadata.name={namespace}")
-                now = (listed.items[0].metadata.labels or {}) if listed.items else {}
+                meta = listed.items[0].metadata if listed.items else None
+                now = (meta.labels if meta is not None else None) or {}
                 self._hold(namespace, listed.items[0] if listed.items else None)
                 if labels is not None and now != labels:
                     self._changed(namespace)
                 labels = now
                 w = watch.Watch()
                 for ev in w.stream(core.list_namespace, field_selector=f"metadata.name={namespace}",
-                                   resource_version=listed.metadata.resource_version, timeout_seconds=300):
+                                   resource_version=listed.metadata.resource_version if listed.metadata else None,
+                                   timeout_seconds=300):
                     if not self._wanted(namespace):
                         w.stop()
                         break
@@ -94,9 +99,10 @@ class NamespaceWatch:
                     if now != labels:
                         labels = now
                         self._changed(namespace)
-                delay = 1.0
+                failures = 0
             except Exception as exc:  # an expired resourceVersion, a dropped connection, a missing grant: retry
+                delay = WATCH_RESTART_BACKOFF.delay(failures)
+                failures += 1
                 log.warning("watch on namespace %s failed (%s); retrying in %.0fs", namespace,
                             getattr(exc, "reason", None) or type(exc).__name__, delay)
                 time.sleep(delay)
-                delay = min(delay * 2, 60.0)

@@ -1,21 +1,36 @@
-"""One reconcile of one DecisionModel: observe -> plan -> apply. Used by every trigger (level-based)."""
+"""One reconcile of one DecisionModel, used by every trigger (level-based), in four steps read top to bottom:
+
+  observe  the children in the cluster (observe.children), the artifacts on S3 (observe.storage) and, when a
+           promotion step is due one, the canary analysis in Prometheus (observe.analysis);
+  sync     the Model Registry entries (sync.registry): the one write outside the cluster;
+  plan     desired children and status from spec + observations + now (plan.plan, pure);
+  apply    server-side apply of the children, then the status (apply.apply_plan).
+
+One clock: `now` is read once, before observing, and passed to every step that needs a time.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pydantic import ValidationError
 
-from .api.models import API_VERSION, KIND, DecisionModel
+from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
+from .api.names import API_VERSION, KIND
+from .api.times import format_time
 from .apply import apply_plan
 from .clients.kube import KubeClient
-from .observe import observe_children, podmonitor_served, run_observers
+from .observe.analysis import InstantQuerier, observe_promotion_analysis
+from .observe.children import observe_children, podmonitor_served
+from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
 from .plan.model import Observations
-from .registry_handlers import holds as registry_holds
+from .registry_handlers import RegistryFinalizer, holds as registry_holds
+from .sync.registry import sync_registry_step
 
 log = logging.getLogger("arbiter.reconcile")
 
@@ -40,17 +55,37 @@ def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Finalizer(Protocol):
+    async def finalize(self, raw: dict[str, Any]) -> float | None: ...
+
+    async def keep(self, raw: dict[str, Any], dm: DecisionModel) -> None: ...
+
+
 class Reconciler:
-    def __init__(self, client: KubeClient, clock: Callable[[], datetime] | None = None, finalizer: Any = None):
+    def __init__(
+        self,
+        client: KubeClient,
+        clock: Callable[[], datetime] = utc_now,
+        finalizer: Finalizer | None = None,
+        prometheus: InstantQuerier | None = None,
+        runtime_image: str = DEFAULT_RUNTIME_IMAGE,
+        verdicts: VerdictCache | None = None,
+    ):
+        """prometheus: where canary analyses are read (None: no analysis runs; a step due one waits for it).
+        runtime_image: the operator's default runtime image (settings.runtime_image()).
+        verdicts: settled artifact verdicts kept between reconciles (one per process; the default keeps 5 min)."""
         self.client = client
         # The registry's delete finalizer (registry_handlers.RegistryFinalizer): held while spec.registry is set,
         # run when the DecisionModel is deleted. Handled here, in the one reconcile, so nothing else writes to it.
-        if finalizer is None:
-            from .registry_handlers import RegistryFinalizer
-
-            finalizer = RegistryFinalizer(client)
-        self.finalizer = finalizer
-        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.finalizer: Finalizer = finalizer if finalizer is not None else RegistryFinalizer(client)
+        self.clock = clock
+        self.prometheus = prometheus
+        self.runtime_image = runtime_image
+        self.verdicts = verdicts if verdicts is not None else VerdictCache()
         self._seen: set[tuple[str, str]] = set()
         # Whether the PodMonitor API is served, observed once (None until known). Like every other API the operator
         # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
@@ -75,10 +110,23 @@ class Reconciler:
             self.podmonitor_api = await asyncio.to_thread(podmonitor_served, self.client)
             if self.podmonitor_api is False:
                 log.info("the PodMonitor API (monitoring.coreos.com/v1) is not served: no PodMonitors are created")
-        obs = await asyncio.to_thread(observe_children, self.client, dm, bool(self.podmonitor_api))
-        obs = await run_observers(dm, obs)
         now = self.clock()
+        # observe
+        obs = await asyncio.to_thread(observe_children, self.client, dm, bool(self.podmonitor_api), self.runtime_image)
+        # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
+        obs = await observe_artifacts(self.client, dm, obs, self.verdicts)
+        if self.prometheus is not None:
+            obs = await observe_promotion_analysis(self.prometheus, dm, obs, now)
+        # sync (registry ids label the InferenceServices the plan renders)
+        obs = await sync_registry_step(self.client, dm, obs)
+        # One clock: what the observe and sync steps report carries this reconcile's `now` (set_condition keeps an
+        # earlier lastTransitionTime while the status is unchanged).
+        stamp = format_time(now)
+        obs = replace(obs, extra_conditions=tuple(c.model_copy(update={"lastTransitionTime": stamp})
+                                                  for c in obs.extra_conditions))
+        # plan
         p = make_plan(dm, obs, now)
+        # apply
         writes, conflicts = await asyncio.to_thread(apply_plan, self.client, raw, dm, p, _live_children(obs), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);
         # the polls in between stay at DEBUG.

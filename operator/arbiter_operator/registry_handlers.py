@@ -26,24 +26,25 @@ import asyncio
 import logging
 from typing import Any
 
+from .api.backoff import REGISTRY_ARCHIVE_BACKOFF
 from .api.conditions import REGISTERED, get_condition, set_condition
-from .api.models import API_VERSION, GROUP, KIND, DecisionModel
+from .api.models import DecisionModel
+from .api.names import API_VERSION, GROUP, KIND
 from .clients.kube import KubeError
-from .registration import archive_all, forget, mark_deleting, registry_lock, resolve_registry
+from .observe.registry import resolve_registry
+from .sync.registry import archive_all, forget, mark_deleting, registry_lock
 
 log = logging.getLogger("arbiter.registry")
 
 FINALIZER = f"{GROUP}/registry-archive"
 LEGACY_FINALIZERS = (f"{GROUP}/kopf-finalizer",)
 OURS = (FINALIZER, *LEGACY_FINALIZERS)
-FIRST_DELAY = 5.0
-MAX_DELAY = 300.0
 EVENT_EVERY = 6  # retries between repeated Warning events (about every 30 min once the delay is at its cap)
 
 
 def retry_delay(retry: int) -> float:
     """Seconds before the next attempt after `retry` failed ones: 5, 10, 20, ... capped at 5 min."""
-    return min(MAX_DELAY, FIRST_DELAY * 2 ** min(retry, 16))
+    return REGISTRY_ARCHIVE_BACKOFF.delay(retry)
 
 
 async def _report(kube: Any, raw: dict[str, Any], dm: DecisionModel, cond: Any, retry: int, delay: float) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from api_helpers import make_dm
 from arbiter_operator.apply import describe_owner
-from arbiter_operator.observe import owned_by
+from arbiter_operator.observe.children import owned_by
 
 UID = "0000-uid"
 uids = st.sampled_from([UID, "other-uid", "", None])

@@ -20,7 +20,8 @@ from arbiter_operator.api.promotion import (
     PromotionStatus,
     Shadow,
 )
-from arbiter_operator.promotion import analysis_due, judge, run_analysis
+from arbiter_operator.promotion import analysis_due, judge
+from arbiter_operator.observe.analysis import run_analysis
 from arbiter_operator.promotion.analysis import AnalysisQuery, VersionBounds, mix_shift
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)

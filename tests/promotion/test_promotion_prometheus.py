@@ -12,7 +12,8 @@ import pytest
 
 from arbiter_operator.api.promotion import Analysis, AnalysisRun, CanaryStep, PromoteSpec, PromotionStatus
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
-from arbiter_operator.promotion import AnalysisQuery, analysis_due, run_analysis
+from arbiter_operator.promotion import AnalysisQuery, analysis_due
+from arbiter_operator.observe.analysis import run_analysis
 
 from promstack import PromStack, prometheus_binary
 

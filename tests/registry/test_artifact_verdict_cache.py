@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from arbiter_operator.artifacts import ArtifactReport, VerdictCache
+from arbiter_operator.plan.artifacts import ArtifactReport
+from arbiter_operator.observe.storage import VerdictCache
 
 
 class Clock:

@@ -11,12 +11,8 @@ import uuid
 
 import pytest
 
-from arbiter_operator.artifacts import (
-    ServingAsk,
-    artifacts_condition,
-    check_decision_model,
-    check_version_artifacts,
-)
+from arbiter_operator.plan.artifacts import ServingAsk, artifacts_condition
+from arbiter_operator.observe.storage import check_decision_model, check_version_artifacts
 from arbiter_operator.clients.s3 import S3Storage, credentials_from_secret
 from arbiter_operator.devenv.registryserver import free_port
 from dm_factory import make_dm

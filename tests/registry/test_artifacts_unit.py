@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from arbiter_operator.artifacts import (
+from arbiter_operator.plan.artifacts import (
     ArtifactReport,
     ServingAsk,
     artifacts_condition,

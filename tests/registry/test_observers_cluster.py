@@ -14,12 +14,12 @@ from urllib.parse import urlparse
 import pytest
 
 from arbiter_operator.api.models import VersionStatus
-from arbiter_operator.artifacts import observe_artifacts
+from arbiter_operator.observe.storage import observe_artifacts
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from arbiter_operator.devenv.registryserver import free_port
 from arbiter_operator.plan.model import Observations
-from arbiter_operator.registration import observe_registry
+from arbiter_operator.sync.registry import sync_registry_step as observe_registry
 from dm_factory import make_dm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="session")]

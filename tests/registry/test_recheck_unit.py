@@ -9,11 +9,12 @@ from datetime import datetime, timedelta, timezone
 
 from arbiter_operator.api.conditions import make_condition
 from arbiter_operator.api.models import VersionStatus
-from arbiter_operator.artifacts import ArtifactReport, observe_artifacts, to_observation
+from arbiter_operator.plan.artifacts import ArtifactReport, to_observation
+from arbiter_operator.observe.storage import observe_artifacts
 from arbiter_operator.devenv.registryserver import free_port
 from arbiter_operator.plan.model import Observations
-from arbiter_operator.recheck import recheck_after, sooner
-from arbiter_operator.registration import mark_deleting, observe_registry
+from arbiter_operator.plan.recheck import recheck_after, sooner
+from arbiter_operator.sync.registry import mark_deleting, sync_registry_step as observe_registry
 from arbiter_operator.render import render_configmap
 from dm_factory import make_dm
 
@@ -59,7 +60,7 @@ def test_unreadable_storage_keeps_a_serving_diffusion_version_as_deployed():
     report = ArtifactReport("Unknown", "StorageCredentialsInvalid", "Secret gone")
     obs_in = Observations(configmaps={cm["metadata"]["name"]: cm})
 
-    from arbiter_operator.artifacts import _deployed_as_diffusion
+    from arbiter_operator.plan.artifacts import deployed_as_diffusion as _deployed_as_diffusion
 
     kept = to_observation(report, previous, _deployed_as_diffusion(obs_in, "1.0.0"))
     assert (kept.valid, kept.diffusion, kept.digest) == (True, True, "sha256:x")

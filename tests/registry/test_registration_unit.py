@@ -12,19 +12,18 @@ from arbiter_operator.clients.registry import (
     to_custom_properties,
 )
 from arbiter_operator.clients.s3 import CredentialsInvalid, S3Credentials, credentials_from_secret, decode_secret_data
-from arbiter_operator.registration import (
+from arbiter_operator.render.registry import (
     KEY_NAME,
     KEY_NAMESPACE,
     KEY_SLA_P95_MS,
     Owner,
     desired_model,
     foreign_owner,
-    isvc_registry_labels,
     properties_patch,
     registered_condition,
-    registry_url_from_model_registry,
     versions_to_archive,
 )
+from arbiter_operator.observe.registry import registry_url_from_model_registry
 from dm_factory import make_dm
 
 
@@ -84,15 +83,6 @@ def test_foreign_owner():
     assert foreign_owner({KEY_NAMESPACE: "team-a", KEY_NAME: "credit-limit"}, owner) is None
     assert foreign_owner({}, owner) is None  # registered by hand: nobody to protect
     assert foreign_owner({KEY_NAMESPACE: "team-b", KEY_NAME: "credit-limit"}, owner) == "team-b/credit-limit"
-
-
-def test_isvc_labels():
-    assert isvc_registry_labels(None, None) == {}
-    assert isvc_registry_labels("1", "2", "modelregistry-public") == {
-        "modelregistry.opendatahub.io/registered-model-id": "1",
-        "modelregistry.opendatahub.io/model-version-id": "2",
-        "modelregistry.opendatahub.io/name": "modelregistry-public",
-    }
 
 
 def model_registry_obj(spec, hosts):

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from arbiter_operator.clients.registry import permanent_refusal
-from arbiter_operator.recheck import recheck_after
-from arbiter_operator.registration import KEY_INPUT_SCHEMA, KEY_OUTPUT_SCHEMA, MAX_PROPERTY_BYTES, fitted, sync_registry
+from arbiter_operator.plan.recheck import recheck_after
+from arbiter_operator.render.registry import KEY_INPUT_SCHEMA, KEY_OUTPUT_SCHEMA, MAX_PROPERTY_BYTES, fitted
+from arbiter_operator.sync.registry import sync_registry
 from dm_factory import make_dm
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")  # the session-scoped registry fixtures' loop

@@ -14,7 +14,7 @@ import pytest
 
 from arbiter_operator.clients.registry import RegistryClient
 from arbiter_operator.devenv.registryserver import free_port
-from arbiter_operator.registration import (
+from arbiter_operator.render.registry import (
     KEY_BIAS_REPORT,
     KEY_GENERATION,
     KEY_INPUT_SCHEMA,
@@ -25,10 +25,8 @@ from arbiter_operator.registration import (
     KEY_TRAINING_FROM,
     KEY_TRAINING_TO,
     KEY_UID,
-    archive_all,
-    isvc_registry_labels,
-    sync_registry,
 )
+from arbiter_operator.sync.registry import archive_all, sync_registry
 from dm_factory import make_dm
 
 # Same loop as the session-scoped fixtures (pyproject: asyncio_default_fixture_loop_scope = "session").
@@ -77,13 +75,6 @@ async def test_register_creates_model_versions_and_artifacts_with_metadata(regis
     raw = versions["1.0.0"].raw["customProperties"]
     assert raw[KEY_SLA_P95_MS]["metadataType"] == "MetadataDoubleValue"
     assert raw[KEY_GENERATION] == {"metadataType": "MetadataIntValue", "int_value": "1"}
-
-    labels = isvc_registry_labels(result.versions["1.0.0"].registered_model_id,
-                                  result.versions["1.0.0"].model_version_id)
-    assert labels == {
-        "modelregistry.opendatahub.io/registered-model-id": rm.id,
-        "modelregistry.opendatahub.io/model-version-id": versions["1.0.0"].id,
-    }
 
 
 async def test_re_register_finds_entries_and_writes_nothing(registry_client):

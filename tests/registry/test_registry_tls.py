@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from arbiter_operator.clients.registry import RegistryClient
-from arbiter_operator.registration import sync_registry
+from arbiter_operator.sync.registry import sync_registry
 from dm_factory import make_dm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arbiter_operator.api.conditions import TOKEN_COST
-from arbiter_operator.artifacts import ServingAsk, check_version_artifacts, count_tokens, token_cost_condition
+from arbiter_operator.plan.artifacts import ServingAsk, count_tokens, token_cost_condition
+from arbiter_operator.observe.storage import check_version_artifacts
 from arbiter_operator.plan.model import ArtifactObservation
-from arbiter_operator.registration import KEY_TOKENS_PER_DECISION, desired_model
+from arbiter_operator.render.registry import KEY_TOKENS_PER_DECISION, desired_model
 from dm_factory import make_dm
 from test_artifacts_s3 import QWEN_LIKE, bucket, storage_for, upload  # noqa: F401  (bucket is a fixture)
 

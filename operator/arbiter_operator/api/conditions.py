@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .times import format_time
+
 # Condition types.
 READY = "Ready"
 RECONCILING = "Reconciling"
@@ -42,8 +44,7 @@ class Condition(BaseModel):
 
 
 def now_rfc3339(now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
-    return now.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return format_time(now or datetime.now(timezone.utc))
 
 
 def make_condition(

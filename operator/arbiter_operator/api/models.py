@@ -13,16 +13,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from pydantic.json_schema import JsonDict
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from .conditions import Condition
 from .promotion import PromoteSpec, PromotionStatus
 
-GROUP = "arbiter.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "DecisionModel"
-PLURAL = "decisionmodels"
+from .names import (  # noqa: E402  (re-exported: the API's identity)
+    API_VERSION as API_VERSION,
+    GROUP as GROUP,
+    KIND as KIND,
+    PLURAL as PLURAL,
+    VERSION as VERSION,
+)
+
 SINGULAR = "decisionmodel"
 SHORT_NAMES = ["dm"]
 
@@ -98,7 +102,7 @@ VLLM_SHORT_ALIASES: dict[str, str] = {
 }
 
 
-def _flag_rule(flag: str, message: str) -> dict[str, str]:
+def _flag_rule(flag: str, message: str) -> JsonDict:
     # As vLLM's parser reads them: `--flag`, `--flag=value`, `--flag.key=value`, with `_` for `-` anywhere in the
     # name, and the flag's short aliases. Prefix abbreviations are the operator's check (plan/vllm_args.py).
     n = "a.replace('_', '-')"
@@ -109,8 +113,8 @@ def _flag_rule(flag: str, message: str) -> dict[str, str]:
     return {"rule": f"!self.exists(a, {' || '.join(spellings)})", "message": message}
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    out = {"rule": rule, "message": message}
+def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
+    out: JsonDict = {"rule": rule, "message": message}
     if field_path:
         out["fieldPath"] = field_path
     return out
@@ -145,7 +149,9 @@ class FallbackRule(_Model):
         "model failed); the first rule that is true decides."
     )
     decision: Label = Field(description="The label this rule decides; must be one of decision.labels.")
-    reasoningCode: Label = Field(description="Reasoning code reported with the decision; one of decision.reasoningCodes.")
+    reasoningCode: Label = Field(
+        description="Reasoning code reported with the decision; one of decision.reasoningCodes."
+    )
 
 
 _DECISION_FIELDS_DOC = "Decision settings the runtime reads from the mounted decision.json."
@@ -348,7 +354,7 @@ class VllmSettings(_Model):
         max_length=64,
         description="More `vllm serve` arguments, passed as given after the rendered ones.",
         json_schema_extra={
-            "x-kubernetes-validations": [_flag_rule(f, m) for f, m in REMOVED_VLLM_FLAGS.items()]
+            "x-kubernetes-validations": [_flag_rule(f, m) for f, m in REMOVED_VLLM_FLAGS.items()]  # type: ignore[dict-item]
             + [
                 _flag_rule(f, f"{f} is set by the operator from {field}; set that field instead of extraArgs")
                 for f, field in MANAGED_VLLM_FLAGS.items()
@@ -545,7 +551,7 @@ class DecisionModelSpec(_Model):
 
 
 # Rules for classes defined in api/promotion.py (owned elsewhere): crdgen attaches them to the schema there.
-EXTRA_VALIDATIONS: dict[type[BaseModel], list[dict[str, str]]] = {
+EXTRA_VALIDATIONS: dict[type[BaseModel], list[JsonDict]] = {
     PromoteSpec: [
         _cel(
             "self.strategy != 'Canary' || size(self.steps) > 0",
@@ -644,3 +650,11 @@ def legacy_isvc_name(dm_name: str, version: str) -> str:
     """The name earlier builds gave an InferenceService (`<dm>-<slug>`, not injective). Only read, to replace such
     children without an outage; never created."""
     return f"{dm_name}-{version_slug(version)}"
+
+
+def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:
+    """spec.decision with the version's overrides applied (a field set on the version wins)."""
+    if version.decision is None:
+        return spec
+    override = version.decision.model_dump(exclude_none=True)
+    return spec.model_copy(update=override)

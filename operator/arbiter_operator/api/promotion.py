@@ -23,6 +23,9 @@ PromotionPhase = Literal[
     "Failed",  # rolled back; waits for a spec change or a retry
     "Aborted",  # the user pointed spec.promote back at the stable version; candidate being stopped
 ]
+# A promotion under way (a candidate exists and may still take traffic) / on its way out.
+IN_PROGRESS: tuple[PromotionPhase, ...] = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
+STOPPING: tuple[PromotionPhase, ...] = ("RollingBack", "Aborted")
 
 AnalysisVerdict = Literal["Pass", "Fail", "NoData", "Inconclusive"]
 CheckVerdict = Literal["Pass", "Fail", "NoData"]
@@ -177,7 +180,7 @@ class PromoteSpec(_Model):
     @classmethod
     def _weights_increase(cls, steps: list[CanaryStep]) -> list[CanaryStep]:
         weights = [s.weight for s in steps]
-        if any(b <= a for a, b in zip(weights, weights[1:])):
+        if any(b <= a for a, b in zip(weights, weights[1:], strict=False)):
             raise ValueError(f"canary step weights must strictly increase, got {weights}")
         return steps
 
@@ -245,12 +248,6 @@ class PromotionStatus(_Model):
     history: list[PromotionRecord] = Field(default_factory=list, max_length=10)
 
 
-RETRY_ANNOTATION = "arbiter.dev/retry"
-# Abort without editing spec (GitOps-safe): a new value rolls a running promotion back; see docs/operations.md.
-ABORT_ANNOTATION = "arbiter.dev/abort"
-# Manual gate (approval: Required): `<candidate version>` or `<candidate version>@<anything>`, set after the promotion
-# started, lets a Paused promotion take all traffic; kubectl arbiter approve writes `<version>@<time>`.
-APPROVE_ANNOTATION = "arbiter.dev/approve"
 
 
 def approves(annotation: str | None, candidate: str | None, consumed: str | None) -> bool:

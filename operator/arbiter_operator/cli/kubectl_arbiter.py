@@ -34,19 +34,26 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 from urllib3._collections import HTTPHeaderDict
 
-GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
+from ..api.names import (
+    ABORT_ANNOTATION,
+    APPROVE_ANNOTATION,
+    CLI_FIELD_MANAGER,
+    GROUP,
+    PLURAL,
+    RETRY_ANNOTATION,
+    VERSION,
+)
+from ..api.promotion import IN_PROGRESS
+from ..api.times import format_time
+
 DISTRIBUTION = "arbiter-operator"
-RETRY_ANNOTATION = "arbiter.dev/retry"
-ABORT_ANNOTATION = "arbiter.dev/abort"
-APPROVE_ANNOTATION = "arbiter.dev/approve"
-FIELD_MANAGER = "kubectl-arbiter"
+FIELD_MANAGER = CLI_FIELD_MANAGER
 # Argo CD's own marks. Annotation tracking is Argo CD's default (since 3.0) and cannot be confused with anything else.
 # Label tracking (argocd-cm `application.resourceTrackingMethod: label`) uses `application.instanceLabelKey`, by
 # default app.kubernetes.io/instance: a label Helm charts and other operators set too, so it only counts when the user
 # says label tracking is configured (--argocd-tracking-label or ARBITER_ARGOCD_TRACKING_LABEL).
 ARGOCD_TRACKING_ANNOTATION = "argocd.argoproj.io/tracking-id"
 ARGOCD_TRACKING_LABEL_ENV = "ARBITER_ARGOCD_TRACKING_LABEL"
-IN_PROGRESS = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
 
 # Exit codes (documented in docs/operations.md): scripts tell "fix your kubeconfig" from "the cluster said no".
 EXIT_OK = 0
@@ -76,7 +83,7 @@ def plugin_version() -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return format_time(datetime.now(timezone.utc))
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -119,7 +126,7 @@ class _Impersonating:
 def _api_error(exc: ApiException, what: str) -> CliError:
     detail = exc.reason
     try:
-        detail = json.loads(exc.body).get("message", detail)
+        detail = json.loads(exc.body or "").get("message", detail)
     except (TypeError, ValueError, AttributeError):
         pass
     if exc.status in (401, 403):
@@ -179,7 +186,8 @@ class Cluster:
             if groups and not user:
                 raise CliError("--as-group needs --as (the apiserver impersonates groups only with a user)",
                                EXIT_CONFIG)
-            api_client.rest_client.pool_manager = _Impersonating(api_client.rest_client.pool_manager, user, groups)
+            api_client.rest_client.pool_manager = _Impersonating(  # type: ignore[assignment]  # (a wrapper)
+                api_client.rest_client.pool_manager, user, groups)
         self.api = client.CustomObjectsApi(api_client)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
@@ -488,7 +496,8 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"status": cmd_status, "promote": cmd_promote, "approve": cmd_approve, "abort": cmd_abort, "retry": cmd_retry,
+COMMANDS = {"status": cmd_status, "promote": cmd_promote, "approve": cmd_approve, "abort": cmd_abort,
+            "retry": cmd_retry,
             "history": cmd_history}
 
 

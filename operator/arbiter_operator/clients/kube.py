@@ -1,8 +1,8 @@
 """A small Kubernetes client: get, list, server-side apply, status patch, delete, events. No logic.
 
 Raw REST over `kubernetes.client.ApiClient` (no discovery round-trips, one code path for built-in and custom kinds).
-Every mutating call is counted in `writes` and logged with the `kube-write` prefix, so tests can prove that a
-converged reconcile writes nothing.
+Every mutating call is logged with the `kube-write` prefix (nothing is kept in memory), so tests can prove from the
+log that a converged reconcile writes nothing.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from typing import Any, Callable, Protocol
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from ..api.names import FIELD_MANAGER
+from ..api.times import format_time
 from ..metrics import KUBE_REQUESTS, code_class
 
 log = logging.getLogger("arbiter.kube")
 
-FIELD_MANAGER = "arbiter-operator"
 # The User-Agent of every client new_api_client makes; with leader election it names this replica
 # ("arbiter-operator/<identity>"), so the apiserver's audit log tells the replicas' requests apart.
 USER_AGENT = "arbiter-operator"
@@ -136,7 +137,6 @@ class RestKubeClient:
         # With leader election: whether this replica still holds the leader Lease (leader.LeaderElector.is_leader).
         # Checked before every write, so a replica that lost the Lease (or never had it) writes nothing.
         self.fence = fence
-        self.writes: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
         self._series: dict[tuple[str, str, str, str], EventSeries] = {}  # (namespace, uid, type, reason)
         self.clock: Callable[[], float] = time.monotonic
@@ -156,8 +156,6 @@ class RestKubeClient:
         if self.fence is not None and not self.fence():
             log.warning("write refused, not the leader: %s %s %s", verb, kind, ref)
             raise NotLeader(503, "NotLeader", f"{verb} {kind} {ref}: this replica does not hold the leader Lease")
-        with self._lock:
-            self.writes.append((verb, kind, ref))
         log.info("kube-write %s %s %s", verb, kind, ref)
 
     # -- reads ----------------------------------------------------------------------------------------------------
@@ -280,7 +278,7 @@ class RestKubeClient:
 
     def _update_series(self, meta: dict[str, Any], series: EventSeries, reason: str) -> bool:
         """Write a series' count and latest message to its Event. False: the Event is gone (post a new one)."""
-        stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = format_time(datetime.now(timezone.utc))
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}")
         try:
             self._call("PATCH", KINDS[("v1", "Event")].path(meta["namespace"], series.name),
@@ -296,7 +294,7 @@ class RestKubeClient:
 
     def _post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> str | None:
         meta = involved["metadata"]
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = format_time(datetime.now(timezone.utc))
         body = {
             "apiVersion": "v1",
             "kind": "Event",

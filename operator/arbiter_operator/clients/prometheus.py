@@ -62,7 +62,8 @@ class PrometheusConfig:
                 with open(self.token_file) as fh:
                     return fh.read().strip() or None
             except OSError as exc:
-                raise PrometheusError(f"cannot read the Prometheus token file {self.token_file}: {exc.strerror}")
+                raise PrometheusError(
+                    f"cannot read the Prometheus token file {self.token_file}: {exc.strerror}") from exc
         return self.token
 
     @classmethod

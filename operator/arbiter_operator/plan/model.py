@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..api.conditions import Condition, Event
+from ..api.conditions import Condition
+from ..api.conditions import Event as Event  # re-exported: the planner's events
 from ..api.models import DEFAULT_RUNTIME_IMAGE
 from ..api.promotion import AnalysisRun
 
@@ -19,7 +20,7 @@ class ArtifactObservation:
     message: str = ""
     digest: str | None = None
     diffusion: bool = False
-    tokens_per_decision: int | None = None  # scored mode, from the version's tokenizer (tokencost.py)
+    tokens_per_decision: int | None = None  # scored mode, from the version's tokenizer (plan/tokencost.py)
     storage_key: str | None = None  # the storage-config entry the check read with; KServe is told to use it too
 
 
@@ -43,7 +44,8 @@ class Observations:
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     extra_conditions: tuple[Condition, ...] = ()  # e.g. Registered, ArtifactsValid, computed where they are observed
     analysis: AnalysisRun | None = None
-    # The operator's runtime image setting (--runtime-image / $ARBITER_RUNTIME_IMAGE): what a newly deployed version runs.
+    # The operator's runtime image setting (--runtime-image / $ARBITER_RUNTIME_IMAGE): what a newly deployed version
+    # runs.
     default_runtime_image: str = DEFAULT_RUNTIME_IMAGE
     # The predictor workloads KServe made, keyed by InferenceService name: its `<isvc>-predictor` Deployment and,
     # for InferenceServices that are not ready, their pods (why they do not serve). workloads_observed False (no

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.promotion import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
+from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
@@ -20,9 +20,10 @@ from ..render import (
     render_stable_service,
     stable_service_url,
 )
-from ..recheck import recheck_after, sooner
+from .recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
-from ..render.shadow_rbac import RBAC_API, render_shadow_rbac
+from ..api.names import RBAC_API
+from ..render.shadow_rbac import render_shadow_rbac
 from .model import ArtifactObservation, Event, Observations, Plan
 from .predictors import PredictorProblem, deployment_available, deployment_problem, predictor_problem
 from .validate import operator_side_problems, size_problems
@@ -119,10 +120,10 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     events: list[Event] = []
     old_ready = c.get_condition(old.conditions, c.READY)
 
-    problems = operator_side_problems(dm.spec) + size_problems(dm)
-    if problems:
+    spec_problems = operator_side_problems(dm.spec) + size_problems(dm)
+    if spec_problems:
         # What serves keeps serving: no child is touched, the promotion does not move; the user must fix the spec.
-        msg = "; ".join(problems) + ". Nothing was changed: fix the spec to continue."
+        msg = "; ".join(spec_problems) + ". Nothing was changed: fix the spec to continue."
         cond(c.STALLED, "True", INVALID_SPEC, msg)
         cond(c.RECONCILING, "False", INVALID_SPEC, msg)
         cond(c.READY, "False", INVALID_SPEC, msg)
@@ -140,6 +141,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     vobs: dict[str, VersionObservation] = {}
     problems: dict[str, PredictorProblem] = {}
     for v in set(names) | set(isvc_by_version):
+        message: str | None
         exists, ready, failed, message = isvc_state(isvc_by_version.get(v))
         if exists and obs.workloads_observed:
             ready, failed, message, problem = _workload_state(
@@ -281,7 +283,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         vstatus.append(
             VersionStatus(
                 name=v,
-                phase=_phase(o.exists, o.ready, o.failed, v in pplan.live, art),  # type: ignore[arg-type]
+                phase=_phase(o.exists, o.ready, o.failed, v in pplan.live, art),
                 inferenceService=serving_names.get(v, isvc_name(dm.metadata.name, v))
                 if o.exists or v in pplan.live else None,
                 ready=o.ready,
@@ -351,7 +353,7 @@ def with_child_conflicts(
     for type_ in (c.STALLED, c.READY):
         conditions = set_condition(
             conditions, make_condition(type_, "True" if type_ == c.STALLED else "False", CHILD_CONFLICT, msg,
-                                       generation, now)  # type: ignore[arg-type]
+                                       generation, now)
         )
     return {**status, "conditions": [x.model_dump(mode="json", exclude_none=True) for x in conditions]}
 

@@ -8,7 +8,8 @@ import jsonschema
 
 from ..api.models import DecisionModel, DecisionModelSpec
 from ..render.common import CONFIG_FILE
-from ..render.configmap import decision_config, effective_decision
+from ..api.models import effective_decision
+from ..render.configmap import decision_config
 from .vllm_args import arg_problems
 from .output_schema import output_schema_clash
 
@@ -52,10 +53,10 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
                 problems.append(f"spec.versions[{version.name}].metadata.outputSchema {clash}")
         if decision.trajectoryMode == "scored" and decision.scoredFormat == "compact":
             for key in ("reasoningCodes", "labels"):
-                clash = _prefix_clash(getattr(decision, key))
-                if clash:
+                prefixes = _prefix_clash(getattr(decision, key))
+                if prefixes:
                     problems.append(
-                        f"decision.{key} (version {version.name}): {clash[0]!r} is the start of {clash[1]!r}, so "
+                        f"decision.{key} (version {version.name}): {prefixes[0]!r} is the start of {prefixes[1]!r}, so "
                         "scoredFormat compact (no separators) cannot tell them apart; rename one, or set "
                         "decision.scoredFormat: lines"
                     )

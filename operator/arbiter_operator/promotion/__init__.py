@@ -1,7 +1,8 @@
 """Promotion: hot version switching with canary analysis and automatic rollback.
 
 The planner calls `advance(PromotionInputs) -> PromotionPlan` once per reconcile; before it, the observe layer asks
-`analysis_due(...)` whether an analysis must run and, if so, runs it with `run_analysis(prometheus, query)`.
+`analysis_due(...)` whether an analysis must run and, if so, runs it (observe.analysis) and `judge`s the numbers.
+Pure: no I/O, no clock (`now` is passed in).
 """
 
 from arbiter_operator.promotion.analysis import (
@@ -12,11 +13,10 @@ from arbiter_operator.promotion.analysis import (
     build_queries,
     judge,
     next_analysis_at,
-    run_analysis,
 )
+from arbiter_operator.api.conditions import Event as PromotionEvent
 from arbiter_operator.promotion.machine import (
     HISTORY_LIMIT,
-    PromotionEvent,
     PromotionInputs,
     PromotionPlan,
     ReadyVerdict,
@@ -39,5 +39,4 @@ __all__ = [
     "build_queries",
     "judge",
     "next_analysis_at",
-    "run_analysis",
 ]

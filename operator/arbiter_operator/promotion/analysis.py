@@ -4,8 +4,8 @@
 Prometheus client (see arbiter_operator.clients.prometheus) and hands the result to `advance`.
 
 Every query selects one version: the candidate's numbers, and the stable version's decision mix and shadow
-comparisons (the stable runtime records those while it mirrors traffic to the candidate). Series are matched on the labels Prometheus attaches to the
-predictor pods' targets (see docs/operations.md, "Promotion metrics"):
+comparisons (the stable runtime records those while it mirrors traffic to the candidate). Series are matched on the
+labels Prometheus attaches to the predictor pods' targets (see docs/operations.md, "Promotion metrics"):
 - `namespace`: attached by Prometheus to every target in OpenShift user-workload monitoring;
 - `arbiter_dev_decision_model` and `arbiter_dev_version`: the pod labels `arbiter.dev/decision-model` and
   `arbiter.dev/version`, copied onto the target by the PodMonitor's `podTargetLabels` (Prometheus replaces `.`,
@@ -26,12 +26,12 @@ The gates (each one is a `CheckResult` in status, with its value and bound):
 """
 from __future__ import annotations
 
-import asyncio
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping
 
+from arbiter_operator.api.times import format_time, parse_time
 from arbiter_operator.api.promotion import (
     AnalysisRun,
     CheckResult,
@@ -129,20 +129,6 @@ class AnalysisQuery:
     checks: tuple[MetricCheck, ...] = ()  # custom checks; their PromQL is queries["check:<name>"]
     stable: str | None = None
     shadow: bool = False
-
-
-def _ts(value: datetime) -> str:
-    return value.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        out = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return out if out.tzinfo else out.replace(tzinfo=timezone.utc)
 
 
 def whole_seconds(now: datetime) -> datetime:
@@ -292,7 +278,8 @@ def resolve_bounds(spec: PromoteSpec, shadow: bool, version: VersionBounds | Non
         max_schema_violation_rate=pick(
             a.maxSchemaViolationRate, v.max_schema_violation_rate, DEFAULT_MAX_SCHEMA_VIOLATION_RATE
         ),
-        max_low_confidence_rate=pick(a.maxLowConfidenceRate, v.max_low_confidence_rate, DEFAULT_MAX_LOW_CONFIDENCE_RATE),
+        max_low_confidence_rate=pick(a.maxLowConfidenceRate, v.max_low_confidence_rate,
+                                     DEFAULT_MAX_LOW_CONFIDENCE_RATE),
         max_mix_shift=a.maxDecisionMixShift if a.maxDecisionMixShift is not None else DEFAULT_MAX_DECISION_MIX_SHIFT,
         max_queue_p95_ms=a.maxQueueTimeP95Ms,
         max_kv_cache=a.maxKvCacheUsage,
@@ -372,7 +359,7 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.2f}%"
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
     """A finite float, or None for anything else Prometheus (or a broken proxy) may hand back."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return None
@@ -389,7 +376,7 @@ def _counts(value: Any) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for key, raw in value.items():
-        n = _number(raw)
+        n = as_number(raw)
         if isinstance(key, str) and n is not None and n >= 0:
             out[key] = n
     return out
@@ -426,11 +413,14 @@ def _check(name: str, value: float | None, bound: float | None, direction: str =
            fmt: Any = _pct) -> CheckResult:
     if value is None or bound is None:
         verdict = "NoData" if bound is not None else "Pass"
-        return CheckResult(name=name, value=value, bound=bound, direction=direction, verdict=verdict,  # type: ignore[arg-type]
+        return CheckResult(name=name, value=value, bound=bound, direction=direction, verdict=verdict,
                            message=f"{what or name}: no data" if value is None else f"{what or name} {fmt(value)}")
     bad = value > bound if direction == "max" else value < bound
-    word = ("above max" if direction == "max" else "below min") if bad else ("within max" if direction == "max" else "at or above min")
-    return CheckResult(name=name, value=value, bound=bound, direction=direction,  # type: ignore[arg-type]
+    if bad:
+        word = "above max" if direction == "max" else "below min"
+    else:
+        word = "within max" if direction == "max" else "at or above min"
+    return CheckResult(name=name, value=value, bound=bound, direction=direction,
                        verdict="Fail" if bad else "Pass", message=f"{what or name} {fmt(value)} {word} {fmt(bound)}")
 
 
@@ -439,7 +429,7 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
     names to {key: number}. Anything else (NaN, Inf, strings, missing names) counts as "no data" and never a pass;
     the numbers count only with `min_requests` requests (and, in the shadow phase, `min_compared` comparisons)."""
     common: dict[str, Any] = dict(
-        at=_ts(query.at),
+        at=format_time(query.at),
         step=query.step,
         p95BoundMs=query.p95_bound_ms,
         maxErrorRate=query.max_error_rate,
@@ -452,13 +442,12 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
         values = {}
 
     def num(name: str) -> float | None:
-        return _number(values.get(name))
+        return as_number(values.get(name))
 
     b = query.bounds
     requests = num("requests")
     if requests is not None and requests < 0:
         requests = None
-    errors = num("errors")
     decision_p95, vllm_p95 = num("decision_p95"), num("vllm_p95")
     # The runtime's decision latency is the gate: it is what the SLA promises (it includes the model call) and its
     # buckets resolve milliseconds. vLLM's e2e histogram starts at a 300 ms bucket, so its p95 of a 40 ms model reads
@@ -581,59 +570,3 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
         )
     extra = [c.message for c in checks if c.name not in legacy]
     return AnalysisRun(verdict="Pass", message=f"{query.version}: {numbers}; " + "; ".join(extra), **common)
-
-
-class InstantQuerier(Protocol):
-    async def query(self, promql: str, at: datetime | None = None) -> list[tuple[dict[str, str], float]]: ...
-
-
-async def run_analysis(prometheus_client: InstantQuerier, query: AnalysisQuery) -> AnalysisRun:
-    """Run the query's PromQL at `query.at` and judge the numbers. Never raises for Prometheus trouble:
-    an unreachable or failing Prometheus gives an Inconclusive run (which never passes a step)."""
-    names = list(query.queries) + list(query.vectors)
-    promql = {**query.queries, **{n: v.promql for n, v in query.vectors.items()}}
-    # Concurrently: the analysis sits between the end of a hold and the Route switch.
-    results = await asyncio.gather(
-        *(prometheus_client.query(promql[n], at=query.at) for n in names), return_exceptions=True
-    )
-    values: dict[str, Any] = {}
-    for name, result in zip(names, results):
-        if isinstance(result, BaseException):
-            if isinstance(result, asyncio.CancelledError):
-                raise result
-            # Any client failure is an inconclusive analysis, not a crash.
-            return judge(query, {}, error=_describe(result))
-        if name in query.vectors:
-            values[name] = _vector(result, query.vectors[name].by)
-        else:
-            values[name] = _first(result)
-    return judge(query, values)
-
-
-def _samples(result: Any) -> list[tuple[Any, Any]]:
-    if not isinstance(result, (list, tuple)):
-        return []
-    return [r for r in result if isinstance(r, (list, tuple)) and len(r) == 2]
-
-
-def _first(result: Any) -> Any:
-    samples = _samples(result)
-    return samples[0][1] if samples else None
-
-
-def _vector(result: Any, by: tuple[str, ...]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for labels, value in _samples(result):
-        if not isinstance(labels, Mapping):
-            continue
-        key = "->".join(str(labels.get(b, "")) for b in by)
-        n = _number(value)
-        if n is not None and n >= 0:
-            out[key] = out.get(key, 0.0) + n
-    return out
-
-
-def _describe(exc: BaseException) -> str:
-    # The client's errors name the endpoint and status, never headers, so no token can leak here.
-    text = str(exc) or type(exc).__name__
-    return text[:300]

@@ -17,8 +17,12 @@ from typing import Literal, Mapping
 
 from arbiter_operator.api.conditions import PROMOTED, RECONCILING, STALLED, Condition, make_condition
 from arbiter_operator.api.conditions import Event as PromotionEvent  # one Event type for planner and machine
+from arbiter_operator.api.backoff import LOADING_POLL
+from arbiter_operator.api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
+from arbiter_operator.api.times import format_time, parse_time
 from arbiter_operator.api.promotion import (
-    APPROVE_ANNOTATION,
+    IN_PROGRESS,
+    STOPPING,
     AnalysisRun,
     PromoteSpec,
     PromotionRecord,
@@ -28,9 +32,7 @@ from arbiter_operator.api.promotion import (
 from arbiter_operator.promotion.analysis import (
     DEFAULT_SHADOW,
     _hold_seconds,
-    _ts,
     next_analysis_at,
-    parse_time,
     whole_seconds,
 )
 
@@ -38,21 +40,16 @@ HISTORY_LIMIT = 10
 # While waiting on something that has no timer (an InferenceService turning ready, a candidate being deleted), poll at
 # this pace; the operator's watch on its children usually wakes it sooner.
 POLL_SECONDS = 2.0
-# While a version loads (Deploying, Waiting), the poll backs off: 2 s, doubling with the time spent loading, up to 15 s.
+# While a version loads (Deploying, Waiting), the poll backs off with the time spent loading, 2 s up to 15 s.
 # Loading a large model takes minutes, and KServe's status change wakes the operator through its watch the moment the
 # version is ready: the poll is a safety net, and at 2 s it cost most of the reconcile passes of a fleet rolling out.
-POLL_MAX_SECONDS = 15.0
+POLL_MAX_SECONDS = LOADING_POLL.cap
 
 
 def loading_poll(elapsed: float) -> float:
     """Seconds until the next look at a version that has been loading for `elapsed` seconds."""
-    interval = POLL_SECONDS
-    while interval * 2 <= elapsed and interval < POLL_MAX_SECONDS:
-        interval *= 2
-    return min(interval, POLL_MAX_SECONDS)
+    return LOADING_POLL.delay(elapsed)
 
-IN_PROGRESS = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
-STOPPING = ("RollingBack", "Aborted")
 
 # Failure reasons (status.promotion.failureReason, and the reason of Promoted/Stalled/Ready).
 ANALYSIS_FAILED = "AnalysisFailed"
@@ -153,10 +150,10 @@ class _Run:
         rec = PromotionRecord(
             version=version,
             fromVersion=from_version,
-            outcome=outcome,  # type: ignore[arg-type]
+            outcome=outcome,
             reason=reason,
-            startedAt=_ts(started),
-            finishedAt=_ts(self.now),
+            startedAt=format_time(started),
+            finishedAt=format_time(self.now),
             durationSeconds=max(0.0, (self.now - started).total_seconds()),
         )
         self.set(history=(list(self.st.history) + [rec])[-HISTORY_LIMIT:])
@@ -169,7 +166,7 @@ class _Run:
             candidate=version,
             step=-1,
             weight=0,
-            startedAt=_ts(self.now),
+            startedAt=format_time(self.now),
             stepStartedAt=None,
             lastAnalysis=None,
             failureReason=None,
@@ -221,7 +218,7 @@ class _Run:
             stable=version,
             candidate=None,
             previous=old if keep else None,
-            coolingUntil=_ts(self.now + timedelta(seconds=window)) if keep else None,
+            coolingUntil=format_time(self.now + timedelta(seconds=window)) if keep else None,
             step=-1,
             weight=0,
             **extra,
@@ -262,7 +259,7 @@ class _Run:
             # A candidate recorded outside a promotion phase: resume its promotion from the start (it stays warm).
             phase = "Deploying"
             if self.st.startedAt is None:
-                self.set(startedAt=_ts(self.now))
+                self.set(startedAt=format_time(self.now))
         if phase == "Promoted":
             phase = "Cooling" if self.st.previous else "Idle"
         if phase == "Cooling" and (self.st.previous is None or parse_time(self.st.coolingUntil) is None):
@@ -278,7 +275,7 @@ class _Run:
         if phase == "Shadowing":
             self.set(step=-1)
         if phase in ("Deploying", "Waiting") and parse_time(self.st.startedAt) is None:
-            self.set(startedAt=_ts(self.now))
+            self.set(startedAt=format_time(self.now))
         if phase in ("Deploying", "Waiting"):
             self.set(step=-1, weight=0)
         self.set(phase=phase)
@@ -324,7 +321,7 @@ class _Run:
                 self.start(target, f"spec changed (generation {inp.generation})")
             elif retry and retry != st.retryToken:
                 self.set(retryToken=retry)
-                self.start(target, f"retry requested ({_RETRY}={retry})")
+                self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
             else:
                 return
             st = self.st
@@ -355,7 +352,7 @@ class _Run:
     def warm_switch(self, target: str) -> None:
         """Re-promote the still-warm previous version: no redeploy, no canary; it was stable minutes ago."""
         old = self.st.stable
-        self.set(startedAt=_ts(self.now), candidate=target)
+        self.set(startedAt=format_time(self.now), candidate=target)
         self.record(target, "Succeeded", "WarmSwitch", old)
         self.make_stable(
             target,
@@ -387,7 +384,7 @@ class _Run:
         abort = inp.abort_annotation
         if abort and abort != self.st.abortToken:
             self.set(abortToken=abort)
-            self.fail(ABORTED, f"aborted by the {_ABORT} annotation ({abort})")
+            self.fail(ABORTED, f"aborted by the {ABORT_ANNOTATION} annotation ({abort})")
             return
         o = self.obs(cand)
         if o.artifacts_valid is False:
@@ -397,7 +394,8 @@ class _Run:
             self.fail(CANDIDATE_FAILED, f"{cand} failed: {o.message or 'InferenceService reports a failure'}")
             return
         deadline = self.deadline()
-        if deadline is not None and self.now >= deadline and not (self.st.phase in ("Deploying", "Waiting") and o.ready):
+        loaded = self.st.phase in ("Deploying", "Waiting") and o.ready
+        if deadline is not None and self.now >= deadline and not loaded:
             self.fail(DEADLINE_EXCEEDED, self.deadline_message(cand))
             return
         st = self.st
@@ -465,7 +463,7 @@ class _Run:
 
     def enter_shadow(self) -> None:
         sh = self.inp.spec.shadow or DEFAULT_SHADOW
-        self.set(phase="Shadowing", step=-1, weight=0, stepStartedAt=_ts(self.now))
+        self.set(phase="Shadowing", step=-1, weight=0, stepStartedAt=format_time(self.now))
         self.event(
             "Normal",
             "ShadowStarted",
@@ -482,7 +480,7 @@ class _Run:
 
     def enter_step(self, index: int) -> None:
         step = self.inp.spec.steps[index]
-        self.set(phase="Progressing", step=index, weight=step.weight, stepStartedAt=_ts(self.now))
+        self.set(phase="Progressing", step=index, weight=step.weight, stepStartedAt=format_time(self.now))
         n = len(self.inp.spec.steps)
         self.event(
             "Normal",
@@ -574,17 +572,13 @@ class _Run:
                 self.start(target, f"spec changed (generation {inp.generation})")
             elif retry and retry != st.retryToken:
                 self.set(retryToken=retry)
-                self.start(target, f"retry requested ({_RETRY}={retry})")
+                self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
             else:
                 return
         elif st.candidate != target or st.phase not in IN_PROGRESS:
             self.set(phase="Idle", candidate=None)
             self.start(target, "first deployment")
         self.progress()
-
-
-_RETRY = "arbiter.dev/retry"
-_ABORT = "arbiter.dev/abort"
 
 
 def _live(st: PromotionStatus, obs: Mapping[str, VersionObservation]) -> frozenset[str]:
@@ -640,7 +634,7 @@ def _conditions(run: _Run, traffic: Mapping[str, int]) -> tuple[Condition, Condi
         )
     if st.phase in ("RollingBack", "Failed") and st.failureReason:
         serving = f"{st.stable} keeps serving" if st.stable else "no version serves"
-        how = f"change the spec or set a new {_RETRY} annotation value (kubectl arbiter retry) to try again"
+        how = f"change the spec or set a new {RETRY_ANNOTATION} annotation value (kubectl arbiter retry) to try again"
         msg = f"Promotion of {st.failedVersion or st.candidate} failed: {st.failureMessage}. {serving}; {how}"
         return (
             cond(PROMOTED, "False", st.failureReason, msg),

@@ -1,7 +1,7 @@
 """Pure builders: (DecisionModel, observations) -> child manifests as plain dicts. No I/O here."""
 
 from .common import FIELD_MANAGER, configmap_name, predictor_service, runtime_name
-from .configmap import decision_config, effective_decision, render_configmap
+from .configmap import decision_config, render_configmap
 from .inferenceservice import render_inferenceservice, vllm_args
 from .podmonitor import podmonitor_name, render_podmonitor
 from .mesh import namespace_injected, sidecar_settings
@@ -13,7 +13,6 @@ __all__ = [
     "FIELD_MANAGER",
     "configmap_name",
     "decision_config",
-    "effective_decision",
     "namespace_injected",
     "predictor_service",
     "render_configmap",

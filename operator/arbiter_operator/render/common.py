@@ -6,18 +6,19 @@ import hashlib
 import json
 from typing import Any
 
-from ..api.models import API_VERSION, KIND, DecisionModel, isvc_name
-
-FIELD_MANAGER = "arbiter-operator"
-
-LABEL_DM = "arbiter.dev/decision-model"
-LABEL_VERSION = "arbiter.dev/version"
-LABEL_COMPONENT = "arbiter.dev/component"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_PART_OF = "app.kubernetes.io/part-of"
-MANAGED_BY = "arbiter-operator"
-
-ANN_CONFIG_CHECKSUM = "arbiter.dev/decision-config-checksum"
+from ..api.models import DecisionModel, isvc_name
+from ..api import names
+from ..api.names import API_VERSION, KIND
+from ..api.names import (  # re-exported for the renderers
+    ANN_CONFIG_CHECKSUM as ANN_CONFIG_CHECKSUM,
+    FIELD_MANAGER as FIELD_MANAGER,
+    LABEL_COMPONENT as LABEL_COMPONENT,
+    LABEL_DM as LABEL_DM,
+    LABEL_MANAGED_BY as LABEL_MANAGED_BY,
+    LABEL_PART_OF as LABEL_PART_OF,
+    LABEL_VERSION as LABEL_VERSION,
+    MANAGED_BY as MANAGED_BY,
+)
 
 # The runtime container: the decision server listens here (KServe's predictor Service targets it) and vLLM listens
 # on VLLM_PORT inside the pod only.
@@ -25,7 +26,7 @@ SERVING_PORT = 8080
 SERVING_PORT_NAME = "http1"  # the runtime container's port name (KServe's convention); the PodMonitor scrapes it
 VLLM_PORT = 8000
 CONFIG_DIR = "/etc/arbiter/decision"
-CONFIG_FILE = "decision.json"
+CONFIG_FILE = names.CONFIG_FILE
 # The stable version's mirroring settings during a shadow phase; read live by the runtime, so it is left out of the
 # pod-template checksum: switching shadowing on or off never restarts a serving pod.
 SHADOW_FILE = "shadow.json"
@@ -70,7 +71,7 @@ def owner_reference(dm: DecisionModel) -> dict[str, Any]:
     }
 
 
-def metadata(dm: DecisionModel, name: str, component: str, version: str | None = None, **extra: Any) -> dict:
+def metadata(dm: DecisionModel, name: str, component: str, version: str | None = None, **extra: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
         "namespace": dm.metadata.namespace,

@@ -5,16 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..api.models import DecisionModel, DecisionSpec, ModelVersion
+from ..api.models import DecisionModel, ModelVersion, effective_decision
 from .common import CONFIG_FILE, SHADOW_FILE, VLLM_PORT, configmap_name, metadata, predictor_service
-
-
-def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:
-    """spec.decision with the version's overrides applied (a field set on the version wins)."""
-    if version.decision is None:
-        return spec
-    override = version.decision.model_dump(exclude_none=True)
-    return spec.model_copy(update=override)
 
 
 def decision_config(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> dict[str, Any]:

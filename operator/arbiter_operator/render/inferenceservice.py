@@ -19,13 +19,10 @@ from .common import (
     metadata,
     runtime_name,
 )
+from ..api.names import LABEL_MODEL_VERSION_ID, LABEL_REGISTERED_MODEL_ID, LABEL_REGISTRY_NAME
 from .mesh import namespace_injected, sidecar_settings
 from .servingruntime import MODEL_FORMAT
 
-# Labels OpenShift AI uses to link a deployment to its Model Registry entry.
-REGISTERED_MODEL_ID = "modelregistry.opendatahub.io/registered-model-id"
-MODEL_VERSION_ID = "modelregistry.opendatahub.io/model-version-id"
-REGISTRY_NAME = "modelregistry.opendatahub.io/name"
 ENABLE_AUTH = "security.opendatahub.io/enable-auth"
 # OpenShift AI's dashboard lists (and the Model Registry's deployments view links) only InferenceServices with it.
 DASHBOARD = "opendatahub.io/dashboard"
@@ -59,7 +56,9 @@ def vllm_args(dm: DecisionModel, diffusion: bool = False) -> list[str]:
 
 
 def _probes() -> dict[str, Any]:
-    http = lambda path: {"httpGet": {"path": path, "port": SERVING_PORT, "scheme": "HTTP"}}  # noqa: E731
+    def http(path: str) -> dict[str, Any]:
+        return {"httpGet": {"path": path, "port": SERVING_PORT, "scheme": "HTTP"}}
+
     return {
         # Loading tens of GB of weights into GPUs takes minutes: the startup probe allows 30 minutes before
         # liveness starts counting, so a slow load is never killed half-way.
@@ -130,12 +129,13 @@ def render_inferenceservice(
     labels = {**base_labels(dm, "inferenceservice", version.name), DASHBOARD: "true"}
     if registry_ids:
         if registry_ids.get("registeredModelId"):
-            labels[REGISTERED_MODEL_ID] = registry_ids["registeredModelId"]
+            labels[LABEL_REGISTERED_MODEL_ID] = registry_ids["registeredModelId"]
         if registry_ids.get("modelVersionId"):
-            labels[MODEL_VERSION_ID] = registry_ids["modelVersionId"]
+            labels[LABEL_MODEL_VERSION_ID] = registry_ids["modelVersionId"]
         reg = dm.spec.registry
-        if labels.get(MODEL_VERSION_ID) and reg is not None and reg.modelRegistryRef is not None:
-            labels[REGISTRY_NAME] = reg.modelRegistryRef.name  # the registry the dashboard's deployments view shows
+        if labels.get(LABEL_MODEL_VERSION_ID) and reg is not None and reg.modelRegistryRef is not None:
+            # the registry the dashboard's deployments view shows
+            labels[LABEL_REGISTRY_NAME] = reg.modelRegistryRef.name
     annotations = {
         "serving.kserve.io/deploymentMode": "Standard",  # KServe 0.17 rewrites the legacy "RawDeployment" to this
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).

@@ -16,10 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.models import DecisionModel
+from ..api.names import PODMONITOR_API, PODMONITOR_KIND
 from .common import LABEL_DM, LABEL_VERSION, SERVING_PORT_NAME, metadata
 
-API_VERSION = "monitoring.coreos.com/v1"
-KIND = "PodMonitor"
+API_VERSION = PODMONITOR_API
+KIND = PODMONITOR_KIND
 METRICS_PATH = "/metrics"
 VLLM_METRICS_PATH = "/metrics/vllm"  # vLLM's own series, re-exported by the runtime (runtime/vllm_metrics.py)
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.models import DecisionModel, isvc_name
+from ..api.names import RBAC_API
 from .common import metadata
 
 COMPONENT = "shadow-caller"
-RBAC_API = "rbac.authorization.k8s.io/v1"
 # KServe's predictor pods run as the namespace's `default` ServiceAccount: the InferenceService names no other.
 PREDICTOR_SERVICE_ACCOUNT = "default"
 

@@ -12,18 +12,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Iterable
 
-from .api.conditions import ARTIFACTS_VALID, REGISTERED, Condition
+from ..api.backoff import OUTSIDE_RECHECK
+from ..api.conditions import ARTIFACTS_VALID, REGISTERED, Condition
+from ..api.times import parse_time
 
-MIN_SECONDS = 5.0
-MAX_SECONDS = 60.0
+MIN_SECONDS = OUTSIDE_RECHECK.first
+MAX_SECONDS = OUTSIDE_RECHECK.cap
 OUTSIDE = (REGISTERED, ARTIFACTS_VALID)
-
-
-def _parse(ts: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def recheck_after(conditions: Iterable[Condition], now: datetime) -> float | None:
@@ -31,11 +26,11 @@ def recheck_after(conditions: Iterable[Condition], now: datetime) -> float | Non
     delays = []
     for c in conditions:
         if c.type in OUTSIDE and c.status == "Unknown":
-            since = _parse(c.lastTransitionTime)
+            since = parse_time(c.lastTransitionTime)
             if since is not None and now.tzinfo is None:
                 now = now.replace(tzinfo=timezone.utc)
             elapsed = (now - since).total_seconds() if since is not None else 0.0
-            delays.append(min(MAX_SECONDS, max(MIN_SECONDS, elapsed)))
+            delays.append(OUTSIDE_RECHECK.delay(elapsed))
     return min(delays) if delays else None
 
 

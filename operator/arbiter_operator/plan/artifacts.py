@@ -7,11 +7,11 @@ shards all exist, or single files). It also spots diffusion models (vLLM 0.26 se
 `DiffusionGemmaForBlockDiffusion`), for which the runtime must not ask vLLM for structured outputs or a seed and
 validates after generation instead. `listing_digest` fingerprints the listing for status.
 
-`check_version_artifacts` (async) reads from S3 through `clients.s3.S3Storage`; `artifacts_condition` folds the
-per-version reports into the `ArtifactsValid` condition.
+`observe/storage.py` reads S3 and calls `check_artifacts`; `artifacts_condition` folds the per-version reports into
+the `ArtifactsValid` condition. Pure: no I/O.
 
 Unknown means "will be known after a retry" and holds only versions that have not passed yet (nothing is deployed
-for them; the reconcile comes back with a bounded backoff, see recheck.py): S3 unreachable, and every credential
+for them; the reconcile comes back with a bounded backoff, see plan/recheck.py): S3 unreachable, and every credential
 problem (Secret or entry missing, not in storage-config form, access denied). Those are fixed outside the
 DecisionModel, often after it was applied, and must not send a promotion into its sticky Failed state the way a real
 defect of the artifacts does (False: only a spec change or the retry annotation starts it again).
@@ -24,24 +24,29 @@ artifacts at start-up and the version's readiness reports the outcome.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
 
-from .api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
-from .clients.kube import KubeError
-from .clients.s3 import (
-    CredentialsInvalid,
-    ObjectInfo,
-    S3Storage,
-    StorageRejected,
-    StorageUnreachable,
-    credentials_from_secret,
-    decode_secret_data,
-)
+from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
+from ..api.models import effective_decision
+from ..api.names import CONFIG_FILE, LABEL_VERSION
+from .model import ArtifactObservation
+from .tokencost import TokenCost, TokenizerUnreadable, decision_settings, token_cost
+
+class ObjectInfo(Protocol):
+    """One object of a storage listing (clients.s3.ObjectInfo has these)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def etag(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
 
 # Reasons of `ArtifactsValid`.
 VALID = "ArtifactsValid"
@@ -175,7 +180,7 @@ def is_diffusion(config: Mapping[str, Any]) -> bool:
     return bool(archs & DIFFUSION_ARCHITECTURES) or "canvas_length" in config or "canvas_length" in lang
 
 
-def _weights_problem(listing: list[ObjectInfo], fmt: str, index: Mapping[str, Any] | None) -> str | None:
+def _weights_problem(listing: Sequence[ObjectInfo], fmt: str, index: Mapping[str, Any] | None) -> str | None:
     files = {o.key: o for o in listing}
     if fmt == "gguf":
         ggufs = [k for k in files if k.endswith(".gguf") and "/" not in k]
@@ -212,7 +217,7 @@ def _weights_problem(listing: list[ObjectInfo], fmt: str, index: Mapping[str, An
 
 def check_artifacts(
     config: Mapping[str, Any] | None,
-    listing: list[ObjectInfo],
+    listing: Sequence[ObjectInfo],
     ask: ServingAsk,
     *,
     where: str,
@@ -241,7 +246,8 @@ def check_artifacts(
         if diffusion else {}
     )
     max_pos, pos_key = derived_max_len(lang)
-    common = dict(diffusion=diffusion, architecture=arch, max_position_embeddings=max_pos, runtime_hints=hints)
+    common: dict[str, Any] = dict(diffusion=diffusion, architecture=arch, max_position_embeddings=max_pos,
+                                  runtime_hints=hints)
 
     if ask.architecture and ask.architecture not in archs:
         return fail(ARCHITECTURE_MISMATCH, f"config.json names architecture {', '.join(archs) or 'none'}, "
@@ -292,10 +298,7 @@ def not_checkable(uri: str) -> ArtifactReport:
                           "start-up and the version's readiness reports the outcome")
 
 
-# ---------------------------------------------------------------- I/O
-
-
-def _parse_json(raw: bytes | None) -> tuple[Any, str | None]:
+def parse_json_object(raw: bytes | None) -> tuple[Any, str | None]:
     if raw is None:
         return None, None
     try:
@@ -307,55 +310,8 @@ def _parse_json(raw: bytes | None) -> tuple[Any, str | None]:
     return value, None
 
 
-async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, ask: ServingAsk,
-                                  decision: Mapping[str, Any] | None = None) -> ArtifactReport:
-    """Read config.json, the index and the listing under `storage_uri` and check them. Never raises for storage
-    trouble: unreachable -> Unknown StorageUnreachable (retry), denied -> False StorageAccessDenied.
-
-    `decision` (tokencost.decision_settings: scored mode only): also count the generated tokens per decision with
-    the version's tokenizer.json."""
-    scheme, bucket, prefix = parse_storage_uri(storage_uri)
-    if scheme != "s3":
-        return not_checkable(storage_uri)
-    if storage is None:
-        return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID,
-                              f"no S3 credentials to read {storage_uri}; check spec.storage.secretName{RECHECKED}")
-    base = f"{prefix}/" if prefix else ""
-    try:
-        listing = await storage.list_objects(bucket, prefix)
-        keys = {o.key for o in listing}
-        config_raw = await storage.get_bytes(bucket, base + "config.json") if "config.json" in keys else None
-        index_raw = (
-            await storage.get_bytes(bucket, base + "model.safetensors.index.json")
-            if "model.safetensors.index.json" in keys else None
-        )
-        tokenizer_raw = (
-            await storage.get_bytes(bucket, base + "tokenizer.json")
-            if decision is not None and "tokenizer.json" in keys else None
-        )
-    except StorageUnreachable as exc:
-        return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"{exc}; nothing that serves is touched")
-    except StorageRejected as exc:
-        if exc.code == "NoSuchBucket":  # the URI names a bucket that does not exist: a defect of the spec
-            return ArtifactReport("False", STORAGE_ACCESS_DENIED, f"{exc}; check the bucket name in storageUri")
-        # Credentials or bucket policy: fixed outside the DecisionModel, so checked again until it passes.
-        return ArtifactReport("Unknown", STORAGE_ACCESS_DENIED, f"{exc}; check the credentials in "
-                              f"spec.storage.secretName and the bucket policy{RECHECKED}")
-    config, config_error = _parse_json(config_raw)
-    index, index_error = _parse_json(index_raw)
-    if index_error:
-        return ArtifactReport("False", WEIGHTS_MISSING, f"{storage_uri}: model.safetensors.index.json is not valid "
-                              f"JSON ({index_error}); upload it again", digest=listing_digest(listing))
-    report = check_artifacts(config, listing, ask, where=storage_uri, index=index, config_error=config_error)
-    if decision is None:
-        return report
-    return replace(report, **count_tokens(tokenizer_raw, decision, storage_uri))
-
-
 def count_tokens(tokenizer_raw: bytes | None, decision: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The token fields of an ArtifactReport from the version's tokenizer.json (None: not in the listing)."""
-    from .tokencost import TokenizerUnreadable, token_cost
-
     if tokenizer_raw is None:
         return {"token_cost": f"no tokenizer.json under {where}; generated tokens per decision are not known"}
     try:
@@ -369,8 +325,6 @@ def token_cost_condition(reports: Mapping[str, ArtifactReport], generation: int)
     """`TokenCost`, a warning that never holds a version back: False when a label or code of a scored version is
     several tokens (with the cost and what to do), Unknown when a tokenizer could not be read, True otherwise.
     None when no version was counted (nothing scored on S3)."""
-    from .tokencost import TokenCost
-
     counted = {v: r.token_cost for v, r in reports.items() if r.token_cost is not None}
     if not counted:
         return None
@@ -421,90 +375,15 @@ def serving_ask(spec: Any) -> ServingAsk:
     )
 
 
-async def check_decision_model(storage: S3Storage | None, dm: Any) -> dict[str, ArtifactReport]:
-    """Reports for every version of a `DecisionModel`, in spec order. Versions are checked one after another: a
-    handful of small reads each, and one slow endpoint should not open many connections."""
-    ask = serving_ask(dm.spec)
-    return {v.name: await check_version_artifacts(storage, v.storageUri, ask, _decision(dm, v))
-            for v in dm.spec.versions}
-
-
-def _decision(dm: Any, version: Any) -> dict[str, Any] | None:
-    from .render.configmap import effective_decision
-    from .tokencost import decision_settings
-
+def decision_to_count(dm: Any, version: Any) -> dict[str, Any] | None:
+    """The decision settings whose tokens are counted (tokencost.decision_settings; None: not scored)."""
     return decision_settings(effective_decision(dm.spec.decision, version))
-
-
-async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactReport:
-    """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
-    through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
-    credentials cannot be had; close the storage with `async with` or `close()`."""
-    st = dm.spec.storage
-    ns = dm.metadata.namespace
-    try:
-        secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, st.secretName)
-        if secret is None:
-            return ArtifactReport(
-                "Unknown", STORAGE_CREDENTIALS_INVALID,
-                f"Secret {st.secretName} not found in namespace {ns}; create it in KServe's storage-config form or "
-                f"set spec.storage.secretName{RECHECKED}",
-            )
-        ca_pem = None
-        if st.caBundleConfigMapRef is not None:
-            cm = await asyncio.to_thread(kube.get, "v1", "ConfigMap", ns, st.caBundleConfigMapRef.name)
-            key = st.caBundleConfigMapRef.key or "ca.crt"
-            ca_pem = ((cm or {}).get("data") or {}).get(key)
-            if ca_pem is None:
-                return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID,
-                                      f"ConfigMap {st.caBundleConfigMapRef.name} (key {key}) with the S3 CA bundle "
-                                      f"not found in namespace {ns}{RECHECKED}")
-        creds = credentials_from_secret(
-            decode_secret_data(secret.get("data")), secret_name=st.secretName, bucket=bucket, key=st.key,
-            endpoint=st.endpoint, region=st.region, ca_bundle_pem=ca_pem,
-        )
-    except CredentialsInvalid as exc:
-        return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"{exc}{RECHECKED}")
-    except KubeError as exc:
-        return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"cannot read spec.storage references ({exc})")
-    return S3Storage(creds)
-
-
-async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, ArtifactReport]:
-    """`check_decision_model` with credentials resolved from the cluster, one S3Storage per bucket."""
-    ask = serving_ask(dm.spec)
-    reports: dict[str, ArtifactReport] = {}
-    storages: dict[str, S3Storage | ArtifactReport] = {}
-    try:
-        for v in dm.spec.versions:
-            scheme, bucket, _ = parse_storage_uri(v.storageUri)
-            if scheme != "s3":
-                reports[v.name] = not_checkable(v.storageUri)
-                continue
-            if bucket not in storages:
-                storages[bucket] = await open_storage(kube, dm, bucket)
-            storage = storages[bucket]
-            if isinstance(storage, ArtifactReport):
-                reports[v.name] = storage
-            else:
-                report = await check_version_artifacts(storage, v.storageUri, ask, _decision(dm, v))
-                reports[v.name] = dataclasses.replace(report, storage_key=storage.entry_key)
-    finally:
-        for s in storages.values():
-            if isinstance(s, S3Storage):
-                await asyncio.to_thread(s.close)
-    return reports
-
-
-# ---------------------------------------------------------------- the operator's observer hook
 
 
 def to_observation(report: ArtifactReport, previous: Any = None, previous_diffusion: bool = False) -> Any:
     """`plan.model.ArtifactObservation` for the planner. When storage cannot be read but the version passed before
     (its status has a digest and is not Invalid), the earlier verdict stands, diffusion flag included (it shapes the
     vLLM args and the runtime's config): an S3 outage or a broken Secret must not change a serving version."""
-    from .plan.model import ArtifactObservation
-
     if report.status == "Unknown" and previous is not None and previous.artifactsDigest and previous.phase != "Invalid":
         return ArtifactObservation(valid=True, reason=report.reason, message=report.message,
                                    digest=previous.artifactsDigest, diffusion=previous_diffusion,
@@ -515,10 +394,8 @@ def to_observation(report: ArtifactReport, previous: Any = None, previous_diffus
                                storage_key=report.storage_key)
 
 
-def _deployed_as_diffusion(obs: Any, version: str) -> bool:
+def deployed_as_diffusion(obs: Any, version: str) -> bool:
     """Whether the version's deployed decision config (its ConfigMap, render.configmap) says diffusion."""
-    from .render.common import CONFIG_FILE, LABEL_VERSION
-
     for cm in (getattr(obs, "configmaps", None) or {}).values():
         if ((cm.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION) != version:
             continue
@@ -527,59 +404,3 @@ def _deployed_as_diffusion(obs: Any, version: str) -> bool:
         except (ValueError, AttributeError):
             return False
     return False
-
-
-class VerdictCache:
-    """Settled verdicts (True/False) per DecisionModel and spec, kept for `ttl` seconds.
-
-    A reconcile runs several times per change (the operator's own writes come back as watch events); reading S3
-    again each time was the largest cost in the scale benchmark. A spec change (another spec digest) or the ttl makes
-    the check run again, so a fixed bucket or a rotated Secret is seen within `ttl`. Unknown verdicts are never cached:
-    they are retried with backoff (recheck.py).
-    """
-
-    def __init__(self, ttl: float = 300.0, clock: Any = None) -> None:
-        import time
-
-        self.ttl = ttl
-        self._clock = clock or time.monotonic
-        self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
-
-    def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
-        if not uid:  # an object without identity (not from the apiserver) is always checked
-            return None
-        hit = self._entries.get((uid, spec_digest))
-        if hit is None or self._clock() - hit[0] > self.ttl:
-            return None
-        return hit[1]
-
-    def put(self, uid: str, spec_digest: str, reports: dict[str, ArtifactReport]) -> None:
-        # Verdicts for this object's earlier specs are of no further use.
-        for key in [k for k in self._entries if k[0] == uid]:
-            del self._entries[key]
-        if uid and all(r.status != "Unknown" for r in reports.values()):
-            self._entries[(uid, spec_digest)] = (self._clock(), reports)
-
-
-VERDICTS = VerdictCache()
-
-
-async def observe_artifacts(kube: Any, dm: Any, obs: Any, cache: VerdictCache | None = None) -> Any:
-    """Observer hook (see observe.OBSERVERS): artifacts per version + the `ArtifactsValid` condition.
-    Register with `OBSERVERS.append(functools.partial(observe_artifacts, kube))`."""
-    from dataclasses import replace
-
-    cache = VERDICTS if cache is None else cache
-    uid = dm.metadata.uid or ""
-    spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
-    reports = cache.get(uid, spec_digest)
-    if reports is None:
-        reports = await check_decision_model_in_cluster(kube, dm)
-        cache.put(uid, spec_digest, reports)
-    previous = {v.name: v for v in dm.status.versions}
-    return replace(
-        obs,
-        artifacts={v: to_observation(r, previous.get(v), _deployed_as_diffusion(obs, v)) for v, r in reports.items()},
-        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation),)
-        + tuple(c for c in (token_cost_condition(reports, dm.metadata.generation),) if c is not None),
-    )

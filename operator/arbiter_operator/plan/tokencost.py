@@ -49,7 +49,7 @@ class TokenCost:
                 "(tokenizer.add_tokens, then resize the model's embeddings), or choose names that are single tokens")
 
 
-def _tokenizer(text: bytes):
+def _tokenizer(text: bytes) -> Any:
     from tokenizers import Tokenizer
 
     try:

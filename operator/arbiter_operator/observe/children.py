@@ -1,27 +1,31 @@
-"""Read what exists for one DecisionModel: its children, its namespace's labels (and, through the hooks other
-parts register, registry entries, artifact checks and promotion analysis). Reads only."""
+"""Read what exists for one DecisionModel in the cluster: its children (by owner uid), their predictor Deployments
+and pods, its namespace's labels, and whether the PodMonitor API is served. Reads only."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
-from typing import Any, Awaitable, Callable
+from typing import Any
 
-from . import settings
-from .api.models import DecisionModel
-from .clients.kube import KubeClient, KubeError
-from .plan.model import Observations
-from .render.common import LABEL_COMPONENT, LABEL_DM, runtime_name
-from .render.service import stable_service_name
-from .render.podmonitor import API_VERSION as PODMONITOR_API, KIND as PODMONITOR, podmonitor_name
-from .render.shadow_rbac import COMPONENT as SHADOW_COMPONENT, RBAC_API
+from ..api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
+from ..api.names import (
+    ISVC_API,
+    ISVC_LABEL,
+    LABEL_COMPONENT,
+    LABEL_DM,
+    PODMONITOR_API,
+    PODMONITOR_KIND,
+    RBAC_API,
+    ROUTE_API,
+    SERVINGRUNTIME_API,
+)
+from ..clients.kube import KubeClient, KubeError
+from ..plan.model import Observations
+from ..render.common import runtime_name
+from ..render.service import stable_service_name
+from ..render.podmonitor import podmonitor_name
+from ..render.shadow_rbac import COMPONENT as SHADOW_COMPONENT
 
 log = logging.getLogger("arbiter.observe")
-
-# Hooks: async (dm, observations) -> observations with more filled in (registry ids, artifacts, analysis, conditions).
-# Other parts append to this list at import time; each hook must not raise for an outage (it reports a condition).
-Observer = Callable[[DecisionModel, Observations], Awaitable[Observations]]
-OBSERVERS: list[Observer] = []
 
 
 def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -40,13 +44,15 @@ def _owned(obj: dict[str, Any], dm: DecisionModel) -> bool:
     return owned_by(obj, dm.metadata.uid)
 
 
-def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False) -> Observations:
-    """podmonitor_api: whether the PodMonitor API is served (see `podmonitor_served`; observed once per process)."""
+def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False,
+                     default_runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> Observations:
+    """podmonitor_api: whether the PodMonitor API is served (see `podmonitor_served`; observed once per process).
+    default_runtime_image: the operator's setting for versions that name no image."""
     ns, name = dm.metadata.namespace, dm.metadata.name
     selector = f"{LABEL_DM}={name}"
     isvcs = {
         o["metadata"]["name"]: o
-        for o in client.list("serving.kserve.io/v1beta1", "InferenceService", ns, selector)
+        for o in client.list(ISVC_API, "InferenceService", ns, selector)
         if _owned(o, dm)
     }
     cms = {
@@ -67,9 +73,9 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
     # Children by name: from the watch cache where there is one (`held`: a child of ours carries our label, so the
     # cache holds every one; a miss is an absent child, whose name apply_plan checks on the apiserver before creating).
     read = getattr(client, "held", client.get)
-    runtime = read("serving.kserve.io/v1alpha1", "ServingRuntime", ns, runtime_name(name))
-    route = read("route.openshift.io/v1", "Route", ns, name)
-    podmonitor = read(PODMONITOR_API, PODMONITOR, ns, podmonitor_name(name)) if podmonitor_api else None
+    runtime = read(SERVINGRUNTIME_API, "ServingRuntime", ns, runtime_name(name))
+    route = read(ROUTE_API, "Route", ns, name)
+    podmonitor = read(PODMONITOR_API, PODMONITOR_KIND, ns, podmonitor_name(name)) if podmonitor_api else None
     service = read("v1", "Service", ns, stable_service_name(name))
     try:
         namespace = client.get("v1", "Namespace", None, ns) or {}
@@ -90,13 +96,10 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
         route=route if route is not None and _owned(route, dm) else None,
         podmonitor_api=podmonitor_api,
         podmonitor=podmonitor if podmonitor is not None and _owned(podmonitor, dm) else None,
-        default_runtime_image=settings.runtime_image(),
+        default_runtime_image=default_runtime_image,
         stable_service=service if service is not None and _owned(service, dm) else None,
         shadow_rbac=shadow_rbac,
     )
-
-
-ISVC_LABEL = "serving.kserve.io/inferenceservice"  # KServe's label on the predictor Deployment and its pods
 
 
 def _isvc_ready(isvc: dict[str, Any]) -> bool:
@@ -148,21 +151,8 @@ def _belongs_to(deployment: dict[str, Any], isvc: dict[str, Any] | None) -> bool
 def podmonitor_served(client: KubeClient) -> bool | None:
     """Whether the cluster serves PodMonitors (prometheus-operator installed). None: cannot tell now (ask later)."""
     try:
-        return client.served(PODMONITOR_API, PODMONITOR)
+        return client.served(PODMONITOR_API, PODMONITOR_KIND)
     except KubeError as exc:
         log.warning("cannot tell whether the PodMonitor API is served (%s %s); asking again next reconcile",
                     exc.status, exc.reason)
         return None
-
-
-async def run_observers(dm: DecisionModel, obs: Observations) -> Observations:
-    for hook in OBSERVERS:
-        try:
-            obs = await hook(dm, obs)
-        except Exception:  # a hook's bug must not stop serving: log it and carry on with what we have
-            log.exception("observer %s failed for %s/%s", getattr(hook, "__name__", hook), dm.metadata.namespace,
-                          dm.metadata.name)
-    return obs
-
-
-__all__ = ["OBSERVERS", "Observations", "observe_children", "podmonitor_served", "replace", "run_observers"]

@@ -1,0 +1,23 @@
+"""RFC 3339 times as Kubernetes writes them in status (UTC, whole seconds, `Z`): the one format and parse."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+
+def format_time(value: datetime) -> str:
+    """`2026-01-02T03:04:05Z`; a naive datetime is taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """The aware datetime a status time stands for; None for a missing or malformed one (never raises)."""
+    if not value:
+        return None
+    try:
+        out = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return out if out.tzinfo else out.replace(tzinfo=timezone.utc)

@@ -1,0 +1,209 @@
+"""Reads of a DecisionModel's model artifacts on S3 (config.json, the safetensors index, the listing, tokenizer.json),
+checked by `plan.artifacts`, and the verdict cache that spares S3 the repeats of one change's reconciles.
+
+Credentials come from `spec.storage` (a Secret in KServe's storage-config form, overrides, a CA ConfigMap). Never
+raises for storage trouble: an outage or a credential problem is an Unknown verdict, checked again with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import time
+from dataclasses import replace
+from typing import Any, Callable, Mapping
+
+from ..clients.kube import KubeError
+from ..clients.s3 import (
+    CredentialsInvalid,
+    S3Storage,
+    StorageRejected,
+    StorageUnreachable,
+    credentials_from_secret,
+    decode_secret_data,
+)
+from ..plan.artifacts import (
+    RECHECKED,
+    STORAGE_ACCESS_DENIED,
+    STORAGE_CREDENTIALS_INVALID,
+    STORAGE_UNREACHABLE,
+    WEIGHTS_MISSING,
+    ArtifactReport,
+    ServingAsk,
+    parse_json_object,
+    artifacts_condition,
+    check_artifacts,
+    count_tokens,
+    decision_to_count,
+    listing_digest,
+    not_checkable,
+    parse_storage_uri,
+    serving_ask,
+    to_observation,
+    deployed_as_diffusion,
+    token_cost_condition,
+)
+from ..plan.model import Observations
+
+
+async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, ask: ServingAsk,
+                                  decision: Mapping[str, Any] | None = None) -> ArtifactReport:
+    """Read config.json, the index and the listing under `storage_uri` and check them. Never raises for storage
+    trouble: unreachable -> Unknown StorageUnreachable (retry), denied -> False StorageAccessDenied.
+
+    `decision` (tokencost.decision_settings: scored mode only): also count the generated tokens per decision with
+    the version's tokenizer.json."""
+    scheme, bucket, prefix = parse_storage_uri(storage_uri)
+    if scheme != "s3":
+        return not_checkable(storage_uri)
+    if storage is None:
+        return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID,
+                              f"no S3 credentials to read {storage_uri}; check spec.storage.secretName{RECHECKED}")
+    base = f"{prefix}/" if prefix else ""
+    try:
+        listing = await storage.list_objects(bucket, prefix)
+        keys = {o.key for o in listing}
+        config_raw = await storage.get_bytes(bucket, base + "config.json") if "config.json" in keys else None
+        index_raw = (
+            await storage.get_bytes(bucket, base + "model.safetensors.index.json")
+            if "model.safetensors.index.json" in keys else None
+        )
+        tokenizer_raw = (
+            await storage.get_bytes(bucket, base + "tokenizer.json")
+            if decision is not None and "tokenizer.json" in keys else None
+        )
+    except StorageUnreachable as exc:
+        return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"{exc}; nothing that serves is touched")
+    except StorageRejected as exc:
+        if exc.code == "NoSuchBucket":  # the URI names a bucket that does not exist: a defect of the spec
+            return ArtifactReport("False", STORAGE_ACCESS_DENIED, f"{exc}; check the bucket name in storageUri")
+        # Credentials or bucket policy: fixed outside the DecisionModel, so checked again until it passes.
+        return ArtifactReport("Unknown", STORAGE_ACCESS_DENIED, f"{exc}; check the credentials in "
+                              f"spec.storage.secretName and the bucket policy{RECHECKED}")
+    config, config_error = parse_json_object(config_raw)
+    index, index_error = parse_json_object(index_raw)
+    if index_error:
+        return ArtifactReport("False", WEIGHTS_MISSING, f"{storage_uri}: model.safetensors.index.json is not valid "
+                              f"JSON ({index_error}); upload it again", digest=listing_digest(listing))
+    report = check_artifacts(config, listing, ask, where=storage_uri, index=index, config_error=config_error)
+    if decision is None:
+        return report
+    return replace(report, **count_tokens(tokenizer_raw, decision, storage_uri))
+
+
+async def check_decision_model(storage: S3Storage | None, dm: Any) -> dict[str, ArtifactReport]:
+    """Reports for every version of a `DecisionModel`, in spec order. Versions are checked one after another: a
+    handful of small reads each, and one slow endpoint should not open many connections."""
+    ask = serving_ask(dm.spec)
+    return {v.name: await check_version_artifacts(storage, v.storageUri, ask, decision_to_count(dm, v))
+            for v in dm.spec.versions}
+
+
+async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactReport:
+    """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
+    through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
+    credentials cannot be had; close the storage with `async with` or `close()`."""
+    st = dm.spec.storage
+    ns = dm.metadata.namespace
+    try:
+        secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, st.secretName)
+        if secret is None:
+            return ArtifactReport(
+                "Unknown", STORAGE_CREDENTIALS_INVALID,
+                f"Secret {st.secretName} not found in namespace {ns}; create it in KServe's storage-config form or "
+                f"set spec.storage.secretName{RECHECKED}",
+            )
+        ca_pem = None
+        if st.caBundleConfigMapRef is not None:
+            cm = await asyncio.to_thread(kube.get, "v1", "ConfigMap", ns, st.caBundleConfigMapRef.name)
+            key = st.caBundleConfigMapRef.key or "ca.crt"
+            ca_pem = ((cm or {}).get("data") or {}).get(key)
+            if ca_pem is None:
+                return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID,
+                                      f"ConfigMap {st.caBundleConfigMapRef.name} (key {key}) with the S3 CA bundle "
+                                      f"not found in namespace {ns}{RECHECKED}")
+        creds = credentials_from_secret(
+            decode_secret_data(secret.get("data")), secret_name=st.secretName, bucket=bucket, key=st.key,
+            endpoint=st.endpoint, region=st.region, ca_bundle_pem=ca_pem,
+        )
+    except CredentialsInvalid as exc:
+        return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"{exc}{RECHECKED}")
+    except KubeError as exc:
+        return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"cannot read spec.storage references ({exc})")
+    return S3Storage(creds)
+
+
+async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, ArtifactReport]:
+    """`check_decision_model` with credentials resolved from the cluster, one S3Storage per bucket."""
+    ask = serving_ask(dm.spec)
+    reports: dict[str, ArtifactReport] = {}
+    storages: dict[str, S3Storage | ArtifactReport] = {}
+    try:
+        for v in dm.spec.versions:
+            scheme, bucket, _ = parse_storage_uri(v.storageUri)
+            if scheme != "s3":
+                reports[v.name] = not_checkable(v.storageUri)
+                continue
+            if bucket not in storages:
+                storages[bucket] = await open_storage(kube, dm, bucket)
+            storage = storages[bucket]
+            if isinstance(storage, ArtifactReport):
+                reports[v.name] = storage
+            else:
+                report = await check_version_artifacts(storage, v.storageUri, ask, decision_to_count(dm, v))
+                reports[v.name] = dataclasses.replace(report, storage_key=storage.entry_key)
+    finally:
+        for s in storages.values():
+            if isinstance(s, S3Storage):
+                await asyncio.to_thread(s.close)
+    return reports
+
+
+class VerdictCache:
+    """Settled verdicts (True/False) per DecisionModel and spec, kept for `ttl` seconds.
+
+    A reconcile runs several times per change (the operator's own writes come back as watch events); reading S3
+    again each time was the largest cost in the scale benchmark. A spec change (another spec digest) or the ttl makes
+    the check run again, so a fixed bucket or a rotated Secret is seen within `ttl`. Unknown verdicts are never cached:
+    they are retried with backoff (plan/recheck.py).
+    """
+
+    def __init__(self, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
+
+    def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
+        if not uid:  # an object without identity (not from the apiserver) is always checked
+            return None
+        hit = self._entries.get((uid, spec_digest))
+        if hit is None or self._clock() - hit[0] > self.ttl:
+            return None
+        return hit[1]
+
+    def put(self, uid: str, spec_digest: str, reports: dict[str, ArtifactReport]) -> None:
+        # Verdicts for this object's earlier specs are of no further use.
+        for key in [k for k in self._entries if k[0] == uid]:
+            del self._entries[key]
+        if uid and all(r.status != "Unknown" for r in reports.values()):
+            self._entries[(uid, spec_digest)] = (self._clock(), reports)
+
+
+async def observe_artifacts(kube: Any, dm: Any, obs: Observations, cache: VerdictCache | None = None) -> Observations:
+    """The reconcile's storage read: artifacts per version + the `ArtifactsValid` (and `TokenCost`) condition.
+    `cache`: the reconciler's VerdictCache (None: check every time)."""
+    cache = VerdictCache(ttl=0.0) if cache is None else cache
+    uid = dm.metadata.uid or ""
+    spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
+    reports = cache.get(uid, spec_digest)
+    if reports is None:
+        reports = await check_decision_model_in_cluster(kube, dm)
+        cache.put(uid, spec_digest, reports)
+    previous = {v.name: v for v in dm.status.versions}
+    return replace(
+        obs,
+        artifacts={v: to_observation(r, previous.get(v), deployed_as_diffusion(obs, v)) for v, r in reports.items()},
+        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation),)
+        + tuple(c for c in (token_cost_condition(reports, dm.metadata.generation),) if c is not None),
+    )

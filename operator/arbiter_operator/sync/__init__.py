@@ -1,0 +1,1 @@
+"""Writes outside the cluster, each a named step of the reconcile."""
