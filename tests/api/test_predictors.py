@@ -169,7 +169,7 @@ def test_hostile_pod_status_never_raises(pods):
 def test_a_predictor_deployment_left_by_a_deleted_inferenceservice_is_not_counted():
     # A retried version: KServe's new InferenceService has the old name, the old Deployment (still available) waits
     # for the garbage collector. Only the Deployment owned by the live InferenceService's uid counts.
-    from arbiter_operator.observe import _belongs_to
+    from arbiter_operator.observe.children import _belongs_to
 
     isvc = {"metadata": {"name": "credit--1-1-0", "uid": "new-uid"}}
     left_over = {"metadata": {"name": "credit--1-1-0-predictor",
