@@ -44,12 +44,12 @@ EXAMPLE = ROOT / "examples" / "decisionmodel.yaml"
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
 
-from arbiter_operator.devenv import crds  # noqa: E402
-from arbiter_operator.devenv.cluster import USERS, LocalCluster, NodePool  # noqa: E402
-from arbiter_operator.devenv.kwok import A100  # noqa: E402
-from arbiter_operator.devenv.local import _seed_example_storage, _storage_config_secret  # noqa: E402
-from arbiter_operator.devenv.operator_process import OperatorProcess  # noqa: E402
-from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
+from arbiter_devenv import crds  # noqa: E402
+from arbiter_devenv.cluster import USERS, LocalCluster, NodePool  # noqa: E402
+from arbiter_devenv.kwok import A100  # noqa: E402
+from arbiter_devenv.local import _seed_example_storage, _storage_config_secret  # noqa: E402
+from arbiter_devenv.operator_process import OperatorProcess  # noqa: E402
+from arbiter_devenv.s3server import S3Server  # noqa: E402
 
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 SYSTEM_NS = "arbiter-bench-system"

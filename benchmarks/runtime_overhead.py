@@ -124,7 +124,7 @@ def canned_response(workdir: Path) -> Path:
 
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
-    from arbiter_runtime.standin_upstream import StandinServer
+    from arbiter_devenv.vllm_standin import StandinServer
     from arbiter_runtime.tokens import LabelTokens
 
     standin = StandinServer(words=LABELS, served_model_name="bench").start()
@@ -227,7 +227,7 @@ def main() -> int:
     if args.requests is None:
         args.requests = 200 if args.quick else 3000
 
-    from arbiter_runtime.standin_upstream import free_port, write_model_dir
+    from arbiter_devenv.vllm_standin import free_port, write_model_dir
 
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
     canned = canned_response(work)

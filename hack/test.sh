@@ -6,5 +6,5 @@ cd "$root"
 bash hack/setup.sh
 # Tools only the suite needs (OLM's operators and opm, for the OLM install test; Argo CD, for the GitOps tests); the
 # local run does without them.
-.venv/bin/python -m arbiter_operator.devenv.tools build olm olm-catalog opm argocd
+.venv/bin/python -m arbiter_devenv.tools build olm olm-catalog opm argocd
 exec .venv/bin/python -m pytest -q -ra "$@"

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from arbiter_operator.cli import kubectl_arbiter as plugin
-from arbiter_operator.devenv.argocd import ArgoCD, GitRepo
+from arbiter_devenv.argocd import ArgoCD, GitRepo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "promotion"))
 from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
 def run(script: str, tmp_path: pathlib.Path, *args: str) -> tuple[str, dict]:
-    from arbiter_operator.devenv.tools import ensure_tool
+    from arbiter_devenv.tools import ensure_tool
 
     for tool in ("etcd", "kube-apiserver", "minio"):
         ensure_tool(tool)

@@ -1,5 +1,5 @@
 """The local cluster beyond the apiserver: controller-manager, scheduler, kwok's simulated GPU nodes and pod fates,
-KServe's webhooks (devenv/cluster.py, devenv/kwok.py, devenv/kserve.py)."""
+KServe's webhooks (arbiter_devenv: cluster.py, kwok.py, kserve.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv import _procs
-from arbiter_operator.devenv.cluster import LocalCluster, NodePool
-from arbiter_operator.devenv.kwok import A100, H100
+from arbiter_devenv import _procs
+from arbiter_devenv.cluster import LocalCluster, NodePool
+from arbiter_devenv.kwok import A100, H100
 
 
 pytestmark = pytest.mark.cluster

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from arbiter_operator.devenv._procs import pid_alive, wait_gone
+from arbiter_devenv._procs import pid_alive, wait_gone
 
 # Starts a control plane and MinIO, reports their pids and work dirs, then idles until it is signalled.
 CHILD = r"""
 import json, sys, time
-from arbiter_operator.devenv.controlplane import ControlPlane
-from arbiter_operator.devenv.s3server import S3Server
+from arbiter_devenv.controlplane import ControlPlane
+from arbiter_devenv.s3server import S3Server
 cp = ControlPlane().start()
 s3 = S3Server().start()
 print(json.dumps({"pids": [*cp.pids.values(), s3.pid], "dirs": [str(cp.workdir), str(s3.workdir)]}), flush=True)
@@ -52,7 +52,7 @@ def test_servers_do_not_outlive_their_owner(sig):
 
 
 def test_stop_ends_every_process_and_is_idempotent():
-    from arbiter_operator.devenv.s3server import S3Server
+    from arbiter_devenv.s3server import S3Server
 
     server = S3Server().start()
     pid = server.pid

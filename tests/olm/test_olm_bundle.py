@@ -13,8 +13,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from arbiter_operator.devenv import olmbundle
-from arbiter_operator.devenv.tools import ensure_tool
+from arbiter_devenv import olmbundle
+from arbiter_devenv.tools import ensure_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundle"
@@ -32,7 +32,7 @@ def canonical(rules: list[dict]) -> list[str]:
 
 
 def test_bundle_and_catalog_are_what_the_sources_generate():
-    assert olmbundle.main(["--check"]) == 0, "run: python -m arbiter_operator.devenv.olmbundle"
+    assert olmbundle.main(["--check"]) == 0, "run: python -m arbiter_devenv.olmbundle"
 
 
 def test_csv_permissions_equal_the_charts_rbac():

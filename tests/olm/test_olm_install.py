@@ -1,7 +1,7 @@
 """OLM itself installs the bundle on the local control plane: its olm-operator and catalog-operator (built from
 OLM's Go module) resolve a Subscription against the file-based catalog served by `opm serve`, run the InstallPlan,
 and install the CSV; then the Arbiter operator, running with only the RBAC OLM created from the CSV, reconciles a
-DecisionModel. No containers: see arbiter_operator.devenv.olm for how the processes are wired."""
+DecisionModel. No containers: see arbiter_devenv.olm for how the processes are wired."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from arbiter_operator.devenv import crds, olmbundle
-from arbiter_operator.devenv.olm import CATALOG_PORT, LocalOLM
-from arbiter_operator.devenv.operator_process import OperatorProcess
-from arbiter_operator.devenv.tools import ensure_tool, tools_dir
+from arbiter_devenv import crds, olmbundle
+from arbiter_devenv.olm import CATALOG_PORT, LocalOLM
+from arbiter_devenv.operator_process import OperatorProcess
+from arbiter_devenv.tools import ensure_tool, tools_dir
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OLM_GROUP = "operators.coreos.com"

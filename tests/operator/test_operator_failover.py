@@ -15,9 +15,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from arbiter_operator.devenv import crds
-from arbiter_operator.devenv.cluster import LocalCluster
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv import crds
+from arbiter_devenv.cluster import LocalCluster
+from arbiter_devenv.operator_process import OperatorProcess
 from operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 
 DM, ISVC = "credit-limit", "credit-limit--1-0-0"

@@ -15,7 +15,7 @@ from kubernetes import client
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.apply import needs_apply, with_hash
 from arbiter_operator.clients.kube import RestKubeClient
-from arbiter_operator.devenv.kwok import A100, NodePool
+from arbiter_devenv.kwok import A100, NodePool
 from arbiter_operator.render import render_configmap, render_inferenceservice, render_servingruntime
 from operator_kit import condition, create_dm, eventually, example, get
 

@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.api.models import isvc_name
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.operator_process import OperatorProcess
 from plannerdrive import two_versions
 from promstack import PromStack, Target
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from arbiter_operator.clients.registry import RegistryClient
-from arbiter_operator.devenv.registryserver import start_model_registry
+from arbiter_devenv.registryserver import start_model_registry
 from openapi_contract import OpenApiDoc, ValidatingTransport
 
 

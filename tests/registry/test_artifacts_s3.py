@@ -18,7 +18,7 @@ from arbiter_operator.artifacts import (
     check_version_artifacts,
 )
 from arbiter_operator.clients.s3 import S3Storage, credentials_from_secret
-from arbiter_operator.devenv.registryserver import free_port
+from arbiter_devenv.registryserver import free_port
 from dm_factory import make_dm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from arbiter_operator.clients.kube import KubeError, raw_call
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.operator_process import OperatorProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 from operator_kit import seed_model_storage  # noqa: E402  (the examples' weights on S3)

@@ -17,7 +17,7 @@ from arbiter_operator.api.models import VersionStatus
 from arbiter_operator.artifacts import observe_artifacts
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
-from arbiter_operator.devenv.registryserver import free_port
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.plan.model import Observations
 from arbiter_operator.registration import observe_registry
 from dm_factory import make_dm

@@ -22,8 +22,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.api.models import isvc_name
-from arbiter_operator.devenv.cluster import wait_default_service_account
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.cluster import wait_default_service_account
+from arbiter_devenv.operator_process import OperatorProcess
 
 pytestmark = pytest.mark.cluster
 
@@ -62,7 +62,7 @@ def ns(api: k8s.ApiClient) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bucket(s3_server: Any, api: k8s.ApiClient, ns: str) -> str:
-    """Model directories on MinIO and the namespace's storage-config Secret (KServe's form), as devenv/local.py."""
+    """Model directories on MinIO and the namespace's storage-config Secret (KServe's form), as arbiter_devenv/local.py."""
     name = f"reg-e2e-{uuid.uuid4().hex[:8]}"
     s3 = s3_server.client()
     s3.create_bucket(Bucket=name)

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 from arbiter_operator.api.conditions import make_condition
 from arbiter_operator.api.models import VersionStatus
 from arbiter_operator.artifacts import ArtifactReport, observe_artifacts, to_observation
-from arbiter_operator.devenv.registryserver import free_port
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.plan.model import Observations
 from arbiter_operator.recheck import recheck_after, sooner
 from arbiter_operator.registration import mark_deleting, observe_registry

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from arbiter_operator.clients.registry import RegistryClient
-from arbiter_operator.devenv.registryserver import free_port
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.registration import (
     KEY_BIAS_REPORT,
     KEY_GENERATION,

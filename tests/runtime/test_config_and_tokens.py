@@ -11,7 +11,7 @@ import pytest
 from arbiter_runtime.config import ConfigError, load_config, parse_config
 from arbiter_runtime.fallback import RulesEngine
 from arbiter_runtime.server import RuntimeOptions, create_app
-from arbiter_runtime.standin_upstream import StandinServer, write_model_dir
+from arbiter_devenv.vllm_standin import StandinServer, write_model_dir
 from arbiter_runtime.upstream import UpstreamClient
 from arbiter_runtime.tokens import TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, resolve
 from runtime_helpers import CODES, LABELS, base_config

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 
 from runtime_helpers import LABELS, base_config, outputs, v2_body
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 from arbiter_runtime.vllm_metrics import only_vllm, scrape
 
 from runtime_helpers import base_config

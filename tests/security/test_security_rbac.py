@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv.cluster import wait_default_service_account
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.cluster import wait_default_service_account
+from arbiter_devenv.operator_process import OperatorProcess
 
 from rbackit import Identity, audited_control_plane, describe, expand, forbidden, install_chart_identity
 from rbackit import read_audit, unused_grants, used_grants

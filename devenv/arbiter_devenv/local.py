@@ -1,8 +1,8 @@
 """The README's first command: run Arbiter end to end on this machine and watch a DecisionModel converge.
 
-    python -m arbiter_operator.devenv.local                        # embedded control plane (default)
-    python -m arbiter_operator.devenv.local --use-current-context  # the current kubeconfig context instead
-    python -m arbiter_operator.devenv.local --exit-when-ready      # scripted: exit 0 once every example is Ready
+    python -m arbiter_devenv.local                        # embedded control plane (default)
+    python -m arbiter_devenv.local --use-current-context  # the current kubeconfig context instead
+    python -m arbiter_devenv.local --exit-when-ready      # scripted: exit 0 once every example is Ready
 
 With the embedded cluster it starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (simulated
 A100 GPU nodes and pod lifecycles) and the real KServe controller with its webhooks (all built from hack/tools),
@@ -31,8 +31,9 @@ from typing import Any
 import yaml
 
 from . import crds
+from .tools import repo_root
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = repo_root()
 EXAMPLE = REPO / "examples" / "decisionmodel.yaml"
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 

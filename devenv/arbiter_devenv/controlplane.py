@@ -7,7 +7,7 @@ Terminating; ServiceAccounts named ``default`` are not created for new namespace
     with ControlPlane() as cp:
         api = cp.api_client()
 
-``python -m arbiter_operator.devenv.controlplane`` starts one and prints its kubeconfig path until Ctrl-C.
+``python -m arbiter_devenv.controlplane`` starts one and prints its kubeconfig path until Ctrl-C.
 """
 
 from __future__ import annotations

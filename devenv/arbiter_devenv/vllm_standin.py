@@ -485,7 +485,7 @@ class StandinServer:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    p = argparse.ArgumentParser(prog="python -m arbiter_runtime.standin_upstream",
+    p = argparse.ArgumentParser(prog="python -m arbiter_devenv.vllm_standin",
                                 description="Stand-in for vllm serve (OpenAI wire format of vLLM 0.26)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)

@@ -8,7 +8,7 @@ kube-scheduler, kwok's simulated nodes and pod lifecycles, and the real KServe c
 It offers the ``ControlPlane`` interface (``kubeconfig``, ``server``, ``ca_file``, ``api_client()``,
 ``write_kubeconfig()``, ``pids``, ``stop()``), so fixtures and tools written for the bare control plane keep working.
 Each part's log lies in ``workdir`` (``kube-controller-manager.log``, ``kube-scheduler.log``, ``kwok.log``,
-``kserve-controller.log``). ``python -m arbiter_operator.devenv.cluster`` starts one and prints its kubeconfig.
+``kserve-controller.log``). ``python -m arbiter_devenv.cluster`` starts one and prints its kubeconfig.
 """
 
 from __future__ import annotations
