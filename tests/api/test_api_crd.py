@@ -9,7 +9,7 @@ import yaml
 
 from arbiter_operator.api import crdgen
 
-from api_helpers import ROOT
+from support.examples import ROOT
 
 
 def test_crd_file_matches_models():

@@ -13,7 +13,7 @@ from arbiter_operator.plan.model import Observations
 from arbiter_operator.plan.planner import plan
 from arbiter_operator.plan.predictors import CRASH_LOOP, UNSCHEDULABLE, deployment_available, predictor_problem
 
-from api_helpers import make_dm
+from support.factory import make_dm
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
