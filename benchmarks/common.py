@@ -14,7 +14,8 @@
 
 Request counts come from two places: the apiserver's `apiserver_request_total` (from /metrics, every client together)
 and the audit log (per user). The operator's figures are the audit log's, filtered by its ServiceAccount; the
-metrics totals are printed next to them as a cross-check (metrics total = operator + KServe + cluster components + driver).
+metrics totals are printed next to them as a cross-check (metrics total = operator + KServe + cluster components +
+driver).
 """
 
 from __future__ import annotations
@@ -341,7 +342,8 @@ class Watcher:
 
 
 class Stack:
-    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + MinIO + operator; see the module docstring.
+    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + MinIO + operator; see the module
+    docstring.
 
     `operator_namespaces` are watched by the operator; `extra_namespaces` only get the storage Secret and the
     KServe (the convergence floor writes there with no operator watching)."""

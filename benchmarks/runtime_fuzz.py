@@ -44,18 +44,22 @@ def fuzz(args) -> int:
     from fuzz_surface import cases
     from test_hostile_surface import Surface
 
+    def run_cases(surface, strategy) -> None:
+        """Hypothesis cases against one surface, tallied by its oracle (failures are counted, not raised)."""
+        @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def run(case):
+            surface.oracle.check(surface.client, case, surface.hostile)
+
+        run()
+
     failed = False
     for upstream in args.upstream.split(","):
         surface = Surface(hostile=upstream == "hostile", mode=args.mode)
         started = time.perf_counter()
         try:
-            @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
-                      suppress_health_check=list(HealthCheck))
-            @given(case=cases(hostile=upstream == "hostile"))
-            def run(case):
-                surface.oracle.check(surface.client, case, surface.hostile)
-
-            run()
+            run_cases(surface, cases(hostile=upstream == "hostile"))
         finally:
             surface.close()
         t = surface.oracle.tally

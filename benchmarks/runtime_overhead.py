@@ -44,7 +44,8 @@ CONFIG = {
     "deadlineMs": 5000,
     "inputSchema": {
         "type": "object",
-        "properties": {"amount": {"type": "number", "minimum": 0}, "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
+        "properties": {"amount": {"type": "number", "minimum": 0},
+                       "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
                        "income": {"type": "number"}, "history": {"type": "array", "items": {"type": "integer"},
                                                                  "maxItems": 24}},
         "required": ["amount", "country", "income"], "additionalProperties": False},
@@ -213,7 +214,8 @@ def main() -> int:
     p.add_argument("--concurrency", default="1,16,64")
     p.add_argument("--quick", action="store_true", help="CI smoke: few requests, checks that it completes")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "runtime_overhead.json"))
-    p.add_argument("--profile", action="store_true", help="run the server under pyinstrument (the profile is written next to the JSON)")
+    p.add_argument("--profile", action="store_true",
+                   help="run the server under pyinstrument (the profile is written next to the JSON)")
     p.add_argument("--profile-renderer", default="html", choices=["html", "text"])
     p.add_argument("--serve-instant", nargs=2, metavar=("PORT", "CANNED"), help=argparse.SUPPRESS)
     p.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)

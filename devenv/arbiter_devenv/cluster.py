@@ -115,7 +115,8 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         # Build (or find cached) every binary first, so a cold build is not mistaken for a slow start.
-        for tool in ("kube-controller-manager", "kube-scheduler", "kwok", *(["kserve-controller"] if self.with_kserve else [])):
+        kserve = ["kserve-controller"] if self.with_kserve else []
+        for tool in ("kube-controller-manager", "kube-scheduler", "kwok", *kserve):
             ensure_tool(tool)
         _procs.register(self, self.stop)
         try:
@@ -226,7 +227,8 @@ class LocalCluster:
                 return
             except client.ApiException as exc:
                 if exc.status != 404 or time.monotonic() > deadline:
-                    raise RuntimeError(f"kube-controller-manager did not create ServiceAccount default/default: {exc.reason}") from exc
+                    raise RuntimeError("kube-controller-manager did not create ServiceAccount default/default: "
+                                       f"{exc.reason}") from exc
             self._check()
             time.sleep(0.2)
 

@@ -90,7 +90,8 @@ def _storage_config_secret(s3: Any) -> dict[str, Any]:
 def _summary(obj: dict[str, Any]) -> list[str]:
     status = obj.get("status") or {}
     return [
-        f"{c['type']}={c['status']} ({c.get('reason', '')}): {c.get('message', '')}" for c in status.get("conditions", [])
+        f"{c['type']}={c['status']} ({c.get('reason', '')}): {c.get('message', '')}"
+        for c in status.get("conditions", [])
     ]
 
 
@@ -196,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         status = obj.get("status") or {}
         say(f"dm/{name} is Ready: active version {status.get('activeVersion')}, url {status.get('url')}")
-        stack.extend(first_decision.run(api, None if args.use_current_context else cp, args.namespace, name, workdir, say))
+        cluster = None if args.use_current_context else cp
+        stack.extend(first_decision.run(api, cluster, args.namespace, name, workdir, say))
         if args.exit_when_ready:
             return 0
-        say("running; try `kubectl --kubeconfig %s get dm -n %s`. Ctrl-C stops everything." % (kubeconfig, args.namespace))
+        say(f"running; try `kubectl --kubeconfig {kubeconfig} get dm -n {args.namespace}`. Ctrl-C stops everything.")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -57,7 +57,8 @@ def test_crd_surface():
     version = crd["spec"]["versions"][0]
     assert crd["spec"]["names"]["shortNames"] == ["dm"]
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:5] == ["Active", "Candidate", "Ready", "Reason", "Age"]
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns[:5] == ["Active", "Candidate", "Ready", "Reason", "Age"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     serving = spec["properties"]["serving"]["properties"]
     # Platform choices, not CRD defaults (apiserver defaulting would freeze them into every object).

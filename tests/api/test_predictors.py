@@ -17,7 +17,8 @@ from support.factory import make_dm
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
-SCHEDULER_MSG = "0/6 nodes are available: 4 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector."
+SCHEDULER_MSG = ("0/6 nodes are available: 4 Insufficient nvidia.com/gpu, "
+                 "2 node(s) didn't match Pod's node affinity/selector.")
 
 
 def pending_pod(name: str, message: str = SCHEDULER_MSG) -> dict[str, Any]:

@@ -101,8 +101,9 @@ def test_loading_fate_runs_but_never_gets_ready(control_plane, api, namespace):
 def test_namespaces_get_a_default_service_account_and_can_be_deleted(api):
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": "doomed-ns"}})
-    eventually(lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account("doomed-ns").items),
-                30, "default ServiceAccount")
+    eventually(lambda: any(s.metadata.name == "default"
+                           for s in core.list_namespaced_service_account("doomed-ns").items),
+               30, "default ServiceAccount")
     core.create_namespaced_config_map("doomed-ns", {"metadata": {"name": "x"}})
     core.delete_namespace("doomed-ns")
     eventually(lambda: "doomed-ns" not in {n.metadata.name for n in core.list_namespace().items}, 60, "gone")

@@ -75,7 +75,8 @@ def test_csv_deployment_is_the_charts_with_olms_namespaces():
     # The chart's replicas and rollout: replicas elect a leader, so an upgrade may run old and new pods side by side.
     assert dep["strategy"] == chart_dep["spec"]["strategy"] and dep["replicas"] == chart_dep["spec"]["replicas"] == 2
     perms = csv["spec"]["install"]["spec"]["permissions"][0]["rules"]
-    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]} in perms
+    leases = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    assert leases in perms
     env = {e["name"]: e for e in c["env"]}
     assert env["ARBITER_NAMESPACES"]["valueFrom"]["fieldRef"]["fieldPath"] == \
         "metadata.annotations['olm.targetNamespaces']"

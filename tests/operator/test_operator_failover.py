@@ -87,7 +87,8 @@ def _writes(audit_log: Path, user_agent: str) -> list[tuple[float, str, str]]:
             continue
         ts = datetime.fromisoformat(ev["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
         ref = ev.get("objectRef") or {}
-        out.append((ts, ev["verb"], ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")))
+        sub = "/" + ref["subresource"] if ref.get("subresource") else ""
+        out.append((ts, ev["verb"], ref.get("resource", "") + sub))
     return out
 
 

@@ -1,5 +1,6 @@
 """End-to-end harness: the real operator process, the real cluster (KServe's controller, the scheduler, kwok's
-simulated predictor pods, steered per version), a real Prometheus scraping workload stand-ins. Used by tests/promotion/test_promotion_e2e.py and benchmarks/promotion_overhead.py."""
+simulated predictor pods, steered per version), a real Prometheus scraping workload stand-ins. Used by
+tests/promotion/test_promotion_e2e.py and benchmarks/promotion_overhead.py."""
 
 from __future__ import annotations
 

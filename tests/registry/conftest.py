@@ -1,4 +1,5 @@
-"""Fixtures for the registry and artifact tests: the real Model Registry (on PostgreSQL) and a contract-checked client."""
+"""Fixtures for the registry and artifact tests: the real Model Registry (on PostgreSQL) and a contract-checked
+client."""
 
 from __future__ import annotations
 

@@ -69,7 +69,10 @@ def upload(s3_server, bucket: str, files: dict[str, bytes | dict]) -> str:
     return f"s3://{bucket}/{prefix}"
 
 
-async def check(s3_server, bucket, files, ask=ServingAsk(), **overrides):
+DEFAULT_ASK = ServingAsk()
+
+
+async def check(s3_server, bucket, files, ask=DEFAULT_ASK, **overrides):
     uri = upload(s3_server, bucket, files)
     async with storage_for(s3_server, bucket, **overrides) as storage:
         return await check_version_artifacts(storage, uri, ask)

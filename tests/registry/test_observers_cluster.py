@@ -183,7 +183,8 @@ async def test_missing_storage_secret_says_which(kube, namespace, model_dirs):
 
 async def test_s3_outage_keeps_a_serving_version_valid(kube, namespace, s3_server, model_dirs):
     storage_config_secret(kube, namespace, s3_server, model_dirs, endpoint=f"http://127.0.0.1:{free_port()}")
-    dm = make_dm(model="m", versions={"1.0.0": f"s3://{model_dirs}/good", "2.0.0": f"s3://{model_dirs}/bad"}, namespace=namespace)
+    dm = make_dm(model="m", versions={"1.0.0": f"s3://{model_dirs}/good", "2.0.0": f"s3://{model_dirs}/bad"},
+                 namespace=namespace)
     dm.status.versions = [VersionStatus(name="1.0.0", phase="Ready", artifactsDigest="sha256:before")]
 
     obs = await observe_artifacts(kube, dm, Observations())

@@ -60,7 +60,8 @@ def ns(api: k8s.ApiClient) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bucket(s3_server: Any, api: k8s.ApiClient, ns: str) -> str:
-    """Model directories on MinIO and the namespace's storage-config Secret (KServe's form), as arbiter_devenv/local.py."""
+    """Model directories on MinIO and the namespace's storage-config Secret (KServe's form), as
+    arbiter_devenv/local.py."""
     name = f"reg-e2e-{uuid.uuid4().hex[:8]}"
     s3 = s3_server.client()
     s3.create_bucket(Bucket=name)

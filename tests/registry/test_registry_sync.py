@@ -201,7 +201,8 @@ async def test_other_decision_models_versions_are_left_alone(registry_client):
     assert rm.state == "LIVE"  # still holds team-a's live version
 
     # team-b claiming team-a's live version is refused, with who owns it.
-    clash = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"], namespace="team-b", uid="uid-b"))
+    clash = await sync_registry(registry_client,
+                                make_dm(model=model, versions=["1.0.0"], namespace="team-b", uid="uid-b"))
     assert clash.condition.status == "False"
     assert clash.condition.reason == "RegistryRejected"
     assert "team-a/credit-limit" in clash.condition.message

@@ -29,7 +29,7 @@ def test_one_record_per_decision_with_digest_not_input(runtime, standin):
     records = runtime.records()
     assert len(records) == 3
     model_records = sorted(records[:2], key=lambda r: r["row"])
-    for record, document in zip(model_records, [CASE, doc]):
+    for record, document in zip(model_records, [CASE, doc], strict=True):
         assert record["traceId"] == trace and record["parentSpanId"] == "00f067aa0ba902b7"
         assert record["requestId"] == "r-9" and record["model"] == "credit" and record["version"] == "v1"
         canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -38,7 +38,8 @@ def test_one_record_per_decision_with_digest_not_input(runtime, standin):
         assert len(record["trajectory"]["steps"]) == 2 and record["latencyMs"] > 0
         assert "input" not in record and "amount" not in json.dumps(record)
     rules = records[2]
-    assert rules["source"] == "rules" and rules["rule"] == "large-amount" and rules["fallbackReason"] == "upstream_error"
+    assert rules["source"] == "rules" and rules["rule"] == "large-amount"
+    assert rules["fallbackReason"] == "upstream_error"
     assert rules["traceId"] != trace and len(rules["traceId"]) == 32
 
 

@@ -24,7 +24,7 @@ from runtime_helpers import LABELS, ListSink, base_config, scrape, series, v2_bo
 from support.polling import eventually
 
 MV = {"model": "credit", "version": "v1"}
-DOCS = [{"amount": n * 53, "country": c} for n, c in zip(range(40), ["DE", "US", "FR", "PL"] * 10)]
+DOCS = [{"amount": n * 53, "country": c} for n, c in zip(range(40), ["DE", "US", "FR", "PL"] * 10, strict=True)]
 
 
 def shadow_json(path: Path, **cfg) -> None:
@@ -150,7 +150,7 @@ def test_shadow_json_changes_apply_without_restart_and_a_bad_one_never_stops_ser
                 '{"candidate": "v2", "url": "http://x", "sampelRate": 1}'):
         before = errors()
         path.write_text(bad)
-        wait_for(lambda: errors() == before + 1, what=f"{bad!r} to be refused")
+        wait_for(lambda before=before: errors() == before + 1, what=f"{bad!r} to be refused")
         assert stable.runtime.shadow.config is None
         one()  # still serving; nothing mirrored while the file is bad
     assert shadow_counts(stable, "v2")["sent"] == 1
