@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "promotion")]
+sys.path[:0] = [str(ROOT / "tests" / "promotion"), str(ROOT / "tests")]  # e2e_kit and the support package it uses
 
 from kubernetes import client, watch  # noqa: E402
 
