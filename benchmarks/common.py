@@ -14,7 +14,8 @@
 
 Request counts come from two places: the apiserver's `apiserver_request_total` (from /metrics, every client together)
 and the audit log (per user). The operator's figures are the audit log's, filtered by its ServiceAccount; the
-metrics totals are printed next to them as a cross-check (metrics total = operator + KServe + cluster components + driver).
+metrics totals are printed next to them as a cross-check (metrics total = operator + KServe + cluster components +
+driver).
 """
 
 from __future__ import annotations
@@ -44,12 +45,12 @@ EXAMPLE = ROOT / "examples" / "decisionmodel.yaml"
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch as k8s_watch  # noqa: E402
 
-from arbiter_operator.devenv import crds  # noqa: E402
-from arbiter_operator.devenv.cluster import USERS, LocalCluster, NodePool  # noqa: E402
-from arbiter_operator.devenv.kwok import A100  # noqa: E402
-from arbiter_operator.devenv.local import _seed_example_storage, _storage_config_secret  # noqa: E402
-from arbiter_operator.devenv.operator_process import OperatorProcess  # noqa: E402
-from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
+from arbiter_devenv import crds  # noqa: E402
+from arbiter_devenv.cluster import USERS, LocalCluster, NodePool  # noqa: E402
+from arbiter_devenv.kwok import A100  # noqa: E402
+from arbiter_devenv.local import _seed_example_storage, _storage_config_secret  # noqa: E402
+from arbiter_devenv.operator_process import OperatorProcess  # noqa: E402
+from arbiter_devenv.s3server import S3Server  # noqa: E402
 
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 SYSTEM_NS = "arbiter-bench-system"
@@ -341,7 +342,8 @@ class Watcher:
 
 
 class Stack:
-    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + MinIO + operator; see the module docstring.
+    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + MinIO + operator; see the module
+    docstring.
 
     `operator_namespaces` are watched by the operator; `extra_namespaces` only get the storage Secret and the
     KServe (the convergence floor writes there with no operator watching)."""

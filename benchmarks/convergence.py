@@ -129,7 +129,8 @@ class Floor:
                     status_i += 1
                     fields = extra.split(",") if extra else list(snap)
                     patch = json.loads(rename(json.dumps({f: snap[f] for f in fields if f in snap})))
-                    self.kube.patch_status(f"{common.GROUP}/{common.VERSION}", "DecisionModel", FLOOR_NS, name, {"status": patch})
+                    self.kube.patch_status(f"{common.GROUP}/{common.VERSION}", "DecisionModel", FLOOR_NS, name,
+                                           {"status": patch})
                 elif verb == "event":
                     self.kube.event(dm, "Normal", extra, extra)
         if not self.dm_watch.wait([(FLOOR_NS, name)], timeout):

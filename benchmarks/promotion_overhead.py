@@ -28,15 +28,15 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "promotion")]
+sys.path[:0] = [str(ROOT / "tests" / "promotion"), str(ROOT / "tests")]  # e2e_kit and the support package it uses
 
 from kubernetes import client, watch  # noqa: E402
 
 from arbiter_operator.api.models import isvc_name  # noqa: E402
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig  # noqa: E402
-from arbiter_operator.devenv import crds  # noqa: E402
-from arbiter_operator.devenv.cluster import LocalCluster, wait_default_service_account  # noqa: E402
-from arbiter_operator.devenv.s3server import S3Server  # noqa: E402
+from arbiter_devenv import crds  # noqa: E402
+from arbiter_devenv.cluster import LocalCluster, wait_default_service_account  # noqa: E402
+from arbiter_devenv.s3server import S3Server  # noqa: E402
 from arbiter_operator.promotion import build_queries  # noqa: E402
 from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
 from promstack import PromStack  # noqa: E402
@@ -127,16 +127,16 @@ def main() -> int:
             e.start_operator()
             try:
                 e.create(V1, **fast_canary(rollbackWindowSeconds=0))
-                e.wait(lambda: V1 in e.isvcs(), "1.0.0 deployed")
+                e.wait(lambda e=e: V1 in e.isvcs(), "1.0.0 deployed")
                 e.set_state(V1, "ready")
-                e.wait(lambda: e.route_weights() == {V1: 100}, "1.0.0 serving")
+                e.wait(lambda e=e: e.route_weights() == {V1: 100}, "1.0.0 serving")
                 routes = RouteWatch(api, ns, e.name, e)
 
                 # Clean canary: 10% -> 50% -> 100%, each switch after a passing final analysis.
                 e.patch_promote(version=V2)
-                e.wait(lambda: V2 in e.isvcs(), "candidate deployed")
+                e.wait(lambda e=e: V2 in e.isvcs(), "candidate deployed")
                 e.set_state(V2, "ready")
-                e.wait(lambda: e.route_weights() == {V2: 100}, "promoted", timeout=120)
+                e.wait(lambda e=e: e.route_weights() == {V2: 100}, "promoted", timeout=120)
                 time.sleep(0.5)
                 expected = {0: {V1: 50, V2: 50}, 1: {V2: 100}}
                 for ts, version, step, kind, verdict in analyses(e.operator_log()):
@@ -146,15 +146,15 @@ def main() -> int:
                             switch.append(t - ts)
 
                 # Breach: promote 1.0.0 again (stopped: rollbackWindowSeconds=0) and make it slow at step 2.
-                e.wait(lambda: set(e.isvcs()) == {V2}, "1.0.0 stopped")
+                e.wait(lambda e=e: set(e.isvcs()) == {V2}, "1.0.0 stopped")
                 e.patch_promote(version=V1)
-                e.wait(lambda: V1 in e.isvcs(), "candidate deployed")
+                e.wait(lambda e=e: V1 in e.isvcs(), "candidate deployed")
                 e.set_state(V1, "ready")
-                e.wait(lambda: e.route_weights() == {V2: 50, V1: 50}, "step 2", timeout=60)
+                e.wait(lambda e=e: e.route_weights() == {V2: 50, V1: 50}, "step 2", timeout=60)
                 t0 = time.time()
                 e.pods[V1].control(latency_ms=400)
                 visible = asyncio.run(breach_visible(stack, ns, e.name, V1, 150.0))
-                e.wait(lambda: e.route_weights() == {V2: 100}, "rolled back", timeout=60)
+                e.wait(lambda e=e: e.route_weights() == {V2: 100}, "rolled back", timeout=60)
                 time.sleep(0.5)
                 back = routes.first_after(visible, {V2: 100})
                 fail = next((ts for ts, v, _s, _k, verdict in analyses(e.operator_log())

@@ -44,18 +44,22 @@ def fuzz(args) -> int:
     from fuzz_surface import cases
     from test_hostile_surface import Surface
 
+    def run_cases(surface, strategy) -> None:
+        """Hypothesis cases against one surface, tallied by its oracle (failures are counted, not raised)."""
+        @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def run(case):
+            surface.oracle.check(surface.client, case, surface.hostile)
+
+        run()
+
     failed = False
     for upstream in args.upstream.split(","):
         surface = Surface(hostile=upstream == "hostile", mode=args.mode)
         started = time.perf_counter()
         try:
-            @settings(max_examples=args.cases, deadline=None, database=None, phases=[Phase.generate],
-                      suppress_health_check=list(HealthCheck))
-            @given(case=cases(hostile=upstream == "hostile"))
-            def run(case):
-                surface.oracle.check(surface.client, case, surface.hostile)
-
-            run()
+            run_cases(surface, cases(hostile=upstream == "hostile"))
         finally:
             surface.close()
         t = surface.oracle.tally
@@ -96,7 +100,7 @@ async def _caller(port: int, body: bytes, count: int, lat: list, sources: dict) 
 def deadline(args) -> int:
     import httpx
 
-    from arbiter_runtime.standin_upstream import free_port, write_model_dir
+    from arbiter_devenv.vllm_standin import free_port, write_model_dir
     from runtime_helpers import LABELS, base_config
 
     work = Path(tempfile.mkdtemp(prefix="arbiter-fuzz-"))
@@ -106,7 +110,7 @@ def deadline(args) -> int:
     (work / "decision.json").write_text(json.dumps(cfg))
     # ARBITER_BENCH_RUNTIME: the runtime package directory to measure (default: this checkout's), to compare versions
     env = dict(os.environ, PYTHONPATH=os.environ.get("ARBITER_BENCH_RUNTIME", str(ROOT / "runtime")))
-    upstream = subprocess.Popen([sys.executable, "-m", "arbiter_runtime", "standin", "--port", str(up_port),
+    upstream = subprocess.Popen([sys.executable, "-m", "arbiter_devenv.vllm_standin", "--port", str(up_port),
                                  "--served-model-name", "credit-v1", "--words", ",".join(LABELS),
                                  "--behaviour", "slow", "--delay-s", str(args.deadline_ms / 1000 * 20)], env=env)
     server = subprocess.Popen([sys.executable, "-m", "arbiter_runtime", "serve", "--config",

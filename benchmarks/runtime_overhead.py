@@ -44,7 +44,8 @@ CONFIG = {
     "deadlineMs": 5000,
     "inputSchema": {
         "type": "object",
-        "properties": {"amount": {"type": "number", "minimum": 0}, "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
+        "properties": {"amount": {"type": "number", "minimum": 0},
+                       "country": {"type": "string", "pattern": "^[A-Z]{2}$"},
                        "income": {"type": "number"}, "history": {"type": "array", "items": {"type": "integer"},
                                                                  "maxItems": 24}},
         "required": ["amount", "country", "income"], "additionalProperties": False},
@@ -124,7 +125,7 @@ def canned_response(workdir: Path) -> Path:
 
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
-    from arbiter_runtime.standin_upstream import StandinServer
+    from arbiter_devenv.vllm_standin import StandinServer
     from arbiter_runtime.tokens import LabelTokens
 
     standin = StandinServer(words=LABELS, served_model_name="bench").start()
@@ -213,7 +214,8 @@ def main() -> int:
     p.add_argument("--concurrency", default="1,16,64")
     p.add_argument("--quick", action="store_true", help="CI smoke: few requests, checks that it completes")
     p.add_argument("--json", default=str(ROOT / "benchmarks" / "results" / "runtime_overhead.json"))
-    p.add_argument("--profile", action="store_true", help="run the server under pyinstrument (the profile is written next to the JSON)")
+    p.add_argument("--profile", action="store_true",
+                   help="run the server under pyinstrument (the profile is written next to the JSON)")
     p.add_argument("--profile-renderer", default="html", choices=["html", "text"])
     p.add_argument("--serve-instant", nargs=2, metavar=("PORT", "CANNED"), help=argparse.SUPPRESS)
     p.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -227,7 +229,7 @@ def main() -> int:
     if args.requests is None:
         args.requests = 200 if args.quick else 3000
 
-    from arbiter_runtime.standin_upstream import free_port, write_model_dir
+    from arbiter_devenv.vllm_standin import free_port, write_model_dir
 
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
     canned = canned_response(work)

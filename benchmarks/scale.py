@@ -113,7 +113,8 @@ def print_scale(r: dict) -> None:
         ("reconcile passes per DM / watch echoes skipped per DM",
          f"{r['operator_reconciles_per_dm']:.2f} / {r['operator_echoes_skipped_per_dm']:.2f}", ""),
         ("apiserver_request_total diff, all clients", r["metrics_requests_total_all_clients"], ""),
-        ("audit: all clients / KServe controller", f"{r['audit_requests_total_all_clients']} / {r['kserve_requests_total']}",
+        ("audit: all clients / KServe controller",
+         f"{r['audit_requests_total_all_clients']} / {r['kserve_requests_total']}",
          ""),
     ]))
     if r.get("profile_top"):

@@ -99,7 +99,7 @@ def main() -> int:
     args = p.parse_args()
     requests = args.requests or (300 if args.quick else 3000)
 
-    from arbiter_runtime.standin_upstream import free_port, write_model_dir
+    from arbiter_devenv.vllm_standin import free_port, write_model_dir
 
     work = Path(tempfile.mkdtemp(prefix="arbiter-shadow-bench-"))
     canned = ro.canned_response(work)

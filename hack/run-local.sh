@@ -20,10 +20,10 @@ declare -A took=(
 )
 bash hack/setup.sh --no-tools
 for tool in "${tools[@]}"; do
-  if .venv/bin/python -m arbiter_operator.devenv.tools list | grep -q "^$tool	.*	cached	"; then
+  if .venv/bin/python -m arbiter_devenv.tools list | grep -q "^$tool	.*	cached	"; then
     continue
   fi
   printf '\033[1m[arbiter]\033[0m building %s (once, %s; cached in ~/.cache/arbiter/bin)\n' "$tool" "${took[$tool]}"
   bash hack/setup.sh "$tool" >/dev/null
 done
-exec .venv/bin/python -m arbiter_operator.devenv.local "$@"
+exec .venv/bin/python -m arbiter_devenv.local "$@"

@@ -19,10 +19,11 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 stamp=.venv/.arbiter-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  log "installing the project and its test extras into .venv"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devenv/pyproject.toml -nt "$stamp" ]; then
+  log "installing the project, its test extras and the development environment (devenv/) into .venv"
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  # devenv/ is its own distribution (arbiter-devenv): importable here, never in the operator wheel or an image.
+  .venv/bin/python -m pip install -q -e '.[test]' -e ./devenv
   touch "$stamp"
 fi
 
@@ -46,4 +47,4 @@ fi
 [ "${tools[0]:-}" = "--no-tools" ] && exit 0
 command -v go >/dev/null 2>&1 || { echo "Go (>= 1.24) is required to build kube-apiserver, etcd and the test servers" >&2; exit 1; }
 log "building (or finding cached) Go tools: ${tools[*]:-all}"
-.venv/bin/python -m arbiter_operator.devenv.tools build "${tools[@]}"
+.venv/bin/python -m arbiter_devenv.tools build "${tools[@]}"

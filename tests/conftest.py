@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from arbiter_operator.devenv import crds
-from arbiter_operator.devenv.cluster import LocalCluster, wait_default_service_account
-from arbiter_operator.devenv.controlplane import ExistingCluster
-from arbiter_operator.devenv.s3server import S3Server
-from arbiter_operator.devenv.tools import ensure_tool, load_tool
+from arbiter_devenv import crds
+from arbiter_devenv.cluster import LocalCluster, wait_default_service_account
+from arbiter_devenv.controlplane import ExistingCluster
+from arbiter_devenv.s3server import S3Server
+from arbiter_devenv.tools import ensure_tool, load_tool
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

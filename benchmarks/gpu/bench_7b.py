@@ -38,7 +38,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,7 +71,7 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     whole = [tok.convert_tokens_to_ids(t) for t in (*uw.CODES, *uw.LABELS)] + [tok.eos_token_id]
-    for name, tid in zip((*uw.CODES, *uw.LABELS), whole):
+    for name, tid in zip((*uw.CODES, *uw.LABELS), whole, strict=False):
         assert tok.encode(name, add_special_tokens=False) == [tid], f"{name} is not one token"
     shape = dict(GEMMA_7B)
     if layers:

@@ -149,7 +149,7 @@ def encode_examples(tokenizer, apps: list[dict], rng: random.Random, json_share:
         sub = [apps[i] for i in idx]
         enc_p = prompt_ids(tokenizer, sub, mode)
         enc_a = tokenizer([ANSWERS[mode](uw.decide(a)) for a in sub], add_special_tokens=False)["input_ids"]
-        for p, a in zip(enc_p, enc_a):
+        for p, a in zip(enc_p, enc_a, strict=True):
             out.append((p + a + [eos], [-100] * len(p) + a + [eos]))
     rng.shuffle(out)
     return out
@@ -169,7 +169,8 @@ def batches(examples, batch_size: int, pad_id: int, rng: random.Random, torch, d
                 ids[r, : len(x)] = torch.tensor(x)
                 lab[r, : len(y)] = torch.tensor(y)
                 mask[r, : len(x)] = 1
-            yield ids.to(device, non_blocking=True), lab.to(device, non_blocking=True), mask.to(device, non_blocking=True)
+            yield (ids.to(device, non_blocking=True), lab.to(device, non_blocking=True),
+                   mask.to(device, non_blocking=True))
 
 
 def scored_decode(model, tokenizer, apps: list[dict], torch, device, batch_size: int = 512, fmt: str = "scored"):
@@ -216,7 +217,7 @@ def scored_decode(model, tokenizer, apps: list[dict], torch, device, batch_size:
                         seqs[r] = seqs[r] + [label_list[pick[r]]] + newline
                         steps[r][-1][1] = uw.LABELS[pick[r]]
                         probs[r].append([round(v, 4) for v in p[r].tolist()])
-        results.extend(zip(steps, probs))
+        results.extend(zip(steps, probs, strict=True))
     return results
 
 
@@ -228,10 +229,10 @@ def agreement(model, tokenizer, apps, torch, device) -> dict:
     for fmt, prefix in (("scored", ""), ("scored-lines", "lines_")):
         decoded = scored_decode(model, tokenizer, apps, torch, device, fmt=fmt)
         agree = exact = 0
-        for a, (steps, _) in zip(apps, decoded):
+        for a, (steps, _) in zip(apps, decoded, strict=True):
             want = uw.decide(a)
             agree += steps[-1][1] == want[-1].label
-            exact += all(s[0] == w.code and s[1] == w.label for s, w in zip(steps, want))
+            exact += all(s[0] == w.code and s[1] == w.label for s, w in zip(steps, want, strict=False))
         out[f"{prefix}decision_agreement"] = agree / n
         out[f"{prefix}trajectory_exact"] = exact / n
     return out

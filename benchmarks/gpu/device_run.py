@@ -49,7 +49,8 @@ async def start_vllm_checked(tp: int, then=None) -> dict:
             return {"vllm_args": args, "dropped_operator_args": dropped, "vllm_start_s": round(time.time() - t0, 1)}
         except RuntimeError as exc:
             text = str(exc)
-            bad = [a for a in args[1:] if a.split("=")[0] in text and re.search(r"error|unrecognized|invalid", text, re.I)]
+            bad = [a for a in args[1:]
+                   if a.split("=")[0] in text and re.search(r"error|unrecognized|invalid", text, re.I)]
             if not bad:
                 raise
             dropped.append({"arg": bad[0], "vllm_said": text[-1500:]})

@@ -175,14 +175,14 @@ async def check_repeat(apps: list[dict], first: list[loadgen.Result], n: int = 2
     again = await loadgen.closed_loop(stack.runtime_url("scored") + "/v1/decisions", apps[:n], 1, max_seconds=120)
     same_decision = same_traj = compared = 0
     max_diff = 0.0
-    for a, b in zip(first[:n], again.results):
+    for a, b in zip(first[:n], again.results, strict=False):
         if a.status != 200 or b.status != 200:
             continue
         compared += 1
         same_decision += a.body["decision"] == b.body["decision"]
         same_traj += a.body["trajectory"] == b.body["trajectory"]
         if a.body.get("source") == b.body.get("source") == "model":
-            for sa, sb in zip(a.body["trajectory"]["steps"], b.body["trajectory"]["steps"]):
+            for sa, sb in zip(a.body["trajectory"]["steps"], b.body["trajectory"]["steps"], strict=False):
                 for lab in uw.LABELS:
                     max_diff = max(max_diff, abs(sa["probabilities"][lab] - sb["probabilities"][lab]))
     return {"compared": compared, "same_decision": same_decision, "same_trajectory": same_traj,

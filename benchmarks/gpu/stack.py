@@ -42,7 +42,8 @@ def fixture(name: str):
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(SAFE_ENV)
-    paths = [str(ROOT / "operator"), str(ROOT / "runtime")] + [p for p in env.get("PYTHONPATH", "").split(":") if p]
+    paths = [str(ROOT / d) for d in ("operator", "runtime", "devenv")]
+    paths += [p for p in env.get("PYTHONPATH", "").split(":") if p]
     env["PYTHONPATH"] = ":".join(paths)
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra or {})
@@ -117,7 +118,7 @@ def start_vllm(tp: int, args: list[str] | None = None) -> int:
     if STANDIN:
         import underwriting as uw
 
-        cmd = [sys.executable, "-m", "arbiter_runtime", "standin", "--port", "8000",
+        cmd = [sys.executable, "-m", "arbiter_devenv.vllm_standin", "--port", "8000",
                "--served-model-name", uw.MODEL_NAME, "--words", ",".join((*uw.LABELS, *uw.CODES)),
                "--model-dir", MODEL_DIR]
     return start("vllm", cmd, {"CUDA_VISIBLE_DEVICES": devices})

@@ -1,4 +1,4 @@
-"""`python -m arbiter_runtime serve|supervise|standin ...` (also the `arbiter-runtime` script)."""
+"""`python -m arbiter_runtime serve|supervise|worker ...` (also the `arbiter-runtime` script)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def serve(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = ("serve", "supervise", "standin", "worker")
+COMMANDS = ("serve", "supervise", "worker")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if argv and argv[0] in ("-h", "--help"):
-        print("usage: arbiter-runtime {serve|supervise|standin|worker} [options]  (each takes --help)\n"
+        print("usage: arbiter-runtime {serve|supervise|worker} [options]  (each takes --help)\n"
               "       arbiter-runtime VLLM_SERVE_ARGS...   (= supervise -- VLLM_SERVE_ARGS: the container's form)")
         return 0
     if not argv or argv[0] not in COMMANDS:
@@ -97,12 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         from .supervisor import worker
 
         return worker(rest)
-    if cmd == "standin":
-        from .standin_upstream import main as standin
-
-        standin(rest)
-        return 0
-    print(f"arbiter-runtime: unknown command {cmd!r}; use serve, supervise or standin", file=sys.stderr)
+    print(f"arbiter-runtime: unknown command {cmd!r}; use serve, supervise or worker", file=sys.stderr)
     return 2
 
 

@@ -18,6 +18,7 @@ import secrets
 import sys
 import threading
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
 
@@ -86,7 +87,7 @@ class S3Settings:
     max_buffered: int = 100_000
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "S3Settings | None":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "S3Settings | None":
         env = os.environ if env is None else env
         bucket = env.get("ARBITER_AUDIT_S3_BUCKET")
         if not bucket:

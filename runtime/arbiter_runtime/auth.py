@@ -14,9 +14,9 @@ Service's `https` port). Behind the platform's proxy the request arrives without
 strips it after its own TokenReview and SubjectAccessReview, the same `get` check) and with the proxy's
 `X-Remote-User`; that header is believed only when `ARBITER_AUTH_PROXY_HEADERS=true` (the operator renders it unless
 a mesh sidecar intercepts the serving port) and the request comes from the pod's own loopback, where the proxy
-container is the only other listener's client. From anywhere else the header is ignored and a bearer token is needed. Results
-are cached briefly, keyed by a hash of the token (never the token itself), in a bounded LRU, and concurrent requests
-with the same token share one review, so a steady caller costs no API call per decision. The API server being
+container is the only other listener's client. From anywhere else the header is ignored and a bearer token is needed.
+Results are cached briefly, keyed by a hash of the token (never the token itself), in a bounded LRU, and concurrent
+requests with the same token share one review, so a steady caller costs no API call per decision. The API server being
 unreachable, slow or refusing the runtime's own reviews is a 503 naming the reason: the caller cannot be judged, which
 is neither "unauthorized" nor the server's bug.
 
@@ -125,7 +125,7 @@ class AuthSettings:
 
     def problems(self) -> list[str]:
         """What makes the settings unusable, checked at start-up so the pod fails fast and says why."""
-        out = []
+        out: list[str] = []
         if not self.enabled:
             return out
         if not self.api_url:

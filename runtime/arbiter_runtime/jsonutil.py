@@ -12,7 +12,7 @@ from typing import Any
 try:
     import orjson
 except ImportError:  # pragma: no cover - the image and the venv have it
-    orjson = None
+    orjson = None  # type: ignore[assignment]  # the callers test for None
 
 
 def _reject_constant(name: str):

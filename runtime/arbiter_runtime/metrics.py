@@ -100,8 +100,8 @@ class Metrics:
         """Pre-create the decision-mix series at 0 for every configured label (a share exists before a decision)."""
         self._labels = {x: self.decision_labels.labels(*self._mv, x) for x in labels}
 
-    def answered(self, label: str) -> None:
-        counter = self._labels.get(label)
+    def answered(self, label: str | None) -> None:
+        counter = None if label is None else self._labels.get(label)
         if counter is None:  # a label the config does not list cannot be decided; kept out of the series anyway
             return
         counter.inc()
@@ -117,7 +117,7 @@ class Metrics:
     def shadow_result(self, candidate: str, result: str) -> None:
         self.shadow_requests.labels(*self._mv, candidate, result).inc()
 
-    def shadow_comparison(self, candidate: str, stable_label: str, candidate_label: str) -> bool:
+    def shadow_comparison(self, candidate: str, stable_label: str | None, candidate_label: str) -> bool:
         agree = stable_label == candidate_label
         self.shadow_comparisons.labels(*self._mv, candidate, stable_label, candidate_label,
                                        "true" if agree else "false").inc()

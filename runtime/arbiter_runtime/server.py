@@ -217,7 +217,7 @@ class Runtime:
         if len(documents) == 1:
             return [await self._decide_one(documents[0], canonicals[0], trace, started, 0, request_id)]
         return list(await asyncio.gather(*(self._decide_one(d, c, trace, started, i, request_id)
-                                           for i, (d, c) in enumerate(zip(documents, canonicals)))))
+                                           for i, (d, c) in enumerate(zip(documents, canonicals, strict=True)))))
 
     async def _decide_one(self, document: Any, canonical: str, trace: Trace, started: float, row: int,
                           request_id: str | None) -> tuple[Outcome, dict[str, Any]]:
@@ -227,7 +227,7 @@ class Runtime:
         if out.fallback_reason == "deadline":
             self.decider.reserve.observe(latency)
         self.metrics.decision(out.outcome, out.source, latency)
-        record = {
+        record: dict[str, Any] = {
             "kind": "arbiter.decision", "time": now_iso(), "traceId": trace.trace_id, "spanId": trace.span_id,
             "parentSpanId": trace.parent_id, "requestId": request_id, "row": row, "model": self.cfg.model,
             "version": self.cfg.version, "inputDigest": input_digest(canonical), "decision": out.decision,
@@ -456,7 +456,8 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
     # Bearer tokens checked by the cluster when ARBITER_AUTH is true (auth.py); None (a no-op) when it is off.
     middleware = [Middleware(AuthMiddleware, authenticator=authenticator_from_env(rt.options.env))]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
-                    exception_handlers={HTTPException: http_error, Exception: internal_error})
+                    exception_handlers={HTTPException: http_error,  # type: ignore[dict-item]  # dispatched by class
+                                        Exception: internal_error})
     app.state.runtime = rt
     return app
 

@@ -270,7 +270,7 @@ class Shadow:
                 recorded = 1
                 return
             self.metrics.shadow_result(config.candidate, "compared")
-            for row, (mine, (theirs, source)) in enumerate(zip(labels, answers)):
+            for row, (mine, (theirs, source)) in enumerate(zip(labels, answers, strict=True)):
                 counted = theirs if theirs in self._labels else OTHER_LABEL
                 agree = self.metrics.shadow_comparison(config.candidate, mine, counted)
                 audit.record({**base, "row": row, "result": "compared", "inputDigest": input_digest(canonicals[row]),
@@ -338,4 +338,5 @@ def _decisions(answer: Any, rows: int) -> list[tuple[str, str | None]]:
         raise CandidateFailure("the answer's decision column holds something other than labels")
     if not isinstance(sources, list) or len(sources) != rows:
         sources = [None] * rows
-    return [(d, s if isinstance(s, str) and s in ("model", "rules") else None) for d, s in zip(decisions, sources)]
+    return [(d, s if isinstance(s, str) and s in ("model", "rules") else None)
+            for d, s in zip(decisions, sources, strict=True)]

@@ -171,7 +171,7 @@ class Supervisor:
         if self.stopping is None:
             self.stopping = signum
             log.info("received %s: stopping children", signal.Signals(signum).name)
-            for name, proc in self.procs.items():
+            for proc in self.procs.values():
                 if proc.poll() is None:
                     proc.send_signal(signum)
 

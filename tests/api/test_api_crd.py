@@ -9,7 +9,7 @@ import yaml
 
 from arbiter_operator.api import crdgen
 
-from api_helpers import ROOT
+from support.examples import ROOT
 
 
 def test_crd_file_matches_models():
@@ -57,7 +57,8 @@ def test_crd_surface():
     version = crd["spec"]["versions"][0]
     assert crd["spec"]["names"]["shortNames"] == ["dm"]
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:5] == ["Active", "Candidate", "Ready", "Reason", "Age"]
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns[:5] == ["Active", "Candidate", "Ready", "Reason", "Age"]
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     serving = spec["properties"]["serving"]["properties"]
     # Platform choices, not CRD defaults (apiserver defaulting would freeze them into every object).

@@ -5,7 +5,8 @@ from pydantic import ValidationError
 
 from arbiter_operator.api.models import DecisionModel, isvc_name
 
-from api_helpers import example, make_dm
+from support.examples import example
+from support.factory import make_dm
 
 
 def test_example_parses_with_defaults():

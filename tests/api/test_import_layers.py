@@ -1,6 +1,7 @@
 """The operator's modules sit on floors, and imports only go down (docs/architecture.md, "Code layout"):
 
-  api                          the vocabulary: models, names, times, conditions, backoff policies (imports nothing of ours)
+  api                          the vocabulary: models, names, times, conditions, backoff policies
+                               (imports nothing of ours)
   render, promotion, plan      pure: spec + observations + now -> desired objects, status, requeue (import only api and
                                each other: plan uses render and promotion; render and promotion use neither)
   clients                      Kubernetes, S3, registry, Prometheus wire clients
@@ -143,4 +144,5 @@ def test_the_check_sees_the_modules_it_judges():
     graph = _graph()
     assert "arbiter_operator.api.models" in graph["arbiter_operator.render.configmap"]
     assert "arbiter_operator.plan.artifacts" in graph["arbiter_operator.observe.storage"]
-    assert {"arbiter_operator.observe.children", "arbiter_operator.sync.registry"} <= graph["arbiter_operator.reconcile"]
+    reconcile = graph["arbiter_operator.reconcile"]
+    assert {"arbiter_operator.observe.children", "arbiter_operator.sync.registry"} <= reconcile

@@ -78,7 +78,7 @@ def test_crd_states_the_limits_in_its_messages() -> None:
 def test_children_under_the_earlier_names_keep_serving_until_their_successors_serve() -> None:
     """Upgrade path: an owned InferenceService named `<dm>-<slug>` (the earlier scheme) keeps the Route and is kept
     until `<dm>--<slug>` is ready; only then are it and its ConfigMap deleted."""
-    from api_helpers import make_dm
+    from support.factory import make_dm
     from arbiter_operator.plan import Observations, plan
     from test_planner import T0, _ready
 
@@ -108,7 +108,7 @@ def test_children_under_the_earlier_names_keep_serving_until_their_successors_se
 
 def test_route_default_host_too_long_for_a_dns_label_is_invalid_spec() -> None:
     """OpenShift's default host is <route>-<namespace>.<apps domain>; the namespace is beyond CEL's reach."""
-    from api_helpers import make_dm
+    from support.factory import make_dm
     from arbiter_operator.plan import Observations, plan
     from test_planner import T0
 
@@ -121,7 +121,7 @@ def test_route_default_host_too_long_for_a_dns_label_is_invalid_spec() -> None:
 
 
 def example_with_host() -> dict:
-    from api_helpers import example
+    from support.examples import example
 
     raw = example()
     raw["spec"]["exposure"]["host"] = "credit.apps.example.com"

@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import jsonschema
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api_helpers import ROOT, example, make_dm
+from support.examples import example
+from support.factory import make_dm
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.plan.output_schema import output_schema_clash, witnesses
 from arbiter_operator.render import decision_config
@@ -29,7 +29,7 @@ def test_the_former_example_schema_is_refused_naming_what_it_asked_for():
 
 def test_shipped_examples_admit_the_runtimes_trajectories():
     for name in ("decisionmodel.yaml", "decisionmodel-canary.yaml"):
-        dm = make_dm(yaml.safe_load((ROOT / "examples" / name).read_text()))
+        dm = make_dm(example(name))
         for version in dm.spec.versions:
             assert output_schema_clash(version.metadata.outputSchema, dm.spec.decision) is None, (name, version.name)
             # The runtime itself accepts a trajectory of these settings under the rendered decision.json.

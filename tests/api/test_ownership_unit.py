@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from api_helpers import make_dm
+from support.factory import make_dm
 from arbiter_operator.apply import describe_owner
 from arbiter_operator.observe.children import owned_by
 

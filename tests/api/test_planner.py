@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from api_helpers import example, make_dm
+from support.examples import example
+from support.factory import make_dm
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.apply import merge_patch
 from arbiter_operator.plan import ArtifactObservation, Observations, plan

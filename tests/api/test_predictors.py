@@ -13,11 +13,12 @@ from arbiter_operator.plan.model import Observations
 from arbiter_operator.plan.planner import plan
 from arbiter_operator.plan.predictors import CRASH_LOOP, UNSCHEDULABLE, deployment_available, predictor_problem
 
-from api_helpers import make_dm
+from support.factory import make_dm
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
-SCHEDULER_MSG = "0/6 nodes are available: 4 Insufficient nvidia.com/gpu, 2 node(s) didn't match Pod's node affinity/selector."
+SCHEDULER_MSG = ("0/6 nodes are available: 4 Insufficient nvidia.com/gpu, "
+                 "2 node(s) didn't match Pod's node affinity/selector.")
 
 
 def pending_pod(name: str, message: str = SCHEDULER_MSG) -> dict[str, Any]:

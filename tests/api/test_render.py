@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from api_helpers import example, make_dm
+from support.examples import example
+from support.factory import make_dm
 from arbiter_operator.render import (
     render_configmap,
     render_inferenceservice,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from arbiter_operator.render import render_configmap, render_inferenceservice, render_route
 
-from api_helpers import example, make_dm
+from support.examples import example
+from support.factory import make_dm
 
 
 def _env(dm, namespace_labels=None) -> dict[str, str]:

@@ -7,7 +7,8 @@ import json
 import pydantic
 import pytest
 
-from api_helpers import example, make_dm
+from support.examples import example
+from support.factory import make_dm
 from arbiter_operator.plan.validate import operator_side_problems
 from arbiter_operator.render.configmap import render_configmap
 from arbiter_runtime.config import parse_config

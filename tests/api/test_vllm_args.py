@@ -12,7 +12,7 @@ from arbiter_operator.api.models import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, 
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.plan.vllm_args import arg_problems, flag_name
 
-from api_helpers import example
+from support.examples import example
 from test_planner import T0
 
 

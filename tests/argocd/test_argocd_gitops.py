@@ -20,11 +20,12 @@ import pytest
 import yaml
 
 from arbiter_operator.cli import kubectl_arbiter as plugin
-from arbiter_operator.devenv.argocd import ArgoCD, GitRepo
+from arbiter_devenv.argocd import ArgoCD, GitRepo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "promotion"))
 from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
 from promstack import PromStack, prometheus_binary  # noqa: E402
+from support.examples import example, example_text
 
 pytestmark = [
     pytest.mark.cluster,
@@ -33,7 +34,6 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "decisionmodel.yaml"
 NAME = "credit-limit"  # the example's name
 FOLDER = "models"
 
@@ -155,10 +155,6 @@ def gitops(control_plane, namespace, stack, tmp_path, s3_server, argocd):
         e.close()
 
 
-def example() -> dict[str, Any]:
-    return yaml.safe_load(EXAMPLE.read_text())
-
-
 def with_candidate(promote_version: str, **promote: Any) -> str:
     """The example with a second version, 1.1.0, and `spec.promote` as given: what a release commit looks like."""
     body = example()
@@ -172,7 +168,7 @@ def with_candidate(promote_version: str, **promote: Any) -> str:
 
 def converge_on_example(g: GitOps) -> str:
     """Commit the example verbatim; Argo CD syncs it, and the app turns Healthy once the operator says Ready."""
-    sha = g.commit(EXAMPLE.read_text(), "credit-limit 1.0.0")
+    sha = g.commit(example_text(), "credit-limit 1.0.0")
     g.argo.create_application(g.app, g.repo.url, FOLDER, namespace=g.e.ns)
     g.wait(g.synced_at(sha), "Synced at the first commit")
     s = g.wait(lambda: g.status().get("health", {}).get("status") == "Healthy" and g.status(), "app Healthy")

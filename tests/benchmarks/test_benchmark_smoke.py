@@ -1,6 +1,6 @@
 """CI smoke test of the operator benchmarks (benchmarks/convergence.py, scale.py, idle.py): reduced versions run end
-to end against the local cluster (KServe's controller, scheduler, kwok nodes), MinIO and the operator process, and must print their
-table and write their JSON. No timing is asserted here: the figures belong in docs/benchmarks.md."""
+to end against the local cluster (KServe's controller, scheduler, kwok nodes), MinIO and the operator process, and
+must print their table and write their JSON. No timing is asserted here: the figures belong in docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
 def run(script: str, tmp_path: pathlib.Path, *args: str) -> tuple[str, dict]:
-    from arbiter_operator.devenv.tools import ensure_tool
+    from arbiter_devenv.tools import ensure_tool
 
     for tool in ("etcd", "kube-apiserver", "minio"):
         ensure_tool(tool)

@@ -21,6 +21,7 @@ from kubernetes import client
 
 from arbiter_operator.cli import kubectl_arbiter as plugin
 from arbiter_operator.cli.completion import candidates
+from support.examples import example
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
@@ -51,7 +52,7 @@ def kubeconfig_for(control_plane, tmp_path: pathlib.Path, server: str | None = N
 
 
 def decisionmodel(control_plane, namespace: str, **metadata) -> str:
-    body = yaml.safe_load((ROOT / "examples" / "decisionmodel.yaml").read_text())
+    body = example()
     body["metadata"] = {"name": f"dm-{uuid.uuid4().hex[:6]}", **metadata}
     api = control_plane.api_client()
     try:

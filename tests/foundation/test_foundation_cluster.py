@@ -1,17 +1,17 @@
 """The local cluster beyond the apiserver: controller-manager, scheduler, kwok's simulated GPU nodes and pod fates,
-KServe's webhooks (devenv/cluster.py, devenv/kwok.py, devenv/kserve.py)."""
+KServe's webhooks (arbiter_devenv: cluster.py, kwok.py, kserve.py)."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv import _procs
-from arbiter_operator.devenv.cluster import LocalCluster, NodePool
-from arbiter_operator.devenv.kwok import A100, H100
+from arbiter_devenv import _procs
+from arbiter_devenv.cluster import LocalCluster, NodePool
+from arbiter_devenv.kwok import A100, H100
+from support.polling import eventually
 
 
 pytestmark = pytest.mark.cluster
@@ -22,17 +22,6 @@ def api(control_plane):
     api_client = control_plane.api_client()
     yield api_client
     api_client.close()
-
-
-def _eventually(fn, timeout=60.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def _deployment(name: str, gpus: int, product: str = A100) -> dict:
@@ -65,10 +54,10 @@ def test_pods_are_scheduled_by_gpus_and_run(api, namespace):
     apps = client.AppsV1Api(api)
     apps.create_namespaced_deployment(namespace, _deployment("fits", 8))
     apps.create_namespaced_deployment(namespace, _deployment("too-big", 16))
-    pod = _eventually(lambda: (p := _pod(api, namespace, "fits")) and p.status.phase == "Running" and p, 60, "Running")
+    pod = eventually(lambda: (p := _pod(api, namespace, "fits")) and p.status.phase == "Running" and p, 60, "Running")
     assert next(c for c in pod.status.conditions if c.type == "Ready").status == "True"
     assert client.CoreV1Api(api).read_node(pod.spec.node_name).metadata.labels["nvidia.com/gpu.product"] == A100
-    big = _eventually(lambda: (p := _pod(api, namespace, "too-big")) and p.status.conditions and p, 60, "scheduled")
+    big = eventually(lambda: (p := _pod(api, namespace, "too-big")) and p.status.conditions and p, 60, "scheduled")
     scheduled = next(c for c in big.status.conditions if c.type == "PodScheduled")
     assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
     assert "Insufficient nvidia.com/gpu" in scheduled.message
@@ -77,7 +66,7 @@ def test_pods_are_scheduled_by_gpus_and_run(api, namespace):
 def test_added_pool_takes_pods_that_ask_for_its_product(control_plane, api, namespace):
     control_plane.add_pool(NodePool("h100", 1, gpus=8, gpu_product=H100))
     client.AppsV1Api(api).create_namespaced_deployment(namespace, _deployment("on-h100", 4, H100))
-    pod = _eventually(lambda: (p := _pod(api, namespace, "on-h100")) and p.status.phase == "Running" and p, 60, "run")
+    pod = eventually(lambda: (p := _pod(api, namespace, "on-h100")) and p.status.phase == "Running" and p, 60, "run")
     assert pod.spec.node_name == "h100-0"
 
 
@@ -91,19 +80,19 @@ def test_fates_crash_the_serving_container(control_plane, api, namespace, fate, 
         cs = (pod and pod.status.container_statuses) or []
         return cs and cs[0].restart_count >= 1 and cs[0].last_state.terminated and cs[0]
 
-    cs = _eventually(crashed, 60, "a crash")
+    cs = eventually(crashed, 60, "a crash")
     assert cs.state.waiting.reason == "CrashLoopBackOff" and not cs.ready
     assert cs.last_state.terminated.reason == reason
 
     control_plane.set_fate(namespace, "doomed", "ready")  # fixed: the replacement pod becomes ready
-    _eventually(lambda: (p := _pod(api, namespace, "doomed")) and p.status.container_statuses
+    eventually(lambda: (p := _pod(api, namespace, "doomed")) and p.status.container_statuses
                 and p.status.container_statuses[0].ready, 60, "ready after the fix")
 
 
 def test_loading_fate_runs_but_never_gets_ready(control_plane, api, namespace):
     control_plane.set_fate(namespace, "slow", "loading")
     client.AppsV1Api(api).create_namespaced_deployment(namespace, _deployment("slow", 1))
-    pod = _eventually(lambda: (p := _pod(api, namespace, "slow")) and p.status.phase == "Running" and p, 60, "Running")
+    pod = eventually(lambda: (p := _pod(api, namespace, "slow")) and p.status.phase == "Running" and p, 60, "Running")
     time.sleep(3)
     pod = _pod(api, namespace, "slow")
     assert next(c for c in pod.status.conditions if c.type == "Ready").status == "False"
@@ -112,11 +101,12 @@ def test_loading_fate_runs_but_never_gets_ready(control_plane, api, namespace):
 def test_namespaces_get_a_default_service_account_and_can_be_deleted(api):
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": "doomed-ns"}})
-    _eventually(lambda: any(s.metadata.name == "default" for s in core.list_namespaced_service_account("doomed-ns").items),
-                30, "default ServiceAccount")
+    eventually(lambda: any(s.metadata.name == "default"
+                           for s in core.list_namespaced_service_account("doomed-ns").items),
+               30, "default ServiceAccount")
     core.create_namespaced_config_map("doomed-ns", {"metadata": {"name": "x"}})
     core.delete_namespace("doomed-ns")
-    _eventually(lambda: "doomed-ns" not in {n.metadata.name for n in core.list_namespace().items}, 60, "gone")
+    eventually(lambda: "doomed-ns" not in {n.metadata.name for n in core.list_namespace().items}, 60, "gone")
 
 
 def test_kserve_webhooks_are_registered_with_the_devenv_ca(control_plane, api):

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from arbiter_operator.devenv.controlplane import ControlPlane
+from arbiter_devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 
@@ -249,7 +249,7 @@ def test_a_forged_token_is_rejected(control_plane, tmp_path):
 
 
 def test_installing_crds_again_replaces_them_in_place(api):
-    from arbiter_operator.devenv import crds
+    from arbiter_devenv import crds
 
     # Arbiter's own CRD: replacing it is safe on any cluster (the fixture already did it once).
     names = crds.install_crds(api, crds.arbiter_crd_paths())

@@ -8,7 +8,7 @@ import sys
 
 def test_local_run_brings_the_example_to_ready_and_exits_cleanly() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "arbiter_operator.devenv.local", "--exit-when-ready", "--timeout", "240",
+        [sys.executable, "-m", "arbiter_devenv.local", "--exit-when-ready", "--timeout", "240",
          "--namespace", "readme-run"],
         capture_output=True, text=True, timeout=420,
     )

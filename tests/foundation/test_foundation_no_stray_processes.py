@@ -7,17 +7,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from arbiter_operator.devenv._procs import pid_alive, wait_gone
+from arbiter_devenv._procs import pid_alive, wait_gone
+from support.polling import eventually
 
 # Starts a control plane and MinIO, reports their pids and work dirs, then idles until it is signalled.
 CHILD = r"""
 import json, sys, time
-from arbiter_operator.devenv.controlplane import ControlPlane
-from arbiter_operator.devenv.s3server import S3Server
+from arbiter_devenv.controlplane import ControlPlane
+from arbiter_devenv.s3server import S3Server
 cp = ControlPlane().start()
 s3 = S3Server().start()
 print(json.dumps({"pids": [*cp.pids.values(), s3.pid], "dirs": [str(cp.workdir), str(s3.workdir)]}), flush=True)
@@ -41,9 +41,8 @@ def test_servers_do_not_outlive_their_owner(sig):
         # SIGKILL gives Python no chance to clean up; the watchdog does it.
         assert wait_gone(pids, timeout=30) == []
         # The throwaway certificates, keys and data go too (after SIGKILL, the watchdog removes them).
-        deadline = time.monotonic() + 10
-        while any(os.path.exists(d) for d in started["dirs"]) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: not any(os.path.exists(d) for d in started["dirs"]), 10, "the throwaway directories gone",
+                   interval=0.1)
         assert [d for d in started["dirs"] if os.path.exists(d)] == []
     finally:
         if child.poll() is None:
@@ -52,7 +51,7 @@ def test_servers_do_not_outlive_their_owner(sig):
 
 
 def test_stop_ends_every_process_and_is_idempotent():
-    from arbiter_operator.devenv.s3server import S3Server
+    from arbiter_devenv.s3server import S3Server
 
     server = S3Server().start()
     pid = server.pid

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from arbiter_operator.devenv import tools
+from arbiter_devenv import tools
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Helpers shared by tests/helm and tests/security: run the real `helm` binary on the chart, and judge pod specs
 against OpenShift's restricted-v2 SCC / Pod Security "restricted".
 
-`helm` is built from its Go module by hack/tools/helm (arbiter_operator.devenv.tools.ensure_tool), never mocked.
+`helm` is built from its Go module by hack/tools/helm (arbiter_devenv.tools.ensure_tool), never mocked.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ RELEASE_NAMESPACE = "arbiter-system"
 
 @functools.cache
 def helm_binary() -> pathlib.Path:
-    from arbiter_operator.devenv.tools import ensure_tool
+    from arbiter_devenv.tools import ensure_tool
 
     return ensure_tool("helm")
 

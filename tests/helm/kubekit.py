@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
+
+from support.polling import eventually
 
 FIELD_MANAGER = "arbiter-chart-test"
 
@@ -50,14 +51,12 @@ def delete_quietly(dyn: dynamic.DynamicClient, obj: Mapping[str, Any]) -> None:
 
 def wait_established(api_client: client.ApiClient, name: str, timeout: float = 60.0) -> None:
     ext = client.ApiextensionsV1Api(api_client)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def established() -> bool:
         crd = ext.read_custom_resource_definition(name)
-        conds = {c.type: c.status for c in (crd.status.conditions or [])}
-        if conds.get("Established") == "True":
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"CRD {name} not Established after {timeout}s")
+        return {c.type: c.status for c in (crd.status.conditions or [])}.get("Established") == "True"
+
+    eventually(established, timeout, f"CRD {name} Established", interval=0.2)
 
 
 def api_error(exc: ApiException) -> str:

@@ -255,7 +255,8 @@ def test_argocd_health_check_snippet_in_docs_matches_the_chart() -> None:
     for lua in lua_files:
         body = lua.read_text().strip("\n")
         indented = "\n".join(("    " + line) if line else "" for line in body.splitlines())
-        assert indented in install, f"docs/install.md: argocd-cm snippet drifted from {lua.relative_to(REPO)}; run tests/helm/sync_chart_copies.py"
+        assert indented in install, (f"docs/install.md: argocd-cm snippet drifted from {lua.relative_to(REPO)}; "
+                                     "run tests/helm/sync_chart_copies.py")
     assert "resource.customizations.health.arbiter.dev_DecisionModel" in install
 
 

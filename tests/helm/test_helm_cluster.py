@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv import crds
+from arbiter_devenv import crds
 
 from chartkit import VALUES_SETS, apply_order, one, render
 from kubekit import delete_quietly, dynamic_client, server_side_apply

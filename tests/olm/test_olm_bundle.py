@@ -13,8 +13,8 @@ import pytest
 import yaml
 from kubernetes import client
 
-from arbiter_operator.devenv import olmbundle
-from arbiter_operator.devenv.tools import ensure_tool
+from arbiter_devenv import olmbundle
+from arbiter_devenv.tools import ensure_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / "bundle"
@@ -32,7 +32,7 @@ def canonical(rules: list[dict]) -> list[str]:
 
 
 def test_bundle_and_catalog_are_what_the_sources_generate():
-    assert olmbundle.main(["--check"]) == 0, "run: python -m arbiter_operator.devenv.olmbundle"
+    assert olmbundle.main(["--check"]) == 0, "run: python -m arbiter_devenv.olmbundle"
 
 
 def test_csv_permissions_equal_the_charts_rbac():
@@ -75,7 +75,8 @@ def test_csv_deployment_is_the_charts_with_olms_namespaces():
     # The chart's replicas and rollout: replicas elect a leader, so an upgrade may run old and new pods side by side.
     assert dep["strategy"] == chart_dep["spec"]["strategy"] and dep["replicas"] == chart_dep["spec"]["replicas"] == 2
     perms = csv["spec"]["install"]["spec"]["permissions"][0]["rules"]
-    assert {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]} in perms
+    leases = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
+    assert leases in perms
     env = {e["name"]: e for e in c["env"]}
     assert env["ARBITER_NAMESPACES"]["valueFrom"]["fieldRef"]["fieldPath"] == \
         "metadata.annotations['olm.targetNamespaces']"

@@ -1,7 +1,7 @@
 """OLM itself installs the bundle on the local control plane: its olm-operator and catalog-operator (built from
 OLM's Go module) resolve a Subscription against the file-based catalog served by `opm serve`, run the InstallPlan,
 and install the CSV; then the Arbiter operator, running with only the RBAC OLM created from the CSV, reconciles a
-DecisionModel. No containers: see arbiter_operator.devenv.olm for how the processes are wired."""
+DecisionModel. No containers: see arbiter_devenv.olm for how the processes are wired."""
 
 from __future__ import annotations
 
@@ -9,17 +9,19 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-import time
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from arbiter_operator.devenv import crds, olmbundle
-from arbiter_operator.devenv.olm import CATALOG_PORT, LocalOLM
-from arbiter_operator.devenv.operator_process import OperatorProcess
-from arbiter_operator.devenv.tools import ensure_tool, tools_dir
+from arbiter_devenv import crds, olmbundle
+from arbiter_devenv.olm import CATALOG_PORT, LocalOLM
+from arbiter_devenv.operator_process import OperatorProcess
+from arbiter_devenv.tools import ensure_tool, tools_dir
+from support.examples import example
+from support.polling import eventually
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OLM_GROUP = "operators.coreos.com"
@@ -50,15 +52,16 @@ def local_catalog(tmp: pathlib.Path) -> pathlib.Path:
 
 
 def wait_for(what: str, fn, timeout: float, olm: LocalOLM, interval: float = 2.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        olm.check()
-        last = fn()
-        if last and last[0]:
-            return last[1]
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not reached in {timeout:.0f}s; last seen: {last and last[1]}; logs in {olm.workdir}")
+    """fn() -> (reached, what was seen): what was seen once reached; fails at once when an OLM process died."""
+    seen: list[Any] = [None]
+
+    def reached() -> tuple[Any] | None:
+        ok, seen[0] = fn()
+        return (seen[0],) if ok else None
+
+    (value,) = eventually(reached, timeout, what, interval=interval, check=olm.check,
+                          context=lambda: f"last seen: {seen[0]}; logs in {olm.workdir}")
+    return value
 
 
 def test_olm_installs_the_bundle_and_the_operator_works_with_the_csvs_rbac(control_plane, namespace, tmp_path):
@@ -107,7 +110,7 @@ def test_olm_installs_the_bundle_and_the_operator_works_with_the_csvs_rbac(contr
             spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))).status.token
         sa_kubeconfig = control_plane.write_kubeconfig(tmp_path / "sa.kubeconfig", token=token, namespace=namespace)
 
-        body = yaml.safe_load((ROOT / "examples" / "decisionmodel.yaml").read_text())
+        body = example()
         with OperatorProcess(sa_kubeconfig, [namespace], log_dir=tmp_path / "operator") as operator:
             objs.create_namespaced_custom_object("arbiter.dev", "v1alpha1", namespace, "decisionmodels", body)
 

@@ -4,7 +4,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.operator_process import OperatorProcess
 
 
 @pytest.fixture

@@ -5,22 +5,18 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.clients.kube import KubeError, raw_call
+from support.examples import example  # noqa: F401  (re-exported: the operator tests take it from here)
+from support.polling import eventually as _eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
-
-
-def example(name: str = "decisionmodel.yaml") -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "examples" / name).read_text())
 
 
 def create_dm(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -51,17 +47,8 @@ def get(api: client.ApiClient, api_version: str, kind_plural: str, namespace: st
 
 
 def eventually(fn: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (AssertionError, KeyError, TypeError, ApiException) as exc:
-            last = exc
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
+    """support.polling.eventually, retrying while the object is not there yet or half-written."""
+    return _eventually(fn, timeout, what, ignoring=(AssertionError, KeyError, TypeError, ApiException))
 
 
 def kubectl(kubeconfig: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from kubernetes import client
 
-from arbiter_operator.devenv import crds
-from arbiter_operator.devenv.cluster import LocalCluster
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv import crds
+from arbiter_devenv.cluster import LocalCluster
+from arbiter_devenv.operator_process import OperatorProcess
 from operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 
 DM, ISVC = "credit-limit", "credit-limit--1-0-0"
@@ -87,7 +87,8 @@ def _writes(audit_log: Path, user_agent: str) -> list[tuple[float, str, str]]:
             continue
         ts = datetime.fromisoformat(ev["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
         ref = ev.get("objectRef") or {}
-        out.append((ts, ev["verb"], ref.get("resource", "") + ("/" + ref["subresource"] if ref.get("subresource") else "")))
+        sub = "/" + ref["subresource"] if ref.get("subresource") else ""
+        out.append((ts, ev["verb"], ref.get("resource", "") + sub))
     return out
 
 

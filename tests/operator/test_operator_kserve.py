@@ -15,7 +15,7 @@ from kubernetes import client
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.apply import needs_apply, with_hash
 from arbiter_operator.clients.kube import RestKubeClient
-from arbiter_operator.devenv.kwok import A100, NodePool
+from arbiter_devenv.kwok import A100, NodePool
 from arbiter_operator.render import render_configmap, render_inferenceservice, render_servingruntime
 from operator_kit import condition, create_dm, eventually, example, get
 
@@ -178,7 +178,8 @@ def test_private_bucket_reaches_the_storage_initializer_with_the_validated_crede
     assert (ref.name, ref.key) == ("storage-config", "models")
     assert json.loads(env["STORAGE_OVERRIDE_CONFIG"].value) == {"type": "s3", "bucket": "models"}
     # What that reference resolves to is what the operator validated with: the endpoint and the working key.
-    resolved = json.loads(__import__("base64").b64decode(core.read_namespaced_secret(ref.name, namespace).data[ref.key]))
+    secret = core.read_namespaced_secret(ref.name, namespace)
+    resolved = json.loads(__import__("base64").b64decode(secret.data[ref.key]))
     assert resolved["endpoint_url"] == s3_server.endpoint_url
     assert resolved["secret_access_key"] == s3_server.secret_key
     assert pod.status.init_container_statuses[0].state.terminated.reason == "Completed"

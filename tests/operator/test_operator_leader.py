@@ -1,6 +1,7 @@
 """The leader Lease protocol (leader.LeaderElector) on the real apiserver, with each replica's clock in the test's
 hand: one holder at a time, a standby takes over only after an unrenewed lease duration, the fence closes before
-that, and a hostile writer of the Lease for another identity cannot make two replicas lead at once or crash the election."""
+that, and a hostile writer of the Lease for another identity cannot make two replicas lead at once or crash the
+election."""
 
 from __future__ import annotations
 

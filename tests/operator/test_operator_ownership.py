@@ -134,7 +134,7 @@ def test_generated_pairs_in_one_namespace_get_separate_children(
         for name, version in (a, b):
             create_dm(api, namespace, _body(name, version))
         for name, version in (a, b):
-            dm = eventually(lambda: _ready(api, namespace, name), 90, f"{name} Ready")
+            dm = eventually(lambda name=name: _ready(api, namespace, name), 90, f"{name} Ready")
             uid = dm["metadata"]["uid"]
             for kind, child in derived_names(name, [version]):
                 if kind in ("PodMonitor", "Deployment"):

@@ -1,5 +1,6 @@
 """End-to-end harness: the real operator process, the real cluster (KServe's controller, the scheduler, kwok's
-simulated predictor pods, steered per version), a real Prometheus scraping workload stand-ins. Used by tests/promotion/test_promotion_e2e.py and benchmarks/promotion_overhead.py."""
+simulated predictor pods, steered per version), a real Prometheus scraping workload stand-ins. Used by
+tests/promotion/test_promotion_e2e.py and benchmarks/promotion_overhead.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import copy
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -15,9 +15,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.api.models import isvc_name
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.operator_process import OperatorProcess
 from plannerdrive import two_versions
 from promstack import PromStack, Target
+from support.polling import eventually
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 from operator_kit import seed_model_storage  # noqa: E402  (the examples' weights on S3, shared with tests/operator)
@@ -140,18 +141,8 @@ class E2E:
 
     # -- waiting ----------------------------------------------------------------------------------------------------
     def wait(self, pred: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            try:
-                last = pred()
-                if last:
-                    return last
-            except (KeyError, TypeError, IndexError, ApiException) as exc:
-                last = exc
-            time.sleep(0.2)
-        tail = "\n".join(self.operator_log().splitlines()[-40:])
-        raise AssertionError(f"timed out waiting for {what}; last: {last!r}\noperator log tail:\n{tail}")
+        return eventually(pred, timeout, what, interval=0.2, ignoring=(KeyError, TypeError, IndexError, ApiException),
+                          context=lambda: "operator log tail:\n" + "\n".join(self.operator_log().splitlines()[-40:]))
 
     def wait_phase(self, *phases: str, timeout: float = 90.0) -> dict[str, Any]:
         return self.wait(lambda: self.promotion().get("phase") in phases and self.promotion(),

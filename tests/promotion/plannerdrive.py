@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
+from support.examples import example
 
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.api.promotion import AnalysisRun
@@ -21,7 +21,7 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 
 
 def two_versions(promote: str = "1.0.0", **promote_fields: Any) -> dict[str, Any]:
-    body = yaml.safe_load((ROOT / "examples" / "decisionmodel.yaml").read_text())
+    body = example()
     v2 = copy.deepcopy(body["spec"]["versions"][0])
     v2["name"] = "1.1.0"
     v2["storageUri"] = v2["storageUri"].replace("1.0.0", "1.1.0")

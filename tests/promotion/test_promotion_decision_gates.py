@@ -41,7 +41,8 @@ def query(s: PromoteSpec | None = None, *, shadow: bool = False, bounds: Version
     s = s or spec()
     if shadow:
         s = s.model_copy(update={"strategy": "Shadow", "shadow": s.shadow or Shadow(holdSeconds=120, minCompared=100)})
-        status = PromotionStatus(phase="Shadowing", stable="v1", candidate="v2", step=-1, stepStartedAt="2026-03-01T12:00:00Z")
+        status = PromotionStatus(phase="Shadowing", stable="v1", candidate="v2", step=-1,
+                                 stepStartedAt="2026-03-01T12:00:00Z")
     else:
         status = PromotionStatus(phase="Progressing", stable="v1", candidate="v2", step=0, weight=10,
                                  stepStartedAt="2026-03-01T12:00:00Z")
@@ -147,7 +148,8 @@ def test_vllm_bounds_are_off_by_default_and_judged_when_set():
 
 def test_custom_checks_expand_placeholders_and_judge_both_directions():
     checks = [
-        MetricCheck(name="p99", query='histogram_quantile(0.99, rate(x_bucket{ {{candidate}} }[{{window}}]))', bound=0.3),
+        MetricCheck(name="p99", query='histogram_quantile(0.99, rate(x_bucket{ {{candidate}} }[{{window}}]))',
+                    bound=0.3),
         MetricCheck(name="approvals", query='sum(rate(y{ {{stable}} }[{{window}}])) - {{candidateVersion}}',
                     bound=10, direction="min"),
     ]

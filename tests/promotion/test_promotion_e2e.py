@@ -1,5 +1,6 @@
 """Promotion end to end: the real operator process on the local cluster (KServe's controller, the scheduler, kwok's
-simulated predictor pods steered per version), a real Prometheus scraping stand-in pods whose latency/errors/traffic the test controls.
+simulated predictor pods steered per version), a real Prometheus scraping stand-in pods whose latency/errors/traffic
+the test controls.
 Route weights, InferenceServices, status and conditions are asserted at every step."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.operator_process import OperatorProcess
 from e2e_kit import E2E, V1, V2, fast_canary
 from promstack import PromStack, prometheus_binary
 

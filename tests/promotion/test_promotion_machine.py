@@ -459,7 +459,7 @@ def test_unknown_version_changes_nothing_that_serves():
 def test_history_is_bounded():
     sim = Sim(spec=canary("v1", rollbackWindowSeconds=0))
     sim.stable_on("v1")
-    for i in range(14):
+    for _ in range(14):
         target = "v2" if sim.status.stable == "v1" else "v1"
         sim.spec = canary(target, strategy="Immediate", rollbackWindowSeconds=0)
         sim.tick(after=1)
@@ -475,7 +475,7 @@ def test_restart_resumes_each_phase_from_status_alone():
     sim.stable_on("v1")
     sim.spec = canary("v2")
     seen = []
-    for step in range(12):
+    for _ in range(12):
         before = sim.status
         obs = dict(sim.obs)
         plan = sim.measured(20)

@@ -57,7 +57,8 @@ def test_shadow_json_lives_in_the_stable_configmap_only_during_the_shadow_phase(
     assert s["status"]["promotion"]["phase"] == "Shadowing"
     kids = children(d)
     shadow = json.loads(kids[stable_cm]["data"]["shadow.json"])
-    assert shadow == {"candidate": "1.1.0", "url": f"http://{isvc_name('credit-limit', '1.1.0')}-predictor.team.svc.cluster.local",
+    url = f"http://{isvc_name('credit-limit', '1.1.0')}-predictor.team.svc.cluster.local"
+    assert shadow == {"candidate": "1.1.0", "url": url,
                       "sampleRate": 0.25, "timeoutMs": 2000, "maxInFlight": 16}
     cand_cm = ("ConfigMap", isvc_name("credit-limit", "1.1.0") + "-decision")
     assert "shadow.json" not in kids[cand_cm]["data"]

@@ -1,11 +1,12 @@
-"""Fixtures for the registry and artifact tests: the real Model Registry (on PostgreSQL) and a contract-checked client."""
+"""Fixtures for the registry and artifact tests: the real Model Registry (on PostgreSQL) and a contract-checked
+client."""
 
 from __future__ import annotations
 
 import pytest
 
 from arbiter_operator.clients.registry import RegistryClient
-from arbiter_operator.devenv.registryserver import start_model_registry
+from arbiter_devenv.registryserver import start_model_registry
 from openapi_contract import OpenApiDoc, ValidatingTransport
 
 

@@ -14,8 +14,8 @@ import pytest
 from arbiter_operator.plan.artifacts import ServingAsk, artifacts_condition
 from arbiter_operator.observe.storage import check_decision_model, check_version_artifacts
 from arbiter_operator.clients.s3 import S3Storage, credentials_from_secret
-from arbiter_operator.devenv.registryserver import free_port
-from dm_factory import make_dm
+from arbiter_devenv.registryserver import free_port
+from support.factory import make_dm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -65,7 +65,10 @@ def upload(s3_server, bucket: str, files: dict[str, bytes | dict]) -> str:
     return f"s3://{bucket}/{prefix}"
 
 
-async def check(s3_server, bucket, files, ask=ServingAsk(), **overrides):
+DEFAULT_ASK = ServingAsk()
+
+
+async def check(s3_server, bucket, files, ask=DEFAULT_ASK, **overrides):
     uri = upload(s3_server, bucket, files)
     async with storage_for(s3_server, bucket, **overrides) as storage:
         return await check_version_artifacts(storage, uri, ask)
@@ -180,7 +183,7 @@ async def test_decision_model_with_one_bad_version_gets_artifacts_valid_false(s3
     good = upload(s3_server, bucket, {"config.json": QWEN_LIKE, "model.safetensors": b"w"})
     bad = upload(s3_server, bucket, {"config.json": dict(QWEN_LIKE, num_attention_heads=6, num_key_value_heads=6),
                                      "model.safetensors": b"w"})
-    dm = make_dm("credit", {"1.0.0": good, "2.0.0": bad, "3.0.0": "pvc://claim/models/3"}, gpus=4)
+    dm = make_dm(model="credit", versions={"1.0.0": good, "2.0.0": bad, "3.0.0": "pvc://claim/models/3"}, gpus=4)
     async with storage_for(s3_server, bucket) as storage:
         reports = await check_decision_model(storage, dm)
     assert [reports[v].status for v in ("1.0.0", "2.0.0", "3.0.0")] == ["True", "False", "True"]

@@ -17,10 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
+from support.examples import example
+from support.polling import eventually
 
 from arbiter_operator.clients.kube import KubeError, raw_call
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.operator_process import OperatorProcess
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 from operator_kit import seed_model_storage  # noqa: E402  (the examples' weights on S3)
@@ -39,7 +40,7 @@ def _noise(n: int, seed: int) -> str:
 
 def _body(name: str, registry_url: str, target_bytes: int) -> dict[str, Any]:
     """examples/decisionmodel.yaml with eight versions whose input schemas bring the object to ~target_bytes."""
-    doc = yaml.safe_load((ROOT / "examples" / "decisionmodel.yaml").read_text())
+    doc = example()
     doc["metadata"] = {"name": name}
     doc["spec"]["model"]["name"] = f"{name}-{uuid.uuid4().hex[:6]}"
     doc["spec"]["registry"] = {"url": registry_url}
@@ -72,14 +73,7 @@ def _get(api: Any, ns: str, name: str) -> dict[str, Any] | None:
 
 
 def _wait(fn: Any, what: str, op: OperatorProcess, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}; last: {str(last)[:2000]}\n{op.log()[-4000:]}")
+    return eventually(fn, timeout, what, interval=0.5, context=lambda: op.log()[-4000:])
 
 
 def _cond(dm: dict[str, Any] | None, type_: str) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from arbiter_operator.api.models import VersionStatus
 from arbiter_operator.observe.storage import observe_artifacts
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
-from arbiter_operator.devenv.registryserver import free_port
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.plan.model import Observations
 from arbiter_operator.sync.registry import sync_registry_step as observe_registry
-from dm_factory import make_dm
+from support.factory import make_dm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="session")]
 
@@ -102,7 +102,7 @@ def conditions(obs, type_):
 async def test_registry_found_through_a_model_registry_resource(kube, namespace, model_registry):
     name = model_registry_resource(kube, namespace, model_registry.url)
     token_secret(kube, namespace, "t0ken")
-    dm = make_dm(f"m-{uuid.uuid4().hex[:6]}", ["1.0.0"], namespace=namespace,
+    dm = make_dm(model=f"m-{uuid.uuid4().hex[:6]}", versions=["1.0.0"], namespace=namespace,
                  registry={"modelRegistryRef": {"name": name}, "tokenSecretRef": {"name": "registry-token"}})
 
     obs = await observe_registry(kube, dm, Observations())
@@ -114,7 +114,7 @@ async def test_registry_found_through_a_model_registry_resource(kube, namespace,
 
 async def test_registry_down_keeps_the_ids_already_in_status(kube, namespace):
     dead = f"http://127.0.0.1:{free_port()}"
-    dm = make_dm("m", ["1.0.0", "2.0.0"], namespace=namespace, registry={"url": dead})
+    dm = make_dm(model="m", versions=["1.0.0", "2.0.0"], namespace=namespace, registry={"url": dead})
     dm.status.versions = [VersionStatus(name="1.0.0", registeredModelId="7", modelVersionId="8", modelArtifactId="9"),
                           VersionStatus(name="0.9.0", registeredModelId="7", modelVersionId="5")]  # left the spec
 
@@ -126,7 +126,7 @@ async def test_registry_down_keeps_the_ids_already_in_status(kube, namespace):
 
 
 async def test_missing_token_secret_is_reported(kube, namespace, model_registry):
-    dm = make_dm("m", ["1.0.0"], namespace=namespace,
+    dm = make_dm(model="m", versions=["1.0.0"], namespace=namespace,
                  registry={"url": model_registry.url, "tokenSecretRef": {"name": "nope"}})
     obs = await observe_registry(kube, dm, Observations())
     [cond] = conditions(obs, "Registered")
@@ -135,7 +135,7 @@ async def test_missing_token_secret_is_reported(kube, namespace, model_registry)
 
 
 async def test_no_registry_configured_means_no_condition(kube, namespace):
-    obs = await observe_registry(kube, make_dm("m", ["1.0.0"], namespace=namespace), Observations())
+    obs = await observe_registry(kube, make_dm(model="m", versions=["1.0.0"], namespace=namespace), Observations())
     assert obs.extra_conditions == () and obs.registry_ids == {}
 
 
@@ -161,7 +161,7 @@ def model_dirs(s3_server):
 
 async def test_artifacts_checked_with_the_storage_config_secret(kube, namespace, s3_server, model_dirs):
     storage_config_secret(kube, namespace, s3_server, model_dirs)
-    dm = make_dm("m", {"1.0.0": f"s3://{model_dirs}/good", "2.0.0": f"s3://{model_dirs}/bad"},
+    dm = make_dm(model="m", versions={"1.0.0": f"s3://{model_dirs}/good", "2.0.0": f"s3://{model_dirs}/bad"},
                  namespace=namespace, gpus=4)
 
     obs = await observe_artifacts(kube, dm, Observations())
@@ -174,7 +174,7 @@ async def test_artifacts_checked_with_the_storage_config_secret(kube, namespace,
 
 
 async def test_missing_storage_secret_says_which(kube, namespace, model_dirs):
-    dm = make_dm("m", {"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace)
+    dm = make_dm(model="m", versions={"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace)
     obs = await observe_artifacts(kube, dm, Observations())
     [cond] = conditions(obs, "ArtifactsValid")
     assert (cond.status, cond.reason) == ("Unknown", "StorageCredentialsInvalid")
@@ -183,7 +183,8 @@ async def test_missing_storage_secret_says_which(kube, namespace, model_dirs):
 
 async def test_s3_outage_keeps_a_serving_version_valid(kube, namespace, s3_server, model_dirs):
     storage_config_secret(kube, namespace, s3_server, model_dirs, endpoint=f"http://127.0.0.1:{free_port()}")
-    dm = make_dm("m", {"1.0.0": f"s3://{model_dirs}/good", "2.0.0": f"s3://{model_dirs}/bad"}, namespace=namespace)
+    dm = make_dm(model="m", versions={"1.0.0": f"s3://{model_dirs}/good", "2.0.0": f"s3://{model_dirs}/bad"},
+                 namespace=namespace)
     dm.status.versions = [VersionStatus(name="1.0.0", phase="Ready", artifactsDigest="sha256:before")]
 
     obs = await observe_artifacts(kube, dm, Observations())

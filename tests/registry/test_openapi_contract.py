@@ -35,8 +35,10 @@ def test_valid_requests_pass(doc):
     "method,path,query,payload,needle",
     [
         ("POST", "/registered_models", "", {"name": 5}, "name"),
-        ("POST", "/registered_models", "", {"name": "m", "customProperties": {"k": {"metadataType": "MetadataStringValue"}}}, "string_value"),
-        ("POST", "/registered_models", "", {"name": "m", "customProperties": {"k": {"metadataType": "Bogus"}}}, "metadataType"),
+        ("POST", "/registered_models", "",
+         {"name": "m", "customProperties": {"k": {"metadataType": "MetadataStringValue"}}}, "string_value"),
+        ("POST", "/registered_models", "",
+         {"name": "m", "customProperties": {"k": {"metadataType": "Bogus"}}}, "metadataType"),
         ("PATCH", "/model_versions/1", "", {"state": "GONE"}, "state"),
         ("POST", "/model_versions", "", {"name": "1.0.0"}, "registeredModelId"),
         ("POST", "/model_versions/3/artifacts", "", {"artifactType": "spaceship"}, "artifactType"),

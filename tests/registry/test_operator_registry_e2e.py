@@ -10,25 +10,23 @@ from __future__ import annotations
 
 import copy
 import json
-import pathlib
-import time
 import uuid
 from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
-import yaml
+from support.examples import example
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from arbiter_operator.api.models import isvc_name
-from arbiter_operator.devenv.cluster import wait_default_service_account
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.cluster import wait_default_service_account
+from arbiter_devenv.operator_process import OperatorProcess
+from support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
-EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "decisionmodel.yaml"
 FINALIZER = "arbiter.dev/registry-archive"
 RM_LABEL = "modelregistry.opendatahub.io/registered-model-id"
 MV_LABEL = "modelregistry.opendatahub.io/model-version-id"
@@ -62,7 +60,8 @@ def ns(api: k8s.ApiClient) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bucket(s3_server: Any, api: k8s.ApiClient, ns: str) -> str:
-    """Model directories on MinIO and the namespace's storage-config Secret (KServe's form), as devenv/local.py."""
+    """Model directories on MinIO and the namespace's storage-config Secret (KServe's form), as
+    arbiter_devenv/local.py."""
     name = f"reg-e2e-{uuid.uuid4().hex[:8]}"
     s3 = s3_server.client()
     s3.create_bucket(Bucket=name)
@@ -96,7 +95,7 @@ def operator(control_plane: Any, api: k8s.ApiClient, ns: str, bucket: str) -> It
 def dm_body(name: str, bucket: str, versions: dict[str, str], *, promote: str, registry_url: str | None = None,
             gpus: int = 1, secret: str = "storage-config") -> dict[str, Any]:
     """examples/decisionmodel.yaml with other versions (name -> directory in the bucket) and its own model name."""
-    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc = example()
     template = doc["spec"]["versions"][0]
     doc["metadata"] = {"name": name}
     doc["spec"]["model"]["name"] = f"{name}-{uuid.uuid4().hex[:6]}"
@@ -151,18 +150,8 @@ def version_status(dm: dict[str, Any], version: str) -> dict[str, Any]:
 
 
 def wait(op: OperatorProcess, fn: Callable[[], Any], what: str, timeout: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-        except (AssertionError, KeyError, StopIteration, TypeError) as exc:
-            last = exc
-        else:
-            if last:
-                return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}\noperator log:\n{op.log()[-4000:]}")
+    return eventually(fn, timeout, what, interval=0.3, ignoring=(AssertionError, KeyError, StopIteration, TypeError),
+                      context=lambda: "operator log:\n" + op.log()[-4000:])
 
 
 def ready(api: k8s.ApiClient, ns: str, name: str) -> Callable[[], Any]:

@@ -11,12 +11,12 @@ from arbiter_operator.api.conditions import make_condition
 from arbiter_operator.api.models import VersionStatus
 from arbiter_operator.plan.artifacts import ArtifactReport, to_observation
 from arbiter_operator.observe.storage import observe_artifacts
-from arbiter_operator.devenv.registryserver import free_port
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.plan.model import Observations
 from arbiter_operator.plan.recheck import recheck_after, sooner
 from arbiter_operator.sync.registry import mark_deleting, sync_registry_step as observe_registry
 from arbiter_operator.render import render_configmap
-from dm_factory import make_dm
+from support.factory import make_dm
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -46,7 +46,7 @@ def test_planner_requeues_while_registered_is_unknown():
 
     from arbiter_operator.api.promotion import PromotionStatus
 
-    dm = make_dm("m", ["1.0.0"])
+    dm = make_dm(model="m", versions=["1.0.0"])
     dm.status.promotion = PromotionStatus(phase="Idle", stable="1.0.0")  # converged: nothing else asks for a requeue
     later = T0 + timedelta(seconds=30)
     assert plan(dm, Observations(), later).requeue_after is None
@@ -54,7 +54,7 @@ def test_planner_requeues_while_registered_is_unknown():
 
 
 def test_unreadable_storage_keeps_a_serving_diffusion_version_as_deployed():
-    dm = make_dm("m", ["1.0.0"])
+    dm = make_dm(model="m", versions=["1.0.0"])
     cm = render_configmap(dm, dm.spec.versions[0], diffusion=True)
     previous = VersionStatus(name="1.0.0", phase="Ready", artifactsDigest="sha256:x")
     report = ArtifactReport("Unknown", "StorageCredentialsInvalid", "Secret gone")
@@ -71,7 +71,7 @@ async def test_missing_storage_secret_is_unknown_so_the_version_waits_instead_of
         def get(self, *_):
             return None
 
-    dm = make_dm("m", ["1.0.0"])
+    dm = make_dm(model="m", versions=["1.0.0"])
     obs = await observe_artifacts(NoSecrets(), dm, Observations())
     [cond] = obs.extra_conditions
     assert (cond.status, cond.reason) == ("Unknown", "StorageCredentialsInvalid")
@@ -80,7 +80,7 @@ async def test_missing_storage_secret_is_unknown_so_the_version_waits_instead_of
 
 async def test_a_sync_after_the_finalizer_started_writes_nothing():
     # The registry URL is dead: a sync would report Registered=Unknown. Marked as being deleted, it does not even try.
-    dm = make_dm("m", ["1.0.0"], uid=str(uuid.uuid4()), registry={"url": f"http://127.0.0.1:{free_port()}"})
+    dm = make_dm(model="m", versions=["1.0.0"], uid=str(uuid.uuid4()), registry={"url": f"http://127.0.0.1:{free_port()}"})
     tried = await observe_registry(None, dm, Observations())
     assert [c.status for c in tried.extra_conditions] == ["Unknown"]
     mark_deleting(dm.metadata.uid)

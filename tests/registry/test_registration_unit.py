@@ -24,11 +24,11 @@ from arbiter_operator.render.registry import (
     versions_to_archive,
 )
 from arbiter_operator.observe.registry import registry_url_from_model_registry
-from dm_factory import make_dm
+from support.factory import make_dm
 
 
 def test_desired_entries_carry_governance_metadata_and_provenance():
-    dm = make_dm("credit", ["1.0.0", "2.0.0"], uid="u-1", generation=5, sla_ms=150)
+    dm = make_dm(model="credit", versions=["1.0.0", "2.0.0"], uid="u-1", generation=5, sla_ms=150)
     want = desired_model(dm)
     assert want.name == "credit"
     assert [v.name for v in want.versions] == ["1.0.0", "2.0.0"]
@@ -149,7 +149,7 @@ def test_credentials_never_show_in_repr_or_errors():
 
 
 def test_decision_bounds_a_version_promises_are_recorded_only_when_set():
-    dm = make_dm("credit", ["1.0.0"], uid="u-1", generation=1, sla_ms=150)
+    dm = make_dm(model="credit", versions=["1.0.0"], uid="u-1", generation=1, sla_ms=150)
     assert not any(k.startswith("arbiter.sla_max") for k in desired_model(dm).versions[0].properties)
     sla = dm.spec.versions[0].metadata.sla
     dm.spec.versions[0].metadata.sla = sla.model_copy(update={"maxFallbackRate": 0.02, "maxLowConfidenceRate": 0.3})

@@ -18,7 +18,7 @@ from arbiter_operator.clients.registry import permanent_refusal
 from arbiter_operator.plan.recheck import recheck_after
 from arbiter_operator.render.registry import KEY_INPUT_SCHEMA, KEY_OUTPUT_SCHEMA, MAX_PROPERTY_BYTES, fitted
 from arbiter_operator.sync.registry import sync_registry
-from dm_factory import make_dm
+from support.factory import make_dm
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")  # the session-scoped registry fixtures' loop
 
@@ -37,7 +37,7 @@ def _large_schema(kb: int) -> dict:
 @ASYNC
 async def test_large_schemas_are_registered_by_reference_with_their_digest(registry_client):
     model = f"credit-{uuid.uuid4().hex[:8]}"
-    dm = make_dm(model, ["1.0.0"])
+    dm = make_dm(model=model, versions=["1.0.0"])
     raw = dm.model_dump(mode="json", by_alias=True, exclude_none=True)
     schema = _large_schema(40)  # ~40 KB, far over the ~2.7 KB the registry's index takes
     raw["spec"]["versions"][0]["metadata"]["inputSchema"] = schema
@@ -60,7 +60,7 @@ async def test_large_schemas_are_registered_by_reference_with_their_digest(regis
 
 @ASYNC
 async def test_a_value_the_registry_refuses_for_good_is_registration_rejected_and_not_retried(registry_client):
-    dm = make_dm(f"credit-{uuid.uuid4().hex[:8]}", ["1.0.0"])
+    dm = make_dm(model=f"credit-{uuid.uuid4().hex[:8]}", versions=["1.0.0"])
     raw = dm.model_dump(mode="json", by_alias=True, exclude_none=True)
     raw["spec"]["model"]["description"] = _noise(4000, 7)  # the CRD allows 4096 characters; the index does not
     dm = type(dm).model_validate(raw)

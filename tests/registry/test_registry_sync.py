@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from arbiter_operator.clients.registry import RegistryClient
-from arbiter_operator.devenv.registryserver import free_port
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.render.registry import (
     KEY_BIAS_REPORT,
     KEY_GENERATION,
@@ -27,7 +27,7 @@ from arbiter_operator.render.registry import (
     KEY_UID,
 )
 from arbiter_operator.sync.registry import archive_all, sync_registry
-from dm_factory import make_dm
+from support.factory import make_dm
 
 # Same loop as the session-scoped fixtures (pyproject: asyncio_default_fixture_loop_scope = "session").
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -46,7 +46,7 @@ async def entries(client: RegistryClient, model: str):
 
 async def test_register_creates_model_versions_and_artifacts_with_metadata(registry_client):
     model = model_name()
-    dm = make_dm(model, ["1.0.0", "1.1.0"], sla_ms=120)
+    dm = make_dm(model=model, versions=["1.0.0", "1.1.0"], sla_ms=120)
 
     result = await sync_registry(registry_client, dm)
 
@@ -79,7 +79,7 @@ async def test_register_creates_model_versions_and_artifacts_with_metadata(regis
 
 async def test_re_register_finds_entries_and_writes_nothing(registry_client):
     model = model_name()
-    dm = make_dm(model, ["1.0.0", "2.0.0"])
+    dm = make_dm(model=model, versions=["1.0.0", "2.0.0"])
     first = await sync_registry(registry_client, dm)
     assert first.ok and len(first.created) == 5  # model + 2 versions + 2 artifacts
 
@@ -94,9 +94,9 @@ async def test_re_register_finds_entries_and_writes_nothing(registry_client):
 
 async def test_spec_change_updates_entries_in_place(registry_client):
     model = model_name()
-    first = await sync_registry(registry_client, make_dm(model, ["1.0.0"], sla_ms=150))
+    first = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"], sla_ms=150))
 
-    changed = make_dm(model, {"1.0.0": f"s3://models/{model}/1.0.0-retrained"}, sla_ms=90, generation=2)
+    changed = make_dm(model=model, versions={"1.0.0": f"s3://models/{model}/1.0.0-retrained"}, sla_ms=90, generation=2)
     second = await sync_registry(registry_client, changed)
 
     assert second.ok and second.created == []
@@ -110,14 +110,14 @@ async def test_spec_change_updates_entries_in_place(registry_client):
 
 async def test_properties_added_by_people_survive_a_sync(registry_client):
     model = model_name()
-    first = await sync_registry(registry_client, make_dm(model, ["1.0.0"]))
+    first = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"]))
     mv_id = first.versions["1.0.0"].model_version_id
     _, versions = await entries(registry_client, model)
     props = dict(versions["1.0.0"].raw["customProperties"])
     props["approved-by"] = {"metadataType": "MetadataStringValue", "string_value": "risk-committee"}
     await registry_client.update_model_version(mv_id, {"customProperties": props})
 
-    await sync_registry(registry_client, make_dm(model, ["1.0.0"], sla_ms=99, generation=2))
+    await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"], sla_ms=99, generation=2))
 
     _, versions = await entries(registry_client, model)
     assert versions["1.0.0"].custom_properties["approved-by"] == "risk-committee"
@@ -126,9 +126,9 @@ async def test_properties_added_by_people_survive_a_sync(registry_client):
 
 async def test_version_removed_from_spec_is_archived_not_deleted_and_comes_back(registry_client):
     model = model_name()
-    await sync_registry(registry_client, make_dm(model, ["1.0.0", "2.0.0"]))
+    await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0", "2.0.0"]))
 
-    result = await sync_registry(registry_client, make_dm(model, ["2.0.0"], generation=2))
+    result = await sync_registry(registry_client, make_dm(model=model, versions=["2.0.0"], generation=2))
 
     assert result.ok and result.archived == ["1.0.0"]
     assert set(result.versions) == {"2.0.0"}
@@ -137,7 +137,7 @@ async def test_version_removed_from_spec_is_archived_not_deleted_and_comes_back(
     assert versions["2.0.0"].state == "LIVE"
 
     # Put back into the spec: the same entry goes LIVE again.
-    back = await sync_registry(registry_client, make_dm(model, ["1.0.0", "2.0.0"], generation=3))
+    back = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0", "2.0.0"], generation=3))
     _, versions = await entries(registry_client, model)
     assert versions["1.0.0"].state == "LIVE"
     assert back.versions["1.0.0"].model_version_id == versions["1.0.0"].id
@@ -145,7 +145,7 @@ async def test_version_removed_from_spec_is_archived_not_deleted_and_comes_back(
 
 async def test_delete_archives_every_version_and_the_model(registry_client):
     model = model_name()
-    dm = make_dm(model, ["1.0.0", "2.0.0"])
+    dm = make_dm(model=model, versions=["1.0.0", "2.0.0"])
     await sync_registry(registry_client, dm)
 
     result = await archive_all(registry_client, dm)
@@ -164,11 +164,11 @@ async def test_delete_archives_every_version_and_the_model(registry_client):
 
 async def test_recreated_decision_model_takes_its_archived_entries_back(registry_client):
     model = model_name()
-    old = make_dm(model, ["1.0.0"], uid="uid-old")
+    old = make_dm(model=model, versions=["1.0.0"], uid="uid-old")
     first = await sync_registry(registry_client, old)
     await archive_all(registry_client, old)
 
-    new = make_dm(model, ["1.0.0"], uid="uid-new")  # same namespace/name, new object
+    new = make_dm(model=model, versions=["1.0.0"], uid="uid-new")  # same namespace/name, new object
     result = await sync_registry(registry_client, new)
 
     assert result.ok and result.created == []
@@ -180,8 +180,8 @@ async def test_recreated_decision_model_takes_its_archived_entries_back(registry
 
 async def test_other_decision_models_versions_are_left_alone(registry_client):
     model = model_name()
-    team_a = make_dm(model, ["1.0.0"], namespace="team-a", uid="uid-a")
-    team_b = make_dm(model, ["2.0.0"], namespace="team-b", uid="uid-b")
+    team_a = make_dm(model=model, versions=["1.0.0"], namespace="team-a", uid="uid-a")
+    team_b = make_dm(model=model, versions=["2.0.0"], namespace="team-b", uid="uid-b")
     await sync_registry(registry_client, team_a)
     await sync_registry(registry_client, team_b)
 
@@ -192,7 +192,8 @@ async def test_other_decision_models_versions_are_left_alone(registry_client):
     assert rm.state == "LIVE"  # still holds team-a's live version
 
     # team-b claiming team-a's live version is refused, with who owns it.
-    clash = await sync_registry(registry_client, make_dm(model, ["1.0.0"], namespace="team-b", uid="uid-b"))
+    clash = await sync_registry(registry_client,
+                                make_dm(model=model, versions=["1.0.0"], namespace="team-b", uid="uid-b"))
     assert clash.condition.status == "False"
     assert clash.condition.reason == "RegistryRejected"
     assert "team-a/credit-limit" in clash.condition.message
@@ -204,8 +205,8 @@ async def test_registry_unreachable_is_unknown_and_keeps_the_token_secret():
     token = "tok-" + uuid.uuid4().hex
     dead = f"http://127.0.0.1:{free_port()}"
     async with RegistryClient(dead, token=token, timeout=2) as client:
-        result = await sync_registry(client, make_dm(model_name(), ["1.0.0"]))
-        deleted = await archive_all(client, make_dm(model_name(), ["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=model_name(), versions=["1.0.0"]))
+        deleted = await archive_all(client, make_dm(model=model_name(), versions=["1.0.0"]))
 
     for r in (result, deleted):
         assert r.condition.status == "Unknown"
@@ -217,7 +218,7 @@ async def test_registry_unreachable_is_unknown_and_keeps_the_token_secret():
 
 async def test_registry_outage_then_recovery(model_registry, openapi_doc):
     model = model_name()
-    dm = make_dm(model, ["1.0.0"])
+    dm = make_dm(model=model, versions=["1.0.0"])
     async with RegistryClient(model_registry.url, timeout=3) as client:
         model_registry.pause()
         try:
@@ -243,7 +244,7 @@ async def test_bearer_token_is_sent_and_never_redirected(model_registry, openapi
             return await self.inner.handle_async_request(request)
 
     async with RegistryClient(model_registry.url, token="abc.def", transport=Spy()) as client:
-        result = await sync_registry(client, make_dm(model_name(), ["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=model_name(), versions=["1.0.0"]))
     assert result.ok
     assert seen and set(seen) == {"Bearer abc.def"}
 
@@ -251,9 +252,9 @@ async def test_bearer_token_is_sent_and_never_redirected(model_registry, openapi
 async def test_every_exchange_matched_the_openapi_document(registry_client, openapi_doc):
     """Runs the whole lifecycle through the validating transport; any contract violation fails inside."""
     model = model_name()
-    dm = make_dm(model, ["1.0.0", "2.0.0"])
+    dm = make_dm(model=model, versions=["1.0.0", "2.0.0"])
     await sync_registry(registry_client, dm)
-    await sync_registry(registry_client, make_dm(model, ["2.0.0"], generation=2, sla_ms=80))
+    await sync_registry(registry_client, make_dm(model=model, versions=["2.0.0"], generation=2, sla_ms=80))
     await archive_all(registry_client, dm)
     assert registry_client.transport.exchanges >= 10
     used = {(m, t) for m, t, _ in openapi_doc.seen}

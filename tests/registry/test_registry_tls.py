@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from arbiter_operator.clients.registry import RegistryClient
 from arbiter_operator.sync.registry import sync_registry
-from dm_factory import make_dm
+from support.factory import make_dm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -87,13 +87,13 @@ async def tls_registry(model_registry, pki):
 
 async def test_ca_bundle_makes_a_private_ca_work(tls_registry, pki):
     async with RegistryClient(tls_registry, ca_bundle_pem=pki["ca_pem"]) as client:
-        result = await sync_registry(client, make_dm(f"tls-{uuid.uuid4().hex[:6]}", ["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=f"tls-{uuid.uuid4().hex[:6]}", versions=["1.0.0"]))
     assert result.ok, result.condition.message
 
 
 async def test_unknown_ca_is_refused_and_reported_as_unreachable(tls_registry):
     async with RegistryClient(tls_registry) as client:  # system roots only
-        result = await sync_registry(client, make_dm(f"tls-{uuid.uuid4().hex[:6]}", ["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=f"tls-{uuid.uuid4().hex[:6]}", versions=["1.0.0"]))
     assert (result.condition.status, result.condition.reason) == ("Unknown", "RegistryUnreachable")
     assert "CERTIFICATE_VERIFY_FAILED" in result.condition.message or "certificate" in result.condition.message.lower()
     assert result.versions == {}

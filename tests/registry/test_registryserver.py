@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-from arbiter_operator.devenv._procs import pid_alive, wait_gone
+from arbiter_devenv._procs import pid_alive, wait_gone
 
 CHILD = r"""
 import json, time
-from arbiter_operator.devenv.registryserver import start_model_registry
+from arbiter_devenv.registryserver import start_model_registry
 with start_model_registry() as mr:
     print(json.dumps({"pids": [mr.proc.pid, mr.postgres.proc.pid], "dir": str(mr.workdir), "url": mr.url}), flush=True)
     time.sleep(600)

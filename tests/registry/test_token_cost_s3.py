@@ -17,7 +17,7 @@ from arbiter_operator.plan.artifacts import ServingAsk, count_tokens, token_cost
 from arbiter_operator.observe.storage import check_version_artifacts
 from arbiter_operator.plan.model import ArtifactObservation
 from arbiter_operator.render.registry import KEY_TOKENS_PER_DECISION, desired_model
-from dm_factory import make_dm
+from support.factory import make_dm
 from test_artifacts_s3 import QWEN_LIKE, bucket, storage_for, upload  # noqa: F401  (bucket is a fixture)
 
 s3_test = pytest.mark.asyncio(loop_scope="session")
@@ -97,7 +97,7 @@ def test_the_count_reaches_status_and_the_registry():
     from arbiter_operator.plan.model import Observations
     from arbiter_operator.plan.planner import plan
 
-    dm = make_dm("credit", ["1.0.0"])
+    dm = make_dm(model="credit", versions=["1.0.0"])
     obs = Observations(artifacts={"1.0.0": ArtifactObservation(valid=True, digest="sha256:x", tokens_per_decision=7)})
     status = plan(dm, obs, datetime.now(timezone.utc)).status
     assert [v.get("tokensPerDecision") for v in status["versions"]] == [7]

@@ -6,7 +6,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from arbiter_runtime.standin_upstream import StandinServer
+from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.server import RuntimeOptions
 from runtime_helpers import LABELS, RuntimeServer, base_config
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 
 # behaviour -> what the stable must record: "compared" (agree: True/False/None = per row) or "error"
 EXPECTED = {

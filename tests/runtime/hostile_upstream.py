@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import aiohttp
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 
 
 def _choice(r):

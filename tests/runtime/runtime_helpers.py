@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from arbiter_runtime.audit import StdoutSink
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.server import RuntimeOptions, create_app
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 
 LABELS = ["approve", "deny", "review"]
 CODES = ["income_ok", "debt_high", "thin_file"]

@@ -1,7 +1,7 @@
 """Real decision-server processes per model version, each with a stand-in upstream that can be told to misbehave.
 
 For tests (and benchmarks) that need what a cluster's predictor pods would expose: `python -m arbiter_runtime serve`
-with a decision.json (and a shadow.json next to it), in front of `python -m arbiter_runtime standin` (the vLLM
+with a decision.json (and a shadow.json next to it), in front of `python -m arbiter_devenv.vllm_standin` (the vLLM
 stand-in), on loopback. Prometheus can scrape each process (`metrics_url`, `vllm_metrics_url`) under the labels a
 predictor pod's target carries (`labels()`, the same as tests/promotion/promstack.py's `Target.labels()`;
 `PromStack.add_runtime(proc)` registers one).
@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 LABELS = ["approve", "deny", "review"]
@@ -177,7 +177,7 @@ class RuntimeProc:
     def _start_upstream(self) -> None:
         log = open(self.workdir / "standin.log", "ab")
         self.upstream = subprocess.Popen(
-            [sys.executable, "-m", "arbiter_runtime", "standin", "--host", "127.0.0.1", "--port",
+            [sys.executable, "-m", "arbiter_devenv.vllm_standin", "--host", "127.0.0.1", "--port",
              str(self.upstream_port), "--served-model-name", f"{self.model}-{self.version}", "--words",
              ",".join(LABELS + CODES)], env=_env(), stdout=log, stderr=subprocess.STDOUT)
         self._wait(f"http://127.0.0.1:{self.upstream_port}/health", self.upstream, "stand-in upstream")

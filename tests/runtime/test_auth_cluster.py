@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kubernetes import client
 
 from arbiter_runtime.server import RuntimeOptions
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 from runtime_helpers import base_config, v2_body
 
 ISVC = "credit-v1"

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
 from arbiter_runtime.config import ConfigError, load_config, parse_config
 from arbiter_runtime.fallback import RulesEngine
 from arbiter_runtime.server import RuntimeOptions, create_app
-from arbiter_runtime.standin_upstream import StandinServer, write_model_dir
+from arbiter_devenv.vllm_standin import StandinServer, write_model_dir
 from arbiter_runtime.upstream import UpstreamClient
 from arbiter_runtime.tokens import TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, resolve
 from runtime_helpers import CODES, LABELS, base_config
+from support.polling import eventually
 
 URL = "http://127.0.0.1:1/v1"
 
@@ -139,9 +139,7 @@ def test_server_refuses_the_model_at_start_up(tmp_path, make_runtime):
     try:
         fatal = []
         server = make_runtime(base_config(upstream.url), RuntimeOptions(on_fatal=fatal.append), wait_ready=False)
-        deadline = time.monotonic() + 30
-        while not fatal and time.monotonic() < deadline:
-            time.sleep(0.02)
+        eventually(lambda: fatal, 30, "the fatal callback", interval=0.02)
         assert fatal and "'deny'" in fatal[0]
         with server.client() as c:
             r = c.get("/v2/health/ready")

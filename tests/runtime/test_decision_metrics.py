@@ -7,11 +7,11 @@ and the shadow series pre-created as soon as shadow.json names a candidate.
 from __future__ import annotations
 
 import json
-import time
 
 from arbiter_runtime.server import RuntimeOptions
 from hostile_upstream import HostileUpstream
 from runtime_helpers import LABELS, base_config, scrape, series, v2_body, value
+from support.polling import eventually
 
 
 MV = {"model": "credit", "version": "v1"}
@@ -80,9 +80,8 @@ def test_shadow_series_exist_from_the_moment_a_candidate_is_named(standin, make_
                           RuntimeOptions(shadow_config=str(shadow), shadow_poll_s=0.05))
     assert series(scrape(server), "arbiter_shadow_requests_total") == {}
     shadow.write_text(json.dumps({"candidate": "v2", "url": "http://127.0.0.1:9", "sampleRate": 0.0}))
-    deadline = time.monotonic() + 10
-    while not series(samples := scrape(server), "arbiter_shadow_requests_total") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    samples = eventually(lambda: series(s := scrape(server), "arbiter_shadow_requests_total") and s, 10,
+                         "the shadow series", interval=0.05)
     for result in ("sent", "dropped", "error", "compared"):
         assert value(samples, "arbiter_shadow_requests_total", **MV, candidate="v2", result=result) == 0.0
     confusion = series(samples, "arbiter_shadow_comparisons_total", **MV, candidate="v2")

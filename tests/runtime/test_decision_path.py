@@ -11,7 +11,7 @@ import pytest
 
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.decide import ScoredMode, derive_seed, canonical_json
-from arbiter_runtime.standin_upstream import StandinServer
+from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.tokens import LabelTokens
 from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
 from runtime_helpers import LABELS, base_config

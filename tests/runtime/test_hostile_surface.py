@@ -21,7 +21,7 @@ from arbiter_runtime.fallback import RulesEngine
 from arbiter_runtime.inputs import MAX_BODY_BYTES, MAX_DEPTH, canonicalise
 from arbiter_runtime.protocol import BadRequest
 from arbiter_runtime.server import RuntimeOptions
-from arbiter_runtime.standin_upstream import StandinServer
+from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.trajectory import InputInvalid, InputValidator
 from fuzz_surface import Oracle, cases, documents, fuzz_config
 from hostile_upstream import HostileUpstream
@@ -360,7 +360,7 @@ def test_serve_exits_0_after_a_clean_sigterm(standin, tmp_path):
     import subprocess
     import sys
 
-    from arbiter_runtime.standin_upstream import free_port
+    from arbiter_devenv.vllm_standin import free_port
 
     port = free_port()
     cfg = tmp_path / "decision.json"

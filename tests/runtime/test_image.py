@@ -36,3 +36,13 @@ def test_image_runs_the_command_the_serving_runtime_names():
     assert 'ENTRYPOINT ["arbiter-runtime"]' in text and "/usr/local/bin/arbiter-runtime" in text
     assert "FROM ${VLLM_IMAGE}" in text and "ARG VLLM_IMAGE=vllm/vllm-openai:v0.26.0" in text
     assert "COPY runtime/arbiter_runtime " in text and (REPO / "runtime" / "arbiter_runtime").is_dir()
+
+
+def test_runtime_image_carries_neither_the_vllm_stand_in_nor_the_dev_environment():
+    # The image copies the runtime package and nothing else of the checkout; the stand-in lives in devenv/.
+    copied = [line.split()[1] for line in (REPO / "Dockerfile.runtime").read_text().splitlines()
+              if line.startswith("COPY ")]
+    assert copied == ["runtime/arbiter_runtime"], copied
+    assert not [p.name for p in PACKAGE.rglob("*standin*")], "a vLLM stand-in sits in the runtime package"
+    assert "arbiter_devenv" not in _imports(), "the runtime imports the development environment"
+    assert (REPO / "devenv" / "arbiter_devenv" / "vllm_standin.py").is_file()

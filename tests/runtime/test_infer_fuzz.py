@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from arbiter_runtime.standin_upstream import StandinServer
+from arbiter_devenv.vllm_standin import StandinServer
 from runtime_helpers import LABELS, RuntimeServer, base_config
 
 json_values = st.recursive(

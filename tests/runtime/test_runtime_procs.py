@@ -3,9 +3,9 @@ Prometheus scraping real decision-server processes sees the decision mix and the
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runtime_procs import CASES, LABELS, RuntimeFleet
+from support.polling import eventually
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "promotion"))
 from promstack import PromStack, prometheus_binary  # noqa: E402
@@ -32,13 +33,7 @@ def total(proc, name: str, **labels: str) -> float:
     return sum(v for (n, k), v in samples(proc).items() if n == name and want <= set(k))
 
 
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not (result := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-    return result
+wait_for = functools.partial(eventually, timeout=30.0, interval=0.2)
 
 
 @pytest.mark.slow

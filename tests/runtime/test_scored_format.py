@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from arbiter_runtime.config import ConfigError, parse_config
 from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
-from arbiter_runtime.standin_upstream import StandinServer
+from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.tokens import LabelTokens
 from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
 from runtime_helpers import CODES, LABELS, base_config
@@ -208,7 +208,7 @@ def hostile_stack():
 
     import uvicorn
 
-    from arbiter_runtime.standin_upstream import free_port
+    from arbiter_devenv.vllm_standin import free_port
     from runtime_helpers import RuntimeServer
 
     hostile = _Hostile()

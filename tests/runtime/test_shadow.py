@@ -7,6 +7,7 @@ invents labels: the stable's answers, their latency and its health never depend 
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -20,9 +21,10 @@ from arbiter_runtime.server import RuntimeOptions
 from arbiter_runtime.shadow import OTHER_LABEL, ShadowConfigError, parse_shadow, parse_shadow_bytes
 from hostile_candidate import BEHAVIOURS, EXPECTED, HostileCandidate
 from runtime_helpers import LABELS, ListSink, base_config, scrape, series, v2_body, value
+from support.polling import eventually
 
 MV = {"model": "credit", "version": "v1"}
-DOCS = [{"amount": n * 53, "country": c} for n, c in zip(range(40), ["DE", "US", "FR", "PL"] * 10)]
+DOCS = [{"amount": n * 53, "country": c} for n, c in zip(range(40), ["DE", "US", "FR", "PL"] * 10, strict=True)]
 
 
 def shadow_json(path: Path, **cfg) -> None:
@@ -31,15 +33,7 @@ def shadow_json(path: Path, **cfg) -> None:
     tmp.replace(path)  # as the kubelet swaps a ConfigMap's files: never half a file
 
 
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+wait_for = functools.partial(eventually, timeout=15.0, interval=0.02)
 
 
 def shadow_counts(server, candidate: str, version: str = "v1") -> dict[str, float]:
@@ -156,7 +150,7 @@ def test_shadow_json_changes_apply_without_restart_and_a_bad_one_never_stops_ser
                 '{"candidate": "v2", "url": "http://x", "sampelRate": 1}'):
         before = errors()
         path.write_text(bad)
-        wait_for(lambda: errors() == before + 1, what=f"{bad!r} to be refused")
+        wait_for(lambda before=before: errors() == before + 1, what=f"{bad!r} to be refused")
         assert stable.runtime.shadow.config is None
         one()  # still serving; nothing mirrored while the file is bad
     assert shadow_counts(stable, "v2")["sent"] == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 from arbiter_runtime.supervisor import (find_model_dir, ray_head_address, upstream_url_from_args, uses_ray,
                                         vllm_args_from_env)
 from runtime_helpers import LABELS, base_config
@@ -44,7 +44,7 @@ def supervised(tmp_path):
     model_dir = tmp_path / "model"
     # The container's form: `arbiter-runtime <vllm serve args>` with the server's settings in the environment, as
     # the operator renders them; the stand-in plays `vllm serve`.
-    env = dict(os.environ, ARBITER_VLLM_COMMAND=f"{sys.executable} -m arbiter_runtime.standin_upstream",
+    env = dict(os.environ, ARBITER_VLLM_COMMAND=f"{sys.executable} -m arbiter_devenv.vllm_standin",
                ARBITER_DECISION_CONFIG=str(cfg), ARBITER_PORT=str(port), ARBITER_AUTH="false", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "arbiter_runtime", f"--port={upstream_port}", "--served-model-name", "credit-v1",
@@ -88,7 +88,7 @@ def test_sigterm_stops_both_and_the_audit_is_on_stdout(supervised):
 
 def test_supervisor_exits_when_vllm_dies(supervised):
     proc, url = supervised
-    (upstream,) = [c for c in _children(proc.pid) if "standin_upstream" in _cmdline(c)]
+    (upstream,) = [c for c in _children(proc.pid) if "vllm_standin" in _cmdline(c)]
     os.kill(upstream, signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode != 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 
 from runtime_helpers import LABELS, base_config, outputs, v2_body
 
@@ -44,7 +44,7 @@ def test_infer_batch_returns_one_explained_decision_per_row(runtime):
     assert out["confidence"]["datatype"] == "FP32"
     assert out["source"]["data"] == ["model"] * 3
     for decision, confidence, trajectory in zip(out["decision"]["data"], out["confidence"]["data"],
-                                                out["trajectory"]["data"]):
+                                                out["trajectory"]["data"], strict=True):
         t = json.loads(trajectory)  # a UTF-8 string holding the JSON trajectory, not base64
         assert [s["step"] for s in t["steps"]] == [1, 2]
         last = t["steps"][-1]["probabilities"]

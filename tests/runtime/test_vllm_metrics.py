@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from arbiter_runtime.standin_upstream import free_port
+from arbiter_devenv.vllm_standin import free_port
 from arbiter_runtime.vllm_metrics import only_vllm, scrape
 
 from runtime_helpers import base_config
@@ -67,7 +67,8 @@ def hostile() -> Iterator[str]:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=st.one_of(st.binary(max_size=2000),
                       st.lists(st.sampled_from(["vllm:x 1", "# TYPE vllm:x gauge", "# HELP vllm:x h", "other 2",
-                                                "vllm:", "# TYPE other counter", "\x00vllm:y 1", "vllm:z{a=\"\\n\"} 1"]),
+                                                "vllm:", "# TYPE other counter", "\x00vllm:y 1",
+                                                "vllm:z{a=\"\\n\"} 1"]),
                                max_size=20).map(lambda ls: "\n".join(ls).encode())),
        status=st.sampled_from([200, 200, 200, 404, 500]))
 def test_hostile_upstream_metrics_never_leak_other_families_or_raise(hostile, body, status):

@@ -16,7 +16,7 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
+from support.examples import example
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -44,7 +44,7 @@ _MODEL_ONLY_FIELDS = {"modelFormat", "runtime", "storageUri", "storage", "protoc
 def example_decision_model(**spec_overrides: Any) -> Any:
     from arbiter_operator.api.models import DecisionModel
 
-    doc = yaml.safe_load((REPO / "examples" / "decisionmodel.yaml").read_text())
+    doc = example()
     doc["metadata"].setdefault("namespace", "models")
     doc["metadata"].setdefault("uid", "00000000-0000-0000-0000-000000000001")
     for key, value in spec_overrides.items():

@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from arbiter_operator.devenv import crds
-from arbiter_operator.devenv.cluster import LocalCluster
+from arbiter_devenv import crds
+from arbiter_devenv.cluster import LocalCluster
 
 from chartkit import apply_order, render
 from kubekit import dynamic_client, server_side_apply

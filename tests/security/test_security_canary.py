@@ -23,7 +23,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.operator_process import OperatorProcess
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "operator"))
 from operator_kit import condition, create_dm, eventually, example, get, seed_model_storage  # noqa: E402

@@ -177,6 +177,19 @@ def test_install_step_yields_working_entrypoints(fresh_venv: pathlib.Path) -> No
     assert where.startswith(str(fresh_venv)), where
 
 
+def test_operator_install_ships_no_dev_environment_or_stand_in(fresh_venv: pathlib.Path) -> None:
+    # What `pip install .` (the image's build stage) installs: the product packages, not devenv/ or the stand-in.
+    for c in _stages(_parse(OPERATOR))[0]:
+        if c.cmd == "COPY":
+            assert not [src for src in c.value[:-1] if src.rstrip("/").startswith("devenv")], c.value
+    (record,) = fresh_venv.glob("lib/python*/site-packages/arbiter_operator-*.dist-info/RECORD")
+    shipped = [line.split(",")[0] for line in record.read_text().splitlines()]
+    assert any(f.startswith("arbiter_operator/") for f in shipped)
+    assert any(f.startswith("arbiter_runtime/") for f in shipped)
+    leaked = [f for f in shipped if "devenv" in f or "standin" in f]
+    assert not leaked, f"the operator distribution ships development files: {leaked}"
+
+
 def test_chart_flags_are_flags_the_operator_accepts(fresh_venv: pathlib.Path) -> None:
     sys.path.insert(0, str(REPO / "tests" / "helm"))
     from chartkit import one, render  # noqa: E402

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv.cluster import wait_default_service_account
-from arbiter_operator.devenv.operator_process import OperatorProcess
+from arbiter_devenv.cluster import wait_default_service_account
+from arbiter_devenv.operator_process import OperatorProcess
 
 from rbackit import Identity, audited_control_plane, describe, expand, forbidden, install_chart_identity
 from rbackit import read_audit, unused_grants, used_grants
@@ -257,7 +257,8 @@ def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_gra
     identity = install_chart_identity(cp, admin, tmp_path)  # default values: all namespaces, one ClusterRole
     ns = _namespace(admin, "rbac")
     seed_model_storage(s3_server, admin, ns)
-    op = _operator(identity, [], tmp_path, prometheus_url)  # no --namespace: all namespaces, as the chart runs it by default
+    # No --namespace: all namespaces, as the chart runs it by default.
+    op = _operator(identity, [], tmp_path, prometheus_url)
     stuck: AssertionError | None = None
     try:
         _run_scenarios(admin, ns, identity.kubeconfig)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from arbiter_operator.devenv import _procs
-from arbiter_operator.devenv.tools import ensure_tool
+from arbiter_devenv import _procs
+from arbiter_devenv.tools import ensure_tool
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "helm"))

@@ -16,8 +16,8 @@ model that writes trajectories.
 Behaviours, set with `--behaviour` or `POST /standin/behaviour`: valid, invalid (ignores the constraint / writes
 probabilities that do not sum to 1), truncated (stops at max_tokens with finish_reason length), slow (waits
 `delay_s` first), failing (HTTP 500); with `distribution` (label -> probability at label positions) and `keyed_by`
-("case": the answer depends on the case alone, so two model versions agree) and `spread` (how confident). "down" is a stopped server (StandinServer.stop()), because a running server
-cannot refuse connections.
+("case": the answer depends on the case alone, so two model versions agree) and `spread` (how confident). "down" is
+a stopped server (StandinServer.stop()), because a running server cannot refuse connections.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def _trajectory_doc(shape, key: str, dist: dict[str, float] | None, invalid: boo
             probs = [round(p / 2, 4) for p in probs]  # each in [0, 1], the sum 0.5: only the sum check catches it
         best = max(range(len(labels)), key=lambda i: probs[i])
         steps.append({"step": n, "reasoningCode": codes[int(_unit(key, n, "code") * len(codes))],
-                      "label": labels[best], "probabilities": dict(zip(labels, probs)),
+                      "label": labels[best], "probabilities": dict(zip(labels, probs, strict=True)),
                       "confidence": probs[best]})
     return json.dumps({"steps": steps})
 
@@ -485,7 +485,7 @@ class StandinServer:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
-    p = argparse.ArgumentParser(prog="python -m arbiter_runtime.standin_upstream",
+    p = argparse.ArgumentParser(prog="python -m arbiter_devenv.vllm_standin",
                                 description="Stand-in for vllm serve (OpenAI wire format of vLLM 0.26)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)

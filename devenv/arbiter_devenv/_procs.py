@@ -158,7 +158,7 @@ def register(server: object, stop: Callable[[], None]) -> None:
     """Remember a live server so that atexit and SIGTERM/SIGHUP stop it."""
     _install_hooks()
     _live.add(server)
-    setattr(server, "_devenv_stop", stop)
+    server._devenv_stop = stop  # type: ignore[attr-defined]
 
 
 def unregister(server: object) -> None:

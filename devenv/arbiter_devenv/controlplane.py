@@ -7,7 +7,7 @@ Terminating; ServiceAccounts named ``default`` are not created for new namespace
     with ControlPlane() as cp:
         api = cp.api_client()
 
-``python -m arbiter_operator.devenv.controlplane`` starts one and prints its kubeconfig path until Ctrl-C.
+``python -m arbiter_devenv.controlplane`` starts one and prints its kubeconfig path until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -285,7 +285,8 @@ class ControlPlane:
             json.dump(doc, fh, indent=2)
         return path
 
-    def issue_serving_certificate(self, directory: os.PathLike[str] | str, name: str = "tls") -> tuple[pathlib.Path, pathlib.Path]:
+    def issue_serving_certificate(self, directory: os.PathLike[str] | str,
+                                  name: str = "tls") -> tuple[pathlib.Path, pathlib.Path]:
         """A serving certificate for 127.0.0.1/localhost from this control plane's CA (webhook servers), written as
         ``<name>.crt`` and ``<name>.key`` into ``directory``; the CA is ``self.ca_file``."""
         if self._ca is None:

@@ -58,7 +58,7 @@ async def _serve(listen: str, target: str) -> None:
 
 
 def forward_main(argv: list[str]) -> int:
-    """`python -m arbiter_operator.devenv.olm forward LISTEN TARGET` (each `unix:PATH` or `HOST:PORT`)."""
+    """`python -m arbiter_devenv.olm forward LISTEN TARGET` (each `unix:PATH` or `HOST:PORT`)."""
     asyncio.run(_serve(argv[0], argv[1]))
     return 0
 
@@ -73,7 +73,7 @@ class NetNamespace:
         subprocess.run(["nsenter", "-t", str(self.holder.pid), "-n", "ip", "link", "set", "lo", "up"], check=True,
                        timeout=30)
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.run("forward", [sys.executable, "-m", "arbiter_operator.devenv.olm", "forward",
+        self.run("forward", [sys.executable, "-m", "arbiter_devenv.olm", "forward",
                              f"127.0.0.1:{api_port}", f"unix:{api_socket}"])
         self.wait_listening(api_port)
 
@@ -119,7 +119,7 @@ class LocalOLM:
 
     def start(self) -> "LocalOLM":
         self.host_forward = subprocess.Popen(
-            [sys.executable, "-m", "arbiter_operator.devenv.olm", "forward", f"unix:{self.api_socket}",
+            [sys.executable, "-m", "arbiter_devenv.olm", "forward", f"unix:{self.api_socket}",
              f"127.0.0.1:{self.api_port}"], start_new_session=True,
             stdout=open(self.workdir / "host-forward.log", "wb"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["forward"]:
         return forward_main(args[1:])
-    print("usage: python -m arbiter_operator.devenv.olm forward LISTEN TARGET", file=sys.stderr)
+    print("usage: python -m arbiter_devenv.olm forward LISTEN TARGET", file=sys.stderr)
     return 2
 
 

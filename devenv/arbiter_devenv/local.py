@@ -1,8 +1,8 @@
 """The README's first command: run Arbiter end to end on this machine and watch a DecisionModel converge.
 
-    python -m arbiter_operator.devenv.local                        # embedded control plane (default)
-    python -m arbiter_operator.devenv.local --use-current-context  # the current kubeconfig context instead
-    python -m arbiter_operator.devenv.local --exit-when-ready      # scripted: exit 0 once every example is Ready
+    python -m arbiter_devenv.local                        # embedded control plane (default)
+    python -m arbiter_devenv.local --use-current-context  # the current kubeconfig context instead
+    python -m arbiter_devenv.local --exit-when-ready      # scripted: exit 0 once every example is Ready
 
 With the embedded cluster it starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (simulated
 A100 GPU nodes and pod lifecycles) and the real KServe controller with its webhooks (all built from hack/tools),
@@ -31,8 +31,9 @@ from typing import Any
 import yaml
 
 from . import crds
+from .tools import repo_root
 
-REPO = pathlib.Path(__file__).resolve().parents[3]
+REPO = repo_root()
 EXAMPLE = REPO / "examples" / "decisionmodel.yaml"
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 
@@ -89,7 +90,8 @@ def _storage_config_secret(s3: Any) -> dict[str, Any]:
 def _summary(obj: dict[str, Any]) -> list[str]:
     status = obj.get("status") or {}
     return [
-        f"{c['type']}={c['status']} ({c.get('reason', '')}): {c.get('message', '')}" for c in status.get("conditions", [])
+        f"{c['type']}={c['status']} ({c.get('reason', '')}): {c.get('message', '')}"
+        for c in status.get("conditions", [])
     ]
 
 
@@ -195,10 +197,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         status = obj.get("status") or {}
         say(f"dm/{name} is Ready: active version {status.get('activeVersion')}, url {status.get('url')}")
-        stack.extend(first_decision.run(api, None if args.use_current_context else cp, args.namespace, name, workdir, say))
+        cluster = None if args.use_current_context else cp
+        stack.extend(first_decision.run(api, cluster, args.namespace, name, workdir, say))
         if args.exit_when_ready:
             return 0
-        say("running; try `kubectl --kubeconfig %s get dm -n %s`. Ctrl-C stops everything." % (kubeconfig, args.namespace))
+        say(f"running; try `kubectl --kubeconfig {kubeconfig} get dm -n {args.namespace}`. Ctrl-C stops everything.")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

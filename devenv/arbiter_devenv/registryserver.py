@@ -11,7 +11,7 @@
     with start_model_registry() as mr:
         mr.url  # http://127.0.0.1:PORT ; API at mr.url + "/api/model_registry/v1alpha3"
 
-    python -m arbiter_operator.devenv.registryserver   # runs one until Ctrl-C, prints the URL
+    python -m arbiter_devenv.registryserver   # runs one until Ctrl-C, prints the URL
 """
 
 from __future__ import annotations

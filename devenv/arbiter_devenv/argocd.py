@@ -423,7 +423,7 @@ def _apply_cm(core: Any, namespace: str, name: str, labels: dict[str, str], data
 
 
 def main() -> int:
-    """``python -m arbiter_operator.devenv.argocd KUBECONFIG``: Argo CD against an existing (local) cluster."""
+    """``python -m arbiter_devenv.argocd KUBECONFIG``: Argo CD against an existing (local) cluster."""
     import signal
     import sys
 

@@ -116,7 +116,8 @@ class KServeController:
         install_crds(api_client, kserve_crd_paths(), timeout=120.0)
         core = client.CoreV1Api(api_client)
         try:
-            core.create_namespace({"metadata": {"name": NAMESPACE, "labels": {"control-plane": "kserve-controller-manager"}}})
+            core.create_namespace({"metadata": {"name": NAMESPACE,
+                                                "labels": {"control-plane": "kserve-controller-manager"}}})
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
@@ -179,9 +180,11 @@ class KServeController:
         for doc in webhook_configurations(self.webhook_port, ca_pem):
             name = doc["metadata"]["name"]
             if doc["kind"] == "MutatingWebhookConfiguration":
-                create, delete, kind = adm.create_mutating_webhook_configuration, adm.delete_mutating_webhook_configuration, "mutating"
+                create, delete = adm.create_mutating_webhook_configuration, adm.delete_mutating_webhook_configuration
+                kind = "mutating"
             else:
-                create, delete, kind = adm.create_validating_webhook_configuration, adm.delete_validating_webhook_configuration, "validating"
+                create = adm.create_validating_webhook_configuration
+                delete, kind = adm.delete_validating_webhook_configuration, "validating"
             try:
                 create(doc)
             except client.ApiException as exc:

@@ -5,7 +5,7 @@ hack/tools/README.md). ``ensure_tool(name)`` builds it once with ``go build`` fr
 ``${XDG_CACHE_HOME:-~/.cache}/arbiter/bin/<name>-<version>/<binary>`` and afterwards returns the cached path without
 touching Go at all. Nothing here knows about any particular tool: adding a tool means adding a folder.
 
-CLI: ``python -m arbiter_operator.devenv.tools build [names...]`` (all tools when no name is given),
+CLI: ``python -m arbiter_devenv.tools build [names...]`` (all tools when no name is given),
 ``... path NAME`` prints the binary's path (building it when missing), ``... list`` shows what is known.
 """
 
@@ -224,7 +224,7 @@ def _build(tool: Tool, target: pathlib.Path, *, quiet: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m arbiter_operator.devenv.tools", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m arbiter_devenv.tools", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build (or find cached) binaries; all tools when no name is given")
     build.add_argument("names", nargs="*")

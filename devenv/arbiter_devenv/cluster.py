@@ -8,7 +8,7 @@ kube-scheduler, kwok's simulated nodes and pod lifecycles, and the real KServe c
 It offers the ``ControlPlane`` interface (``kubeconfig``, ``server``, ``ca_file``, ``api_client()``,
 ``write_kubeconfig()``, ``pids``, ``stop()``), so fixtures and tools written for the bare control plane keep working.
 Each part's log lies in ``workdir`` (``kube-controller-manager.log``, ``kube-scheduler.log``, ``kwok.log``,
-``kserve-controller.log``). ``python -m arbiter_operator.devenv.cluster`` starts one and prints its kubeconfig.
+``kserve-controller.log``). ``python -m arbiter_devenv.cluster`` starts one and prints its kubeconfig.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         # Build (or find cached) every binary first, so a cold build is not mistaken for a slow start.
-        for tool in ("kube-controller-manager", "kube-scheduler", "kwok", *(["kserve-controller"] if self.with_kserve else [])):
+        kserve = ["kserve-controller"] if self.with_kserve else []
+        for tool in ("kube-controller-manager", "kube-scheduler", "kwok", *kserve):
             ensure_tool(tool)
         _procs.register(self, self.stop)
         try:
@@ -226,7 +227,8 @@ class LocalCluster:
                 return
             except client.ApiException as exc:
                 if exc.status != 404 or time.monotonic() > deadline:
-                    raise RuntimeError(f"kube-controller-manager did not create ServiceAccount default/default: {exc.reason}") from exc
+                    raise RuntimeError("kube-controller-manager did not create ServiceAccount default/default: "
+                                       f"{exc.reason}") from exc
             self._check()
             time.sleep(0.2)
 

@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import httpx
 
-from ..api.models import isvc_name
-from ..render.common import configmap_name
+from arbiter_operator.api.models import isvc_name
+from arbiter_operator.render.common import configmap_name
 from . import _procs
 
 # The example application the user guide sends (examples/decisionmodel.yaml's inputSchema).
@@ -100,7 +100,7 @@ def run(api: Any, control_plane: Any | None, namespace: str, dm_name: str, workd
         return []
     from kubernetes import client
 
-    from arbiter_runtime.standin_upstream import Behaviour, StandinServer, free_port
+    from arbiter_devenv.vllm_standin import Behaviour, StandinServer, free_port
 
     custom = client.CustomObjectsApi(api)
     dm = custom.get_namespaced_custom_object("arbiter.dev", "v1alpha1", namespace, "decisionmodels", dm_name)
