@@ -139,6 +139,31 @@ def test_crash_looping_predictor_fails_the_version_with_restarts_and_reason():
     assert "Error (exit code 1)" in version["message"]
 
 
+def test_a_first_version_whose_pods_cannot_be_created_keeps_saying_why_once_stopped():
+    """Nothing serves yet and the version is stopped with its pods: Serving still names the admission cause."""
+    from arbiter_operator.plan.predictors import FAILED_CREATE
+
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    message = 'pods "p" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+    refused = {"metadata": {"name": f"{name}-predictor"}, "status": {"conditions": [
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}]}}
+    failing = plan(dm, Observations(inferenceservices={name: isvc}, workloads_observed=True,
+                                    predictor_deployments={name: refused}), T0)
+    assert (_serving(failing)["reason"], failing.status["promotion"]["failureReason"]) == (FAILED_CREATE,
+                                                                                        "CandidateFailed")
+    assert ("serving.kserve.io/v1beta1", "InferenceService", name) in failing.deletions
+    later = T0.replace(minute=1)
+    for _ in range(3):  # the InferenceService and its Deployment are gone; reconciles go on
+        dm = dm.model_copy(update={"status": type(dm.status).model_validate(failing.status)})
+        failing = plan(dm, Observations(workloads_observed=True), later)
+        serving = _serving(failing)
+        assert (serving["status"], serving["reason"]) == ("False", FAILED_CREATE), serving
+        assert message in serving["message"], serving
+    assert failing.status["promotion"]["phase"] == "Failed"
+
+
 # Hostile peers: whatever the apiserver hands back for a pod (missing fields, wrong types where Kubernetes allows
 # none, nulls), the function answers with None or a problem, never an exception.
 json_scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 10), st.text(max_size=8))

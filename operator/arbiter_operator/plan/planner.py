@@ -9,7 +9,7 @@ from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
 from ..api.promotion import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
-from ..promotion.machine import PromotionInputs, VersionObservation, advance
+from ..promotion.machine import CANDIDATE_FAILED, PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
     render_configmap,
@@ -24,12 +24,21 @@ from ..recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
 from ..render.shadow_rbac import RBAC_API, render_shadow_rbac
 from .model import ArtifactObservation, Event, Observations, Plan
-from .predictors import PredictorProblem, deployment_available, deployment_problem, predictor_problem
+from .predictors import (
+    CRASH_LOOP,
+    FAILED_CREATE,
+    UNSCHEDULABLE,
+    PredictorProblem,
+    deployment_available,
+    deployment_problem,
+    predictor_problem,
+)
 from .validate import operator_side_problems, size_problems
 
 INVALID_SPEC = "InvalidSpec"
 # KServe's model transition states that mean "this will not become ready without a change".
 FAILED_TRANSITIONS = {"BlockedByFailedLoad", "InvalidSpec"}
+PREDICTOR_CAUSES = (FAILED_CREATE, UNSCHEDULABLE, CRASH_LOOP)
 
 
 def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
@@ -230,6 +239,11 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         cause = problems[culprit].reason if culprit else "NoReadyVersion"
         if culprit and culprit not in live:  # a failed version is no longer live: still say what its pods show
             msg += f"; {culprit}: {problems[culprit].message}"
+        elif culprit is None and (kept := _rolled_back_cause(old, pplan.status)) is not None:
+            # The failed version's pods are gone with it (nothing served, nothing to roll back to): the cause they
+            # showed stays the reason until a retry or a spec change, so the user still reads why.
+            cause = kept
+            msg += f"; {pplan.status.failedVersion} was stopped: {pplan.status.failureMessage}"
         cond(c.SERVING, "False", cause, msg)
 
     url, admitted, route_msg = _route_url(dm, obs.route)
@@ -354,6 +368,17 @@ def with_child_conflicts(
                                        generation, now)  # type: ignore[arg-type]
         )
     return {**status, "conditions": [x.model_dump(mode="json", exclude_none=True) for x in conditions]}
+
+
+def _rolled_back_cause(old: DecisionModelStatus, st: Any) -> str | None:
+    """The predictor cause (FailedCreate, Unschedulable, CrashLoopBackOff) the last Serving condition named, while
+    the promotion stays stopped on that version's failure; None otherwise."""
+    if st is None or st.phase not in ("RollingBack", "Failed") or st.failureReason != CANDIDATE_FAILED:
+        return None
+    serving = c.get_condition(old.conditions, c.SERVING)
+    if serving is None or serving.status != "False" or serving.reason not in PREDICTOR_CAUSES:
+        return None
+    return serving.reason
 
 
 def _retained_note(retained: list[str], st: Any, target: str, names: tuple[str, ...]) -> str:
