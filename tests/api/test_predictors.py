@@ -126,6 +126,27 @@ def test_a_deployment_not_yet_rolled_out_for_its_spec_is_not_available():
     assert _serving(p)["status"] == "False" and "has no available replica" in p.status["versions"][0]["message"]
 
 
+def test_a_serving_version_keeps_serving_while_its_deployment_picks_up_a_spec_change():
+    """A scale or a rolling update of the stable version's Deployment leaves its available replicas serving: Serving
+    stays True while the Deployment controller catches up (only a version still loading needs its latest spec)."""
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    ready = {**isvc, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    rolled = {"metadata": {"name": f"{name}-predictor", "generation": 2},
+              "status": {"observedGeneration": 2, "availableReplicas": 1,
+                         "conditions": [{"type": "Available", "status": "True"}]}}
+    first = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+                                  predictor_deployments={name: rolled}), T0)
+    assert first.status["promotion"]["stable"] == dm.spec.promote.version and _serving(first)["status"] == "True"
+    dm = dm.model_copy(update={"status": type(dm.status).model_validate(first.status)})
+    scaling = {**rolled, "metadata": {**rolled["metadata"], "generation": 3}}
+    p = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+                              predictor_deployments={name: scaling}), T0.replace(second=5))
+    assert _serving(p)["status"] == "True", _serving(p)
+    assert p.status["versions"][0]["phase"] == "Ready"
+
+
 def test_crash_looping_predictor_fails_the_version_with_restarts_and_reason():
     dm = make_dm()
     isvc = _first_isvc(dm)

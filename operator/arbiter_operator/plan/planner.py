@@ -60,11 +60,12 @@ def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
 
 
 def _workload_state(
-    name: str, ready: bool, failed: bool, message: str, obs: Observations
+    name: str, ready: bool, failed: bool, message: str, obs: Observations, serves: bool = False
 ) -> tuple[bool, bool, str, PredictorProblem | None]:
-    """A version is ready when KServe says so and its predictor Deployment has an available replica; when it is not,
+    """A version is ready when KServe says so and its predictor Deployment has an available replica (of its latest
+    spec, unless the version already serves: then a scale or rollout in progress takes nothing away); when it is not,
     the pods say why (unschedulable, crash loop)."""
-    if ready and not deployment_available(obs.predictor_deployments.get(name)):
+    if ready and not deployment_available(obs.predictor_deployments.get(name), current_spec=not serves):
         ready = False
         message = f"predictor Deployment {name}-predictor has no available replica"
     if ready:
@@ -146,13 +147,16 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     # name, which differs from isvc_name() only while one under an earlier naming scheme still carries the traffic.
     serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.inferenceservices)
 
+    # The versions that served when the last status was written (the stable one, the previous one kept warm).
+    before = old.promotion
+    serving_before = {v for v in (before.stable, before.previous) if v} if before is not None else set()
     vobs: dict[str, VersionObservation] = {}
     problems: dict[str, PredictorProblem] = {}
     for v in set(names) | set(isvc_by_version):
         exists, ready, failed, message = isvc_state(isvc_by_version.get(v))
         if exists and obs.workloads_observed:
             ready, failed, message, problem = _workload_state(
-                isvc_name(dm.metadata.name, v), ready, failed, message, obs)
+                isvc_name(dm.metadata.name, v), ready, failed, message, obs, serves=v in serving_before)
             if problem is not None:
                 problems[v] = problem
         art = obs.artifacts.get(v, ArtifactObservation())
