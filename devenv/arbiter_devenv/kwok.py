@@ -15,7 +15,7 @@ Fates (``set_fate``), selected per InferenceService by the label KServe puts on 
 
 A fate stage outweighs the default stages, so kwok always picks it for the pods it selects. Changing a fate deletes
 the InferenceService's pods; their ReplicaSet creates new ones, which follow the new fate (a restart, as a user would
-do it).
+do it). Pods already ready are kept when the new fate is ``ready``: they already follow it.
 """
 
 from __future__ import annotations
@@ -291,7 +291,22 @@ def set_fate(api_client: Any, namespace: str, isvc: str, fate: str) -> None:
     # kwok reads Stages through a watch; give it a moment before the replacement pods appear.
     time.sleep(0.3)
     core = client.CoreV1Api(api_client)
-    core.delete_collection_namespaced_pod(namespace, label_selector=f"{ISVC_LABEL}={isvc}")
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{ISVC_LABEL}={isvc}").items
+    for pod in pods:
+        # A pod that is already ready has the fate `ready` (e.g. created after the old fate's Stage went): deleting
+        # it would take a serving version's only replica away for a moment, which no user action here stands for.
+        if fate == "ready" and _pod_ready(pod):
+            continue
+        try:
+            core.delete_namespaced_pod(pod.metadata.name, namespace)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _pod_ready(pod: Any) -> bool:
+    conditions = (pod.status.conditions if pod.status is not None else None) or []
+    return pod.metadata.deletion_timestamp is None and any(c.type == "Ready" and c.status == "True" for c in conditions)
 
 
 class Kwok:

@@ -301,7 +301,13 @@ def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """What the readiness of a version reads of its predictor Deployment (rollout steps in between change nothing)."""
     st = (obj or {}).get("status") or {}
     conds = {c.get("type"): (c.get("status"), c.get("message")) for c in st.get("conditions") or []}
-    return (bool(st.get("availableReplicas")), (conds.get("Available") or (None,))[0], conds.get("ReplicaFailure"))
+    # Whether the Deployment controller has seen the latest spec: a version still proving it loaded counts only then
+    # (plan/predictors.py deployment_available), so catching up must wake its DecisionModel too.
+    generation = ((obj or {}).get("metadata") or {}).get("generation")
+    observed = st.get("observedGeneration")
+    seen = not isinstance(generation, int) or (isinstance(observed, int) and observed >= generation)
+    return (bool(st.get("availableReplicas")), (conds.get("Available") or (None,))[0], conds.get("ReplicaFailure"),
+            seen)
 
 
 async def _cache_only(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:

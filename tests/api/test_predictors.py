@@ -127,6 +127,27 @@ def test_a_deployment_not_yet_rolled_out_for_its_spec_is_not_available():
     assert _serving(p)["status"] == "False" and "has no available replica" in p.status["versions"][0]["message"]
 
 
+def test_a_serving_version_keeps_serving_while_its_deployment_picks_up_a_spec_change():
+    """A scale or a rolling update of the stable version's Deployment leaves its available replicas serving: Serving
+    stays True while the Deployment controller catches up (only a version still loading needs its latest spec)."""
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    ready = {**isvc, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    rolled = {"metadata": {"name": f"{name}-predictor", "generation": 2},
+              "status": {"observedGeneration": 2, "availableReplicas": 1,
+                         "conditions": [{"type": "Available", "status": "True"}]}}
+    first = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+                                  predictor_deployments={name: rolled}), T0)
+    assert first.status["promotion"]["stable"] == dm.spec.promote.version and _serving(first)["status"] == "True"
+    dm = dm.model_copy(update={"status": type(dm.status).model_validate(first.status)})
+    scaling = {**rolled, "metadata": {**rolled["metadata"], "generation": 3}}
+    p = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+                              predictor_deployments={name: scaling}), T0.replace(second=5))
+    assert _serving(p)["status"] == "True", _serving(p)
+    assert p.status["versions"][0]["phase"] == "Ready"
+
+
 def test_crash_looping_predictor_fails_the_version_with_restarts_and_reason():
     dm = make_dm()
     isvc = _first_isvc(dm)
@@ -138,6 +159,31 @@ def test_crash_looping_predictor_fails_the_version_with_restarts_and_reason():
     version = p.status["versions"][0]
     assert version["phase"] == "Failed" and "restarted 5 time(s)" in version["message"]
     assert "Error (exit code 1)" in version["message"]
+
+
+def test_a_first_version_whose_pods_cannot_be_created_keeps_saying_why_once_stopped():
+    """Nothing serves yet and the version is stopped with its pods: Serving still names the admission cause."""
+    from arbiter_operator.plan.predictors import FAILED_CREATE
+
+    dm = make_dm()
+    isvc = _first_isvc(dm)
+    name = isvc["metadata"]["name"]
+    message = 'pods "p" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
+    refused = {"metadata": {"name": f"{name}-predictor"}, "status": {"conditions": [
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}]}}
+    failing = plan(dm, Observations(inferenceservices={name: isvc}, workloads_observed=True,
+                                    predictor_deployments={name: refused}), T0)
+    assert (_serving(failing)["reason"], failing.status["promotion"]["failureReason"]) == (FAILED_CREATE,
+                                                                                        "CandidateFailed")
+    assert ("serving.kserve.io/v1beta1", "InferenceService", name) in failing.deletions
+    later = T0.replace(minute=1)
+    for _ in range(3):  # the InferenceService and its Deployment are gone; reconciles go on
+        dm = dm.model_copy(update={"status": type(dm.status).model_validate(failing.status)})
+        failing = plan(dm, Observations(workloads_observed=True), later)
+        serving = _serving(failing)
+        assert (serving["status"], serving["reason"]) == ("False", FAILED_CREATE), serving
+        assert message in serving["message"], serving
+    assert failing.status["promotion"]["phase"] == "Failed"
 
 
 # Hostile peers: whatever the apiserver hands back for a pod (missing fields, wrong types where Kubernetes allows

@@ -74,8 +74,10 @@ def test_clean_canary_to_100_then_warm_switch_back(e2e: E2E):
     e.wait(lambda: V2 in e.isvcs(), "candidate InferenceService")
     p = e.wait_phase("Waiting")
     assert p["candidate"] == V2 and e.route_weights() == {V1: 100}
-    c = conditions(e)
-    assert c["Ready"] == ("False", "Progressing") and c["Reconciling"][0] == "True" and c["Serving"][0] == "True"
+    dm = e.dm()
+    c = {x["type"]: (x["status"], x["reason"]) for x in dm["status"]["conditions"]}
+    assert c["Ready"] == ("False", "Progressing") and c["Reconciling"][0] == "True" and c["Serving"][0] == "True", (
+        dm["status"]["conditions"], dm["status"].get("versions"))
     assert kubectl_wait_ready(e, "2s") != 0  # a pipeline waiting for the new version keeps waiting
     e.snapshot("waiting", "Progressing")
 

@@ -9,7 +9,7 @@ from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
 from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
-from ..promotion.machine import PromotionInputs, VersionObservation, advance
+from ..promotion.machine import CANDIDATE_FAILED, PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
     render_configmap,
@@ -25,12 +25,21 @@ from ..render.common import LABEL_VERSION
 from ..api.names import RBAC_API
 from ..render.shadow_rbac import render_shadow_rbac
 from .model import ArtifactObservation, Event, Observations, Plan
-from .predictors import PredictorProblem, deployment_available, deployment_problem, predictor_problem
+from .predictors import (
+    CRASH_LOOP,
+    FAILED_CREATE,
+    UNSCHEDULABLE,
+    PredictorProblem,
+    deployment_available,
+    deployment_problem,
+    predictor_problem,
+)
 from .validate import operator_side_problems, size_problems
 
 INVALID_SPEC = "InvalidSpec"
 # KServe's model transition states that mean "this will not become ready without a change".
 FAILED_TRANSITIONS = {"BlockedByFailedLoad", "InvalidSpec"}
+PREDICTOR_CAUSES = (FAILED_CREATE, UNSCHEDULABLE, CRASH_LOOP)
 
 
 def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
@@ -52,11 +61,12 @@ def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
 
 
 def _workload_state(
-    name: str, ready: bool, failed: bool, message: str, obs: Observations
+    name: str, ready: bool, failed: bool, message: str, obs: Observations, serves: bool = False
 ) -> tuple[bool, bool, str, PredictorProblem | None]:
-    """A version is ready when KServe says so and its predictor Deployment has an available replica; when it is not,
+    """A version is ready when KServe says so and its predictor Deployment has an available replica (of its latest
+    spec, unless the version already serves: then a scale or rollout in progress takes nothing away); when it is not,
     the pods say why (unschedulable, crash loop)."""
-    if ready and not deployment_available(obs.predictor_deployments.get(name)):
+    if ready and not deployment_available(obs.predictor_deployments.get(name), current_spec=not serves):
         ready = False
         message = f"predictor Deployment {name}-predictor has no available replica"
     if ready:
@@ -138,6 +148,9 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     # name, which differs from isvc_name() only while one under an earlier naming scheme still carries the traffic.
     serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.inferenceservices)
 
+    # The versions that served when the last status was written (the stable one, the previous one kept warm).
+    before = old.promotion
+    serving_before = {v for v in (before.stable, before.previous) if v} if before is not None else set()
     vobs: dict[str, VersionObservation] = {}
     problems: dict[str, PredictorProblem] = {}
     for v in set(names) | set(isvc_by_version):
@@ -145,7 +158,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         exists, ready, failed, message = isvc_state(isvc_by_version.get(v))
         if exists and obs.workloads_observed:
             ready, failed, message, problem = _workload_state(
-                isvc_name(dm.metadata.name, v), ready, failed, message, obs)
+                isvc_name(dm.metadata.name, v), ready, failed, message, obs, serves=v in serving_before)
             if problem is not None:
                 problems[v] = problem
         art = obs.artifacts.get(v, ArtifactObservation())
@@ -229,10 +242,15 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         msg += _retained_note(retained, pplan.status, promote.version, names)
         # The cause the pods show (the scheduler's message, a crash loop) names the reason, not just "not ready".
         culprit = next((v for v in [*live, *sorted(problems)] if v in problems), None)
-        cause = problems[culprit].reason if culprit else "NoReadyVersion"
+        reason = problems[culprit].reason if culprit else "NoReadyVersion"
         if culprit and culprit not in live:  # a failed version is no longer live: still say what its pods show
             msg += f"; {culprit}: {problems[culprit].message}"
-        cond(c.SERVING, "False", cause, msg)
+        elif culprit is None and (held_reason := _rolled_back_cause(old, pplan.status)) is not None:
+            # The failed version's pods are gone with it (nothing served, nothing to roll back to): the cause they
+            # showed stays the reason until a retry or a spec change, so the user still reads why.
+            reason = held_reason
+            msg += f"; {pplan.status.failedVersion} was stopped: {pplan.status.failureMessage}"
+        cond(c.SERVING, "False", reason, msg)
 
     url, admitted, route_msg = _route_url(dm, obs.route)
     if admitted is False:
@@ -356,6 +374,17 @@ def with_child_conflicts(
                                        generation, now)
         )
     return {**status, "conditions": [x.model_dump(mode="json", exclude_none=True) for x in conditions]}
+
+
+def _rolled_back_cause(old: DecisionModelStatus, st: Any) -> str | None:
+    """The predictor cause (FailedCreate, Unschedulable, CrashLoopBackOff) the last Serving condition named, while
+    the promotion stays stopped on that version's failure; None otherwise."""
+    if st is None or st.phase not in ("RollingBack", "Failed") or st.failureReason != CANDIDATE_FAILED:
+        return None
+    serving = c.get_condition(old.conditions, c.SERVING)
+    if serving is None or serving.status != "False" or serving.reason not in PREDICTOR_CAUSES:
+        return None
+    return serving.reason
 
 
 def _retained_note(retained: list[str], st: Any, target: str, names: tuple[str, ...]) -> str:

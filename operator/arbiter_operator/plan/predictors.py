@@ -96,13 +96,15 @@ def deployment_problem(deployment: Mapping[str, Any] | None) -> PredictorProblem
                             failed=True)
 
 
-def deployment_available(deployment: Mapping[str, Any] | None) -> bool:
-    """The predictor Deployment has at least one available replica of its current generation's rollout."""
+def deployment_available(deployment: Mapping[str, Any] | None, current_spec: bool = True) -> bool:
+    """The predictor Deployment has at least one available replica. current_spec: and the Deployment controller has
+    seen its latest spec (a version that has still to prove it loaded); a version that already serves keeps serving
+    from its available replicas while a spec change (a scale, a rolling update) is being picked up."""
     if not deployment:
         return False
     status = _map(deployment.get("status"))
     generation = _int(_map(deployment.get("metadata")).get("generation"))
-    if generation and _int(status.get("observedGeneration")) < generation:
+    if current_spec and generation and _int(status.get("observedGeneration")) < generation:
         return False  # a spec change the Deployment controller has not looked at yet: its replicas are of the old one
     available = next((c for c in _maps(status.get("conditions")) if c.get("type") == "Available"), None)
     return bool(available and available.get("status") == "True" and _int(status.get("availableReplicas")) > 0)
