@@ -113,7 +113,9 @@ def test_prometheus_scrapes_the_mix_and_the_shadow_agreement_per_version(tmp_pat
             for label in LABELS:
                 per_version = [v for k, v in shares.items() if json.loads(k)["label"] == label]
                 assert len(per_version) == 2 and abs(per_version[0] - per_version[1]) < 0.1
-            assert query('vllm:kv_cache_usage_perc{arbiter_dev_version="v2",namespace="team-a"}')  # /metrics/vllm
+            # vLLM's series come from a second scrape job (/metrics/vllm), on its own schedule
+            wait_for(lambda: query('vllm:kv_cache_usage_perc{arbiter_dev_version="v2",namespace="team-a"}'),
+                     what="vLLM's KV-cache series scraped through /metrics/vllm")
 
             v2.misbehave("disagree")
             seen = list(query(compared).values())[0]
