@@ -225,6 +225,12 @@ class Shadow:
     # -- mirroring ---------------------------------------------------------------------------------------------
     def offer(self, outcomes: list[Outcome], canonicals: list[str], trace: Trace, request_id: str | None) -> None:
         """Called once the caller's answer is decided (a 200): maybe mirror it. Never raises, never waits."""
+        try:
+            self._offer(outcomes, canonicals, trace, request_id)
+        except Exception:  # a defect in the mirror must not cost the caller the answer it already has
+            log.exception("shadow mirror not started")
+
+    def _offer(self, outcomes: list[Outcome], canonicals: list[str], trace: Trace, request_id: str | None) -> None:
         config = self.config
         if config is None or config.sample_rate <= 0.0:
             return

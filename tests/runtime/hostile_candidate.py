@@ -26,6 +26,7 @@ EXPECTED = {
     "slow": ("compared", True),
     "disagree": ("compared", False),
     "unknown_label": ("compared", False),
+    "surrogate_label": ("compared", False),
     "non_string": ("error", None),
     "wrong_rows": ("error", None),
     "no_outputs": ("error", None),
@@ -172,6 +173,8 @@ class HostileCandidate:
             decisions[:] = [self.labels[(self.labels.index(d) + 1) % len(self.labels)] for d in decisions]
         elif behaviour == "unknown_label":
             decisions[:] = [self.unknown_label for _ in decisions]
+        elif behaviour == "surrogate_label":  # a lone surrogate escape: valid JSON text, not valid Unicode
+            decisions[:] = ["\ud800" + d for d in decisions]
         elif behaviour == "non_string":
             decisions[0] = {"label": decisions[0]}
         elif behaviour == "wrong_rows":

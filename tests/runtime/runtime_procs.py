@@ -24,10 +24,12 @@ API
     fleet.stop()                    # stops the traffic and every process it started (also on context exit)
 
 BEHAVIOURS (what the stand-in upstream of one version does; the decision server itself is never changed):
-    healthy        answers every case confidently; the answer depends on the case alone, so two healthy versions
-                   agree on every case (a shadowed healthy candidate agrees 100%); the mix is about
-                   41% approve, 30% review, 29% deny on CASES
-    disagree       healthy, but the answer depends on the version too: ~1/3 agreement with another version, same mix
+    healthy        answers every case, confidently (on CASES: 2 of 200 under the 0.45 threshold, i.e. 1% low
+                   confidence); the answer depends on the case alone, so two healthy versions agree on every case
+                   (a shadowed healthy candidate agrees 100%); the mix on CASES is 35.5% approve, 33% review,
+                   31.5% deny
+    disagree       healthy, but the answer depends on the version too: ~30% agreement with another version (59 of
+                   200 CASES), about the same mix
     fallback       HTTP 500 on every completion: the rules decide every case (fallbackReason upstream_error;
                    the rules' labels: deny above 10000, else review)
     down           the upstream process is stopped: the rules decide (upstream_down), readiness turns false after

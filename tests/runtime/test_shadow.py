@@ -217,8 +217,23 @@ def test_sample_rate_zero_mirrors_nothing_and_a_share_mirrors_about_that_share(s
 @given(plan=st.lists(st.tuples(st.sampled_from(BEHAVIOURS), st.integers(1, 3)), min_size=1, max_size=8),
        unknown=st.text(min_size=1, max_size=200))
 def test_hostile_candidate_never_changes_the_stables_answers(hostile_setup, plan, unknown):
-    stable, peer, path = hostile_setup
+    stable, peer, _ = hostile_setup
     peer.unknown_label = unknown
+    check_plan(stable, peer, plan)
+
+
+def test_every_hostile_behaviour_in_turn(hostile_setup):
+    stable, peer, path = hostile_setup
+    shadow_json(path, candidate="v2", url=peer.url, sampleRate=1.0, timeoutMs=1500, maxInFlight=64)
+    wait_for(lambda: stable.runtime.shadow.config.max_in_flight == 64)
+    plan = [(b, 2) for b in BEHAVIOURS if b != "hang"] + [("hang", 1)]
+    results = check_plan(stable, peer, plan)
+    assert results == {b: EXPECTED[b][0] for b, _ in plan}  # none dropped: each met its behaviour
+
+
+def check_plan(stable, peer, plan) -> dict[str, str]:
+    """Send the plan's requests; check the callers' answers, then what the stable recorded for each. Returns the
+    result (compared | error) recorded per behaviour met."""
     before = shadow_counts(stable, "v2")
     seen = len(stable.options.audit_sinks[0].lines)
     ids = []
@@ -244,6 +259,7 @@ def test_hostile_candidate_never_changes_the_stables_answers(hostile_setup, plan
     shadow = [r for r in records if r["kind"] == "arbiter.shadow"]
     sent = {r["requestId"] for r in shadow}
     errors = compared = 0
+    met = {}
     for k, (request_id, behaviour, rows) in enumerate(ids):
         mine = [r for r in shadow if r["requestId"] == request_id]
         if request_id not in sent:
@@ -252,6 +268,7 @@ def test_hostile_candidate_never_changes_the_stables_answers(hostile_setup, plan
             assert k >= 3, (k, behaviour)
             continue
         result, agree = EXPECTED[behaviour]
+        met[behaviour] = result
         assert {r["result"] for r in mine} == {result}, (behaviour, mine)
         if result == "error":
             errors += 1
@@ -273,6 +290,7 @@ def test_hostile_candidate_never_changes_the_stables_answers(hostile_setup, plan
     assert len(series(samples, "arbiter_shadow_comparisons_total")) <= len(LABELS) * (len(LABELS) + 1)
     with stable.client() as c:
         assert c.get("/v2/health/ready").status_code == 200
+    return met
 
 
 @pytest.fixture
