@@ -24,7 +24,7 @@ from arbiter_devenv.argocd import ArgoCD, GitRepo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "promotion"))
 from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
-from promstack import PromStack, prometheus_binary  # noqa: E402
+from promstack import module_stack, prometheus_binary  # noqa: E402
 from support.examples import example, example_text
 
 pytestmark = [
@@ -38,13 +38,7 @@ NAME = "credit-limit"  # the example's name
 FOLDER = "models"
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = PromStack(tmp_path_factory.mktemp("prom-argocd"))
-    try:
-        yield s.start()
-    finally:
-        s.stop()
+stack = module_stack("prom-argocd")
 
 
 @pytest.fixture(scope="module")

@@ -193,3 +193,18 @@ class PromStack:
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+def module_stack(name: str):  # type: ignore[no-untyped-def]
+    """A module-scoped pytest fixture: one real Prometheus for every test of the module that asks for `stack`."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def stack(tmp_path_factory):  # type: ignore[no-untyped-def]
+        s = PromStack(tmp_path_factory.mktemp(name))
+        try:
+            yield s.start()
+        finally:
+            s.stop()
+
+    return stack

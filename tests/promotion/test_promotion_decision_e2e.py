@@ -18,7 +18,7 @@ from arbiter_operator.api.models import isvc_name
 from arbiter_operator.cli.kubectl_arbiter import main as kubectl_arbiter
 from decision_e2e_kit import DecisionE2E
 from e2e_kit import V1, V2, fast_canary
-from promstack import PromStack, prometheus_binary
+from promstack import module_stack, prometheus_binary
 from test_promotion_health_lua import health
 
 pytestmark = [
@@ -31,13 +31,7 @@ pytestmark = [
 ANALYSIS = {"intervalSeconds": 5, "minRequests": 20, "insufficientTraffic": "Wait", "p95LatencyMs": 3000}
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = PromStack(tmp_path_factory.mktemp("prom-decision-e2e"))
-    try:
-        yield s.start()
-    finally:
-        s.stop()
+stack = module_stack("prom-decision-e2e")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 import pytest
 
 from e2e_kit import E2E, V1, V2, fast_canary
-from promstack import PromStack, prometheus_binary
+from promstack import module_stack, prometheus_binary
 
 pytestmark = [
     pytest.mark.cluster,
@@ -20,13 +20,7 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = PromStack(tmp_path_factory.mktemp("prom-e2e"))
-    try:
-        yield s.start()
-    finally:
-        s.stop()
+stack = module_stack("prom-e2e")
 
 
 @pytest.fixture

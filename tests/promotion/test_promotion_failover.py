@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from arbiter_devenv.operator_process import OperatorProcess
 from e2e_kit import E2E, V1, V2, fast_canary
-from promstack import PromStack, prometheus_binary
+from promstack import module_stack, prometheus_binary
 
 pytestmark = [
     pytest.mark.cluster,
@@ -21,13 +21,7 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = PromStack(tmp_path_factory.mktemp("prom-failover"))
-    try:
-        yield s.start()
-    finally:
-        s.stop()
+stack = module_stack("prom-failover")
 
 
 def _replica(e: E2E, tmp_path, name: str) -> OperatorProcess:
