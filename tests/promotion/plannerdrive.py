@@ -79,11 +79,10 @@ class Driver:
         return self.snapshot
 
 
-def failing_canary() -> tuple[Driver, dict[str, Any]]:
-    """1.0.0 stable; the canary of 1.1.0 at 10% fails its first analysis (p95 400 ms). Returns the driver and the
-    DecisionModel right after the failing analysis; one more ``reconcile(1)`` finishes the rollback."""
-    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
-                            analysis={"intervalSeconds": 30, "minRequests": 50}))
+def candidate_ready(**promote: Any) -> Driver:
+    """1.0.0 deployed, ready and stable under these spec.promote fields; then spec.promote points at 1.1.0, whose
+    predictor becomes ready, and one more reconcile has run (``d.snapshot`` is the DecisionModel after it)."""
+    d = Driver(two_versions("1.0.0", **promote))
     d.reconcile()
     d.set_ready("1.0.0")
     d.reconcile(5)
@@ -91,5 +90,13 @@ def failing_canary() -> tuple[Driver, dict[str, Any]]:
     d.reconcile(1)
     d.set_ready("1.1.0")
     d.reconcile(1)
+    return d
+
+
+def failing_canary() -> tuple[Driver, dict[str, Any]]:
+    """1.0.0 stable; the canary of 1.1.0 at 10% fails its first analysis (p95 400 ms). Returns the driver and the
+    DecisionModel right after the failing analysis; one more ``reconcile(1)`` finishes the rollback."""
+    d = candidate_ready(strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
+                        analysis={"intervalSeconds": 30, "minRequests": 50})
     d.now += timedelta(seconds=30)
     return d, d.reconcile(0, d.analysis(0.4, 0, 500))

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from arbiter_operator.cli.kubectl_arbiter import main
-from plannerdrive import Driver, failing_canary, two_versions
+from plannerdrive import Driver, candidate_ready, failing_canary, two_versions
 
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
 pytestmark = pytest.mark.cluster
@@ -25,14 +25,7 @@ def failed_promotion() -> Driver:
 
 
 def progressing() -> Driver:
-    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}]))
-    d.reconcile()
-    d.set_ready("1.0.0")
-    d.reconcile(5)
-    d.edit_spec(version="1.1.0")
-    d.reconcile(1)
-    d.set_ready("1.1.0")
-    d.reconcile(1)
+    d = candidate_ready(strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}])
     assert d.body["status"]["promotion"]["phase"] == "Progressing"
     return d
 
@@ -123,15 +116,8 @@ def test_promote_edits_spec_unless_argo_cd_manages_it(control_plane, namespace, 
 
 def paused() -> Driver:
     """1.0.0 stable; 1.1.0 passed its one canary step and waits for approval at 10%."""
-    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
-                            approval="Required", analysis={"intervalSeconds": 60, "minRequests": 50}))
-    d.reconcile()
-    d.set_ready("1.0.0")
-    d.reconcile(5)
-    d.edit_spec(version="1.1.0")
-    d.reconcile(1)
-    d.set_ready("1.1.0")
-    d.reconcile(1)
+    d = candidate_ready(strategy="Canary", steps=[{"weight": 10, "holdSeconds": 60}],
+                        approval="Required", analysis={"intervalSeconds": 60, "minRequests": 50})
     d.now += timedelta(seconds=60)
     d.reconcile(0, d.analysis(0.05, 0, 500))
     assert d.body["status"]["promotion"]["phase"] == "Paused"

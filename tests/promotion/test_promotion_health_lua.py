@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lupa import LuaRuntime
 
-from plannerdrive import Driver, failing_canary, two_versions
+from plannerdrive import Driver, candidate_ready, failing_canary, two_versions
 
 from arbiter_operator.promotion import analysis_due, judge
 
@@ -148,15 +148,8 @@ _FAILED = _failed_promotion()
 
 
 def test_waiting_for_approval_is_suspended_then_healthy_once_approved():
-    d = Driver(two_versions("1.0.0", strategy="Canary", steps=[{"weight": 20, "holdSeconds": 60}],
-                            approval="Required", analysis={"intervalSeconds": 60, "minRequests": 50}))
-    d.reconcile()
-    d.set_ready("1.0.0")
-    d.reconcile(5)
-    d.edit_spec(version="1.1.0")
-    d.reconcile(1)
-    d.set_ready("1.1.0")
-    d.reconcile(1)
+    d = candidate_ready(strategy="Canary", steps=[{"weight": 20, "holdSeconds": 60}],
+                        approval="Required", analysis={"intervalSeconds": 60, "minRequests": 50})
     d.now += timedelta(seconds=60)
     s = d.reconcile(0, d.analysis(0.05, 0, 500))
     assert s["status"]["promotion"]["phase"] == "Paused"
@@ -168,16 +161,10 @@ def test_waiting_for_approval_is_suspended_then_healthy_once_approved():
 
 
 def test_shadow_phase_is_progressing_suspended_without_data_and_degraded_on_disagreement():
-    d = Driver(two_versions("1.0.0", strategy="Shadow",
-                            shadow={"holdSeconds": 120, "minCompared": 100, "minAgreement": 0.95},
-                            analysis={"intervalSeconds": 30, "minRequests": 50}))
-    d.reconcile()
-    d.set_ready("1.0.0")
-    d.reconcile(5)
-    d.edit_spec(version="1.1.0")
-    d.reconcile(1)
-    d.set_ready("1.1.0")
-    s = d.reconcile(1)
+    d = candidate_ready(strategy="Shadow",
+                        shadow={"holdSeconds": 120, "minCompared": 100, "minAgreement": 0.95},
+                        analysis={"intervalSeconds": 30, "minRequests": 50})
+    s = d.snapshot
     assert s["status"]["promotion"]["phase"] == "Shadowing" and health(s)[0] == "Progressing"
 
     def run(agree, disagree):
