@@ -13,12 +13,9 @@ import asyncio
 import json
 import socket
 import struct
-import threading
 from typing import Any
 
-import aiohttp
-
-from arbiter_devenv.vllm_standin import free_port
+from loopback_peer import LoopbackPeer
 
 # behaviour -> what the stable must record: "compared" (agree: True/False/None = per row) or "error"
 EXPECTED = {
@@ -45,7 +42,9 @@ EXPECTED = {
 BEHAVIOURS = tuple(EXPECTED)
 
 
-class HostileCandidate:
+class HostileCandidate(LoopbackPeer):
+    name = "hostile-candidate"
+
     def __init__(self, truth_url: str, labels: list[str], model: str = "credit", slow_s: float = 0.2,
                  hang_s: float = 3600.0):
         self.truth_url = truth_url.rstrip("/")
@@ -58,45 +57,8 @@ class HostileCandidate:
         self.unknown_label = "maybe-later"
         self.headers_seen: list[dict[str, str]] = []  # the last requests' headers (bounded)
         self.requests = 0
-        self.port = free_port()
+        super().__init__()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._session: aiohttp.ClientSession | None = None
-
-    def start(self) -> "HostileCandidate":
-        self._thread = threading.Thread(target=self._run, daemon=True, name="hostile-candidate")
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("hostile candidate did not start")
-        return self
-
-    def _run(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._loop.run_until_complete(self._serve())
-
-    async def _serve(self) -> None:
-        self._session = aiohttp.ClientSession()
-        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=1 << 22)
-        self._started.set()
-        try:
-            async with server:
-                await server.serve_forever()
-        except asyncio.CancelledError:
-            pass
-        finally:
-            await self._session.close()
-
-    def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            return
-
-        def cancel_all():
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()
-        self._loop.call_soon_threadsafe(cancel_all)
-        self._thread.join(10)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

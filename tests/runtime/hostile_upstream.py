@@ -19,9 +19,8 @@ import threading
 from collections import Counter
 from typing import Any, Callable
 
-import aiohttp
 
-from arbiter_devenv.vllm_standin import free_port
+from loopback_peer import LoopbackPeer
 
 
 def _choice(r):
@@ -155,8 +154,11 @@ TRANSPORT = ("truncated", "reset", "close_no_response", "slow", "trickle", "bad_
 BEHAVIOURS = tuple(MUTATIONS) + tuple(RAW) + TRANSPORT
 
 
-class HostileUpstream:
+class HostileUpstream(LoopbackPeer):
     """Runs on loopback in a thread with its own event loop; `script` is the list of behaviours, cycled."""
+
+    name = "hostile-upstream"
+    read_limit = 1 << 24
 
     def __init__(self, standin_url: str, slow_s: float = 1.0, seed: int = 0):
         self.standin_url = standin_url.rstrip("/")
@@ -167,13 +169,8 @@ class HostileUpstream:
         self._index = 0
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
-        self.port = free_port()
+        super().__init__()
         self.url = f"http://127.0.0.1:{self.port}/v1"
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._server: asyncio.AbstractServer | None = None
-        self._session: aiohttp.ClientSession | None = None
 
     def set_script(self, script: list[str]) -> None:
         with self._lock:
@@ -188,39 +185,6 @@ class HostileUpstream:
             return b
 
     # -- lifecycle --------------------------------------------------------------------------------------------
-    def start(self) -> "HostileUpstream":
-        self._thread = threading.Thread(target=self._run, daemon=True, name="hostile-upstream")
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("hostile upstream did not start")
-        return self
-
-    def _run(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._loop.run_until_complete(self._serve())
-
-    async def _serve(self) -> None:
-        self._session = aiohttp.ClientSession()
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=1 << 24)
-        self._started.set()
-        try:
-            async with self._server:
-                await self._server.serve_forever()
-        except asyncio.CancelledError:
-            pass
-        finally:
-            await self._session.close()
-
-    def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            return
-
-        def cancel_all():
-            for task in asyncio.all_tasks(self._loop):
-                task.cancel()
-        self._loop.call_soon_threadsafe(cancel_all)
-        self._thread.join(10)
-
     # -- HTTP -------------------------------------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -1,0 +1,60 @@
+"""A raw asyncio HTTP peer on loopback, in a thread with its own event loop: the lifecycle the hostile test peers
+(hostile_upstream.HostileUpstream, hostile_candidate.HostileCandidate) share. A subclass writes `_handle`, which reads
+and answers raw bytes, so it can misbehave below what an HTTP framework would allow."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import aiohttp
+
+from arbiter_devenv.vllm_standin import free_port
+
+
+class LoopbackPeer:
+    name = "loopback-peer"
+    read_limit = 1 << 22  # the largest request head or line the peer reads
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._session: aiohttp.ClientSession | None = None  # for the peers that forward to a real server
+
+    def start(self):  # type: ignore[no-untyped-def]
+        self._thread = threading.Thread(target=self._run, daemon=True, name=self.name)
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError(f"{self.name} did not start")
+        return self
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._loop.run_until_complete(self._serve())
+
+    async def _serve(self) -> None:
+        self._session = aiohttp.ClientSession()
+        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=self.read_limit)
+        self._started.set()
+        try:
+            async with server:
+                await server.serve_forever()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await self._session.close()
+
+    def stop(self) -> None:
+        if self._loop is None or self._thread is None:
+            return
+
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+        self._loop.call_soon_threadsafe(cancel_all)
+        self._thread.join(10)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
