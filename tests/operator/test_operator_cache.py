@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kubernetes import client
 
 from arbiter_operator.cache import CachedKubeClient, WatchCache, _requirements, matches
+from arbiter_operator.clients.kube import raw_call
 from operator_kit import condition, create_dm, eventually, example, get
 from test_operator_metrics import samples, total
 
@@ -91,8 +92,27 @@ def test_a_deleted_podmonitor_is_put_back(control_plane, namespace, api, operato
     assert back["spec"] == old["spec"]
 
 
+_WATCHED = (("serving.kserve.io", "v1beta1", "inferenceservices"), ("apps", "v1", "deployments"),
+            ("", "v1", "configmaps"), ("", "v1", "services"), ("", "v1", "pods"), ("route.openshift.io", "v1", "routes"),
+            ("monitoring.coreos.com", "v1", "podmonitors"), ("arbiter.dev", "v1alpha1", "decisionmodels"))
+
+
+def _cluster_state(api, ns):
+    """(plural, name) -> resourceVersion of everything in the namespace whose change may queue a reconcile."""
+    state = {}
+    for group, version, plural in _WATCHED:
+        prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        for obj in raw_call(api, "GET", f"{prefix}/namespaces/{ns}/{plural}")["items"]:
+            state[(plural, obj["metadata"]["name"])] = obj["metadata"]["resourceVersion"]
+    return state
+
+
 def test_converged_models_make_no_requests(control_plane, namespace, api, operator_process, predictors):
-    """Idle cost with a fleet: 20 converged DecisionModels, then 30 s without one reconcile or API request."""
+    """Idle cost with a fleet: 20 converged DecisionModels, then 30 s without one reconcile or API request.
+
+    KServe's controller may still be catching up on its own status after the operator went quiet (slowly on a busy
+    machine); a pass that answers such a change is the operator's job, not idle cost. So a window counts only when
+    nothing the operator watches changed in it, and a window where the cluster moved is measured again."""
     op = operator_process(namespaces=[namespace], metrics=True)
     names = [f"idle-{i:02d}" for i in range(20)]
     for name in names:
@@ -100,11 +120,18 @@ def test_converged_models_make_no_requests(control_plane, namespace, api, operat
         body["metadata"]["name"] = name
         create_dm(api, namespace, body)
     eventually(lambda: all(_ready(api, namespace, n) for n in names), 240, "all 20 Ready")
-    first = _settled(op)
-    time.sleep(30)
-    second = samples(op.scrape())
-    assert _passes(second) == _passes(first)
-    assert _requests(second) == _requests(first)
+
+    def quiet_window():
+        first, cluster = _settled(op), _cluster_state(api, namespace)
+        time.sleep(30)
+        second = samples(op.scrape())
+        return (first, second) if _cluster_state(api, namespace) == cluster else None
+
+    first, second = eventually(quiet_window, 300, "a 30 s window in which the cluster did not move")
+    by_result = {r: total(second, "arbiter_operator_reconcile_total", result=r)
+                 - total(first, "arbiter_operator_reconcile_total", result=r) for r in ("converged", "requeued", "error")}
+    assert _passes(second) == _passes(first), f"a converged fleet reconciled with nothing changed: {by_result}"
+    assert _requests(second) == _requests(first), "a converged fleet made API requests"
 
 
 # -- the cache against hostile watch streams ---------------------------------------------------------------------
