@@ -24,13 +24,12 @@ from arbiter_devenv.argocd import ArgoCD, GitRepo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "promotion"))
 from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
-from promstack import module_stack, prometheus_binary  # noqa: E402
+from promstack import module_stack  # noqa: E402
 from support.examples import example, example_text
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.slow,
-    pytest.mark.skipif(prometheus_binary() is None, reason="needs Debian's prometheus (hack/setup.sh)"),
 ]
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -93,7 +93,8 @@ def test_a_deleted_podmonitor_is_put_back(control_plane, namespace, api, operato
 
 
 _WATCHED = (("serving.kserve.io", "v1beta1", "inferenceservices"), ("apps", "v1", "deployments"),
-            ("", "v1", "configmaps"), ("", "v1", "services"), ("", "v1", "pods"), ("route.openshift.io", "v1", "routes"),
+            ("", "v1", "configmaps"), ("", "v1", "services"), ("", "v1", "pods"),
+            ("route.openshift.io", "v1", "routes"),
             ("monitoring.coreos.com", "v1", "podmonitors"), ("arbiter.dev", "v1alpha1", "decisionmodels"))
 
 
@@ -128,8 +129,9 @@ def test_converged_models_make_no_requests(control_plane, namespace, api, operat
         return (first, second) if _cluster_state(api, namespace) == cluster else None
 
     first, second = eventually(quiet_window, 300, "a 30 s window in which the cluster did not move")
-    by_result = {r: total(second, "arbiter_operator_reconcile_total", result=r)
-                 - total(first, "arbiter_operator_reconcile_total", result=r) for r in ("converged", "requeued", "error")}
+    reconciles = "arbiter_operator_reconcile_total"
+    by_result = {r: total(second, reconciles, result=r) - total(first, reconciles, result=r)
+                 for r in ("converged", "requeued", "error")}
     assert _passes(second) == _passes(first), f"a converged fleet reconciled with nothing changed: {by_result}"
     assert _requests(second) == _requests(first), "a converged fleet made API requests"
 

@@ -18,13 +18,12 @@ from arbiter_operator.api.models import isvc_name
 from arbiter_operator.cli.kubectl_arbiter import main as kubectl_arbiter
 from decision_e2e_kit import DecisionE2E
 from e2e_kit import V1, V2, fast_canary
-from promstack import module_stack, prometheus_binary
+from promstack import module_stack
 from test_promotion_health_lua import health
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.slow,
-    pytest.mark.skipif(prometheus_binary() is None, reason="needs Debian's prometheus (hack/setup.sh)"),
 ]
 
 # Latency is not what these tests judge (the decision servers share two cores with the whole cluster): a loose bound.

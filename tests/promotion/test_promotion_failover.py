@@ -12,12 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from arbiter_devenv.operator_process import OperatorProcess
 from e2e_kit import E2E, V1, V2, fast_canary
-from promstack import module_stack, prometheus_binary
+from promstack import module_stack
 
 pytestmark = [
     pytest.mark.cluster,
     pytest.mark.slow,
-    pytest.mark.skipif(prometheus_binary() is None, reason="needs Debian's prometheus (hack/setup.sh)"),
 ]
 
 

@@ -15,12 +15,11 @@ from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConf
 from arbiter_operator.promotion import AnalysisQuery, analysis_due
 from arbiter_operator.observe.analysis import run_analysis
 
-from promstack import PromStack, prometheus_binary
+from promstack import PromStack
 
 NS = "fraud"
 MODEL = "claims"
 
-pytestmark = pytest.mark.skipif(prometheus_binary() is None, reason="needs Debian's prometheus (hack/setup.sh)")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from runtime_procs import CASES, LABELS, RuntimeFleet
 from support.polling import eventually
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "promotion"))
-from promstack import PromStack, prometheus_binary  # noqa: E402
+from promstack import PromStack  # noqa: E402
 
 
 def samples(proc) -> dict[tuple[str, frozenset], float]:
@@ -79,7 +79,6 @@ def test_each_behaviour_shows_in_the_runtime_series(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(prometheus_binary() is None, reason="prometheus not installed (hack/setup.sh installs it)")
 def test_prometheus_scrapes_the_mix_and_the_shadow_agreement_per_version(tmp_path):
     (tmp_path / "prom").mkdir()
     stack = PromStack(tmp_path / "prom").start()
