@@ -39,8 +39,9 @@ async def run_analysis(prometheus_client: InstantQuerier, query: AnalysisQuery) 
         if isinstance(result, BaseException):
             if isinstance(result, asyncio.CancelledError):
                 raise result
-            # Any client failure is an inconclusive analysis, not a crash.
-            return judge(query, {}, error=_describe(result))
+            # Any client failure is an inconclusive analysis, not a crash; the message names the query that failed
+            # (a custom check's PromQL is the user's text, and Prometheus's parse error is only useful next to it).
+            return judge(query, {}, error=f"{_query_title(name)}: {_describe(result)}")
         if name in query.vectors:
             values[name] = _vector(result, query.vectors[name].by)
         else:
@@ -69,6 +70,11 @@ def _vector(result: Any, by: tuple[str, ...]) -> dict[str, float]:
         if n is not None and n >= 0:
             out[key] = out.get(key, 0.0) + n
     return out
+
+
+def _query_title(name: str) -> str:
+    kind, _, check = name.partition(":")
+    return f"check {check}" if kind == "check" and check else f"{name} query"
 
 
 def _describe(exc: BaseException) -> str:
