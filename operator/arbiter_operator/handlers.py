@@ -66,6 +66,16 @@ class WorkQueue:
             old.cancel()
         self._timers[key] = loop.call_at(when, self._fire, key)
 
+    def reschedule(self, key: Key, delay: float | None) -> None:
+        """The next wake-up a finished pass asked for, replacing any earlier one: a pass plans from everything it
+        observed, so a timer an older pass set (a loading poll, a recheck) is stale once this one converged; left
+        in place it would wake a converged DecisionModel for nothing."""
+        old = self._timers.pop(key, None)
+        if old is not None:
+            old.cancel()
+        if delay is not None:
+            self.add_after(key, delay)
+
     def _fire(self, key: Key) -> None:
         self._timers.pop(key, None)
         self.add(key)
@@ -125,8 +135,7 @@ async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, 
             metrics.RECONCILE_SECONDS.labels(result).observe(time.monotonic() - started)
             failures.pop(key, None)
             delays = [d for d in (requeue, resync_seconds or None) if d is not None]
-            if delays:
-                queue.add_after(key, min(delays))
+            queue.reschedule(key, min(delays) if delays else None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -271,10 +271,20 @@ def test_a_failing_release_ends_degraded_naming_the_stable_version(gitops: GitOp
     # ... and still once the candidate is gone. (Argo CD re-reads a resource's health message on a status-only update
     # only when the health status changes; otherwise at its next periodic refresh.)
     e.wait(lambda: e.promotion().get("phase") == "Failed" and set(e.isvcs()) == {V1}, "candidate stopped")
-    g.argo.refresh(g.app)
-    health = g.wait(lambda: g.dm_health().get("message", "").startswith(f"AnalysisFailed: promotion of {V2} failed "
-                                                                          "and was rolled back") and g.dm_health(),
-                    "health message of the finished rollback", timeout=30)
+    refreshed = [0.0]
+
+    def rolled_back():
+        health = g.dm_health()
+        if health.get("message", "").startswith(f"AnalysisFailed: promotion of {V2} failed and was rolled back"):
+            return health
+        # A refresh that reaches the controller before its watch delivered the final status reads the old one:
+        # ask again every few seconds, as a user clicking Refresh would.
+        if time.monotonic() - refreshed[0] > 5:
+            g.argo.refresh(g.app)
+            refreshed[0] = time.monotonic()
+        return None
+
+    health = g.wait(rolled_back, "health message of the finished rollback", timeout=60)
     assert health["status"] == "Degraded" and health["message"].endswith(f"stable version {V1} keeps serving")
     # Degraded is not drift: the spec in Git and in the cluster agree, and self-heal does not retry the sync.
     time.sleep(5)

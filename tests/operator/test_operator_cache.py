@@ -94,7 +94,7 @@ def test_a_deleted_podmonitor_is_put_back(control_plane, namespace, api, operato
 
 _WATCHED = (("serving.kserve.io", "v1beta1", "inferenceservices"), ("apps", "v1", "deployments"),
             ("", "v1", "configmaps"), ("", "v1", "services"), ("", "v1", "pods"),
-            ("route.openshift.io", "v1", "routes"),
+            ("route.openshift.io", "v1", "routes"), ("serving.kserve.io", "v1alpha1", "servingruntimes"),
             ("monitoring.coreos.com", "v1", "podmonitors"), ("arbiter.dev", "v1alpha1", "decisionmodels"))
 
 
