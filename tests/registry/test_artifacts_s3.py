@@ -150,8 +150,7 @@ async def test_diffusion_model_is_detected_and_tells_the_runtime(s3_server, buck
               "num_key_value_heads": 4, "max_position_embeddings": 8192, "canvas_length": 256}
     report = await check(s3_server, bucket, {"config.json": config, "model.safetensors": b"w"})
     assert report.status == "True", report.message
-    assert report.diffusion
-    assert report.runtime_hints["structuredOutputs"] is False and report.runtime_hints["seed"] is False
+    assert report.diffusion and "no structured outputs and no seed" in report.message
 
 
 async def test_digest_changes_when_a_file_is_rewritten(s3_server, bucket):

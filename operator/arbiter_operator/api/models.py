@@ -154,9 +154,6 @@ class FallbackRule(_Model):
     )
 
 
-_DECISION_FIELDS_DOC = "Decision settings the runtime reads from the mounted decision.json."
-
-
 class DecisionSpec(_Model):
     model_config = ConfigDict(
         extra="forbid",
@@ -644,12 +641,6 @@ def isvc_name(dm_name: str, version: str) -> str:
     """`<dm>--<slug>`. Injective on (dm, slug) because a DecisionModel name never contains `--` and never ends with
     `-` (the CRD refuses both): the first `--` of an InferenceService name is the separator."""
     return f"{dm_name}{NAME_SEPARATOR}{version_slug(version)}"
-
-
-def legacy_isvc_name(dm_name: str, version: str) -> str:
-    """The name earlier builds gave an InferenceService (`<dm>-<slug>`, not injective). Only read, to replace such
-    children without an outage; never created."""
-    return f"{dm_name}-{version_slug(version)}"
 
 
 def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
 
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
@@ -85,9 +85,6 @@ class ArtifactReport:
     message: str
     digest: str | None = None
     diffusion: bool = False
-    architecture: str | None = None
-    max_position_embeddings: int | None = None
-    runtime_hints: Mapping[str, Any] = field(default_factory=dict)
     # Scored mode only, from the version's tokenizer.json (tokencost.py): generated tokens per decision, and the
     # text of the TokenCost condition (None: no tokenizer.json, or not scored).
     tokens_per_decision: int | None = None
@@ -241,13 +238,8 @@ def check_artifacts(
     archs = [str(a) for a in config.get("architectures") or []]
     arch = archs[0] if archs else None
     diffusion = is_diffusion(config)
-    hints: dict[str, Any] = (
-        {"structuredOutputs": False, "seed": False, "temperature": 1.0, "validateAfterGeneration": True}
-        if diffusion else {}
-    )
     max_pos, pos_key = derived_max_len(lang)
-    common: dict[str, Any] = dict(diffusion=diffusion, architecture=arch, max_position_embeddings=max_pos,
-                                  runtime_hints=hints)
+    common: dict[str, Any] = dict(diffusion=diffusion)
 
     if ask.architecture and ask.architecture not in archs:
         return fail(ARCHITECTURE_MISMATCH, f"config.json names architecture {', '.join(archs) or 'none'}, "

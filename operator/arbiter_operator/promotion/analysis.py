@@ -387,14 +387,9 @@ def _counts(value: Any) -> dict[str, float]:
 MIX_SIGNIFICANCE = 3.0
 
 
-def mix_shift(candidate: Mapping[str, float], stable: Mapping[str, float]) -> tuple[float, str] | None:
-    """Largest absolute label-share difference and the label it is on; None when either side has no decisions."""
-    found = _mix(candidate, stable)
-    return None if found is None else (found[0], found[1])
-
-
-def _mix(candidate: Mapping[str, float], stable: Mapping[str, float]) -> tuple[float, str, float] | None:
-    """(largest share difference, its label, that difference's noise: MIX_SIGNIFICANCE standard errors)."""
+def mix_shift(candidate: Mapping[str, float], stable: Mapping[str, float]) -> tuple[float, str, float] | None:
+    """(largest absolute label-share difference, the label it is on, that difference's noise: MIX_SIGNIFICANCE
+    standard errors); None when either side has no decisions."""
     ct, stt = sum(candidate.values()), sum(stable.values())
     if ct <= 0 or stt <= 0:
         return None
@@ -511,7 +506,7 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
     mix = None
     if query.stable is not None:
         cand_mix, stable_mix = _counts(values.get("labels")), _counts(values.get("stable_labels"))
-        mix = _mix(cand_mix, stable_mix) if sum(stable_mix.values()) >= max(1, query.min_requests) else None
+        mix = mix_shift(cand_mix, stable_mix) if sum(stable_mix.values()) >= max(1, query.min_requests) else None
         if mix is None:
             # Not the candidate's fault (the stable saw too little, or a runtime without the metric): not judged.
             checks.append(CheckResult(name="decisionMixShift", bound=b.max_mix_shift, verdict="NoData",

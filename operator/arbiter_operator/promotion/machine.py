@@ -40,14 +40,11 @@ HISTORY_LIMIT = 10
 # While waiting on something that has no timer (an InferenceService turning ready, a candidate being deleted), poll at
 # this pace; the operator's watch on its children usually wakes it sooner.
 POLL_SECONDS = 2.0
-# While a version loads (Deploying, Waiting), the poll backs off with the time spent loading, 2 s up to 15 s.
-# Loading a large model takes minutes, and KServe's status change wakes the operator through its watch the moment the
-# version is ready: the poll is a safety net, and at 2 s it cost most of the reconcile passes of a fleet rolling out.
-POLL_MAX_SECONDS = LOADING_POLL.cap
-
-
 def loading_poll(elapsed: float) -> float:
-    """Seconds until the next look at a version that has been loading for `elapsed` seconds."""
+    """Seconds until the next look at a version that has been loading for `elapsed` seconds: backing off with the
+    time spent loading (api/backoff.LOADING_POLL). Loading a large model takes minutes, and KServe's status change
+    wakes the operator through its watch the moment the version is ready: the poll is a safety net, and at a fixed
+    2 s it cost most of the reconcile passes of a fleet rolling out."""
     return LOADING_POLL.delay(elapsed)
 
 
