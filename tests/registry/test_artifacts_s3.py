@@ -6,6 +6,8 @@ through KServe's storage-config form, as the operator reads them from the Secret
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import json
 import uuid
 
@@ -187,6 +189,6 @@ async def test_decision_model_with_one_bad_version_gets_artifacts_valid_false(s3
         reports = await check_decision_model(storage, dm)
     assert [reports[v].status for v in ("1.0.0", "2.0.0", "3.0.0")] == ["True", "False", "True"]
     assert reports["3.0.0"].reason == "NotCheckable"
-    cond = artifacts_condition(reports, generation=7)
+    cond = artifacts_condition(reports, generation=7, now=utc_now())
     assert (cond.status, cond.reason, cond.observedGeneration) == ("False", "TensorParallelMismatch", 7)
     assert cond.message.startswith("version 2.0.0: tensor parallel 4 does not divide 6 attention heads; use 1 or 2")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import pytest
 
 from arbiter_operator.plan.artifacts import (
@@ -179,13 +181,13 @@ def test_condition_folds_versions_false_before_unknown_before_true():
     ok = ArtifactReport("True", "ArtifactsValid", "fine")
     down = ArtifactReport("Unknown", "StorageUnreachable", "cannot reach S3")
     bad = ArtifactReport("False", "WeightsMissing", "no weights")
-    cond = artifacts_condition({"1.0.0": ok, "2.0.0": down, "3.0.0": bad}, generation=4)
+    cond = artifacts_condition({"1.0.0": ok, "2.0.0": down, "3.0.0": bad}, generation=4, now=utc_now())
     assert (cond.type, cond.status, cond.reason) == ("ArtifactsValid", "False", "WeightsMissing")
     assert cond.message == "version 3.0.0: no weights"
-    cond = artifacts_condition({"1.0.0": ok, "2.0.0": down}, generation=4)
+    cond = artifacts_condition({"1.0.0": ok, "2.0.0": down}, generation=4, now=utc_now())
     assert (cond.status, cond.reason) == ("Unknown", "StorageUnreachable")
-    cond = artifacts_condition({"1.0.0": ok, "2.0.0": not_checkable("pvc://c/p")}, generation=4)
+    cond = artifacts_condition({"1.0.0": ok, "2.0.0": not_checkable("pvc://c/p")}, generation=4, now=utc_now())
     assert (cond.status, cond.reason) == ("True", "ArtifactsValid")
     assert "2.0.0 on pvc/oci" in cond.message
-    cond = artifacts_condition({"2.0.0": not_checkable("pvc://c/p")}, generation=4)
+    cond = artifacts_condition({"2.0.0": not_checkable("pvc://c/p")}, generation=4, now=utc_now())
     assert (cond.status, cond.reason) == ("True", "NotCheckable")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 import asyncio
 import base64
 import os
@@ -69,7 +70,9 @@ def _read_file(path: str) -> str | None:
         return None
 
 
-async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -> RegistryTarget | None:
+async def resolve_registry(
+    kube: Any, dm: DecisionModel, now: datetime, sa_dir: str = SA_DIR
+) -> RegistryTarget | None:
     """Turn `spec.registry` into URL, token and CA, reading the cluster through `kube` (clients.kube.KubeClient,
     synchronous: run in a thread). None when the DecisionModel names no registry (then there is no `Registered`
     condition at all)."""
@@ -87,12 +90,12 @@ async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -
             )
             if obj is None:
                 target.error = registered_condition(
-                    gen, unreachable=f"ModelRegistry {ref_ns}/{reg.modelRegistryRef.name} not found")
+                    gen, now, unreachable=f"ModelRegistry {ref_ns}/{reg.modelRegistryRef.name} not found")
                 return target
             try:
                 target.url = registry_url_from_model_registry(obj)
             except ValueError as exc:
-                target.error = registered_condition(gen, unreachable=str(exc))
+                target.error = registered_condition(gen, now, unreachable=str(exc))
                 return target
             target.registry_name = reg.modelRegistryRef.name
         else:
@@ -103,8 +106,8 @@ async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -
             raw = ((secret or {}).get("data") or {}).get(key)
             if raw is None:
                 target.error = registered_condition(
-                    gen, rejected=f"Secret {reg.tokenSecretRef.name} (key {key}) with the registry token not found in "
-                    f"namespace {ns}; create it or fix spec.registry.tokenSecretRef")
+                    gen, now, rejected=f"Secret {reg.tokenSecretRef.name} (key {key}) with the registry token not "
+                    f"found in namespace {ns}; create it or fix spec.registry.tokenSecretRef")
                 return target
             target.token = base64.b64decode(raw).decode().strip()
         else:
@@ -116,8 +119,8 @@ async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -
             pem = ((cm or {}).get("data") or {}).get(key)
             if pem is None:
                 target.error = registered_condition(
-                    gen, rejected=f"ConfigMap {reg.caBundleConfigMapRef.name} (key {key}) with the registry CA not "
-                    f"found in namespace {ns}; create it or fix spec.registry.caBundleConfigMapRef")
+                    gen, now, rejected=f"ConfigMap {reg.caBundleConfigMapRef.name} (key {key}) with the registry CA "
+                    f"not found in namespace {ns}; create it or fix spec.registry.caBundleConfigMapRef")
                 return target
             pems.append(pem)
         # OpenShift's service CA signs the in-cluster registry endpoints (kube-rbac-proxy); trust it when mounted.
@@ -126,5 +129,5 @@ async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -
             pems.append(service_ca)
         target.ca_bundle_pem = "\n".join(pems) or None
     except KubeError as exc:  # e.g. 403 reading the Secret: the apiserver's message names no secret value
-        target.error = registered_condition(gen, unreachable=f"cannot read spec.registry references ({exc})")
+        target.error = registered_condition(gen, now, unreachable=f"cannot read spec.registry references ({exc})")
     return target

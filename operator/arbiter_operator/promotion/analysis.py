@@ -447,7 +447,9 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
     # The runtime's decision latency is the gate: it is what the SLA promises (it includes the model call) and its
     # buckets resolve milliseconds. vLLM's e2e histogram starts at a 300 ms bucket, so its p95 of a 40 ms model reads
     # ~285 ms; it gates only when the runtime exports no latency at all, and is always reported.
-    p95 = decision_p95 * 1000.0 if decision_p95 is not None else (vllm_p95 * 1000.0 if vllm_p95 is not None else None)
+    # In ms; a p95 in seconds too large to be one in ms (a broken exporter) is no number either.
+    p95 = as_number(decision_p95 * 1000.0) if decision_p95 is not None else (
+        as_number(vllm_p95 * 1000.0) if vllm_p95 is not None else None)
 
     def share(name: str) -> float | None:
         # A missing series only means nothing of the kind happened yet, as long as decisions were counted.

@@ -178,6 +178,20 @@ class _Run:
         frm = f" from {self.st.stable}" if self.st.stable else ""
         self.event("Normal", "PromotionStarted", f"Promoting {version}{frm} ({self.inp.spec.strategy}); {why}")
 
+    def restart_failed(self, target: str) -> bool:
+        """A Failed promotion starts again on a spec change (a new generation) or a new retry annotation value;
+        False: neither happened, it stays Failed."""
+        inp, st = self.inp, self.st
+        retry = inp.retry_annotation
+        if inp.generation != st.failedGeneration:
+            self.start(target, f"spec changed (generation {inp.generation})")
+        elif retry and retry != st.retryToken:
+            self.set(retryToken=retry)
+            self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
+        else:
+            return False
+        return True
+
     def fail(self, reason: str, message: str) -> None:
         """Traffic back to stable at once (traffic is derived from the new phase), candidate stopped."""
         cand = self.st.candidate
@@ -313,13 +327,7 @@ class _Run:
                 self.set(phase="Idle", failureReason=None, failureMessage=None, failedVersion=None)
                 self.event("Normal", "PromotionCleared", f"spec.promote names the stable version {target} again")
                 return
-            retry = inp.retry_annotation
-            if inp.generation != st.failedGeneration:
-                self.start(target, f"spec changed (generation {inp.generation})")
-            elif retry and retry != st.retryToken:
-                self.set(retryToken=retry)
-                self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
-            else:
+            if not self.restart_failed(target):
                 return
             st = self.st
 
@@ -564,13 +572,7 @@ class _Run:
                 self.set(phase="Failed" if st.phase == "RollingBack" else "Idle", candidate=None)
             return
         if st.phase == "Failed":
-            retry = inp.retry_annotation
-            if inp.generation != st.failedGeneration:
-                self.start(target, f"spec changed (generation {inp.generation})")
-            elif retry and retry != st.retryToken:
-                self.set(retryToken=retry)
-                self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
-            else:
+            if not self.restart_failed(target):
                 return
         elif st.candidate != target or st.phase not in IN_PROGRESS:
             self.set(phase="Idle", candidate=None)
