@@ -131,3 +131,19 @@ def test_a_file_that_is_not_json_gets_an_error_naming_the_file(tmp_path, blob):
         assert str(exc).startswith(f"decision config {path}") or str(exc).startswith("cannot read"), str(exc)
     except UnicodeDecodeError:
         pytest.fail("a file that is not UTF-8 must be refused with a ConfigError")
+
+
+def test_the_refused_override_is_invalid_spec_and_nothing_is_rendered():
+    from datetime import datetime, timezone
+
+    from arbiter_operator.plan import Observations, plan
+
+    raw = example()
+    rule_label = raw["spec"]["decision"]["fallbackRules"][0]["decision"]
+    raw["spec"]["versions"][0]["decision"] = {"labels": [x for x in raw["spec"]["decision"]["labels"]
+                                                         if x != rule_label]}
+    result = plan(make_dm(raw), Observations(), datetime.now(timezone.utc))
+    ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "the runtime would refuse its decision.json" in ready["message"]
+    assert result.children is None  # what serves keeps serving: no child is touched
