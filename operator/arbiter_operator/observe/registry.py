@@ -70,6 +70,17 @@ def _read_file(path: str) -> str | None:
         return None
 
 
+async def _referenced(kube: Any, kind: str, ns: str, ref: Any, default_key: str, field: str) -> tuple[str | None, str]:
+    """The value under `ref.key` (or `default_key`) of the Secret or ConfigMap `ref` names (None when either is
+    missing), and the message that says so."""
+    obj = await asyncio.to_thread(kube.get, "v1", kind, ns, ref.name)
+    key = ref.key or default_key
+    what = "token" if kind == "Secret" else "CA"
+    return ((obj or {}).get("data") or {}).get(key), (
+        f"{kind} {ref.name} (key {key}) with the registry {what} not found in namespace {ns}; create it or fix "
+        f"spec.registry.{field}")
+
+
 async def resolve_registry(
     kube: Any, dm: DecisionModel, now: datetime, sa_dir: str = SA_DIR
 ) -> RegistryTarget | None:
@@ -101,26 +112,19 @@ async def resolve_registry(
         else:
             target.url = reg.url
         if reg.tokenSecretRef is not None:
-            secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, reg.tokenSecretRef.name)
-            key = reg.tokenSecretRef.key or "token"
-            raw = ((secret or {}).get("data") or {}).get(key)
+            raw, missing = await _referenced(kube, "Secret", ns, reg.tokenSecretRef, "token", "tokenSecretRef")
             if raw is None:
-                target.error = registered_condition(
-                    gen, now, rejected=f"Secret {reg.tokenSecretRef.name} (key {key}) with the registry token not "
-                    f"found in namespace {ns}; create it or fix spec.registry.tokenSecretRef")
+                target.error = registered_condition(gen, now, rejected=missing)
                 return target
             target.token = base64.b64decode(raw).decode().strip()
         else:
             target.token = _read_file(os.path.join(sa_dir, "token"))  # the operator's own identity
         pems = []
         if reg.caBundleConfigMapRef is not None:
-            cm = await asyncio.to_thread(kube.get, "v1", "ConfigMap", ns, reg.caBundleConfigMapRef.name)
-            key = reg.caBundleConfigMapRef.key or "ca.crt"
-            pem = ((cm or {}).get("data") or {}).get(key)
+            pem, missing = await _referenced(kube, "ConfigMap", ns, reg.caBundleConfigMapRef, "ca.crt",
+                                             "caBundleConfigMapRef")
             if pem is None:
-                target.error = registered_condition(
-                    gen, now, rejected=f"ConfigMap {reg.caBundleConfigMapRef.name} (key {key}) with the registry CA "
-                    f"not found in namespace {ns}; create it or fix spec.registry.caBundleConfigMapRef")
+                target.error = registered_condition(gen, now, rejected=missing)
                 return target
             pems.append(pem)
         # OpenShift's service CA signs the in-cluster registry endpoints (kube-rbac-proxy); trust it when mounted.
