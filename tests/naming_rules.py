@@ -11,6 +11,12 @@ VERSION_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 ISVC_RE = re.compile(m.ISVC_NAME_PATTERN)
 
 
+def legacy_isvc_name(dm_name: str, version: str) -> str:
+    """The name builds before the `--` scheme gave an InferenceService (`<dm>-<slug>`, not injective): the operator
+    finds such children by label and owner uid, never by this name; tests create them under it."""
+    return f"{dm_name}-{m.version_slug(version)}"
+
+
 def crd_accepts(name: str, versions: list[str], nodes: int = 1) -> bool:
     limit = m.MAX_NAME_PLUS_VERSION if nodes == 1 else m.MAX_NAME_PLUS_VERSION_MULTINODE
     slugs = [v.replace(".", "-") for v in versions]

@@ -13,7 +13,7 @@ import copy
 import logging
 from typing import Any
 
-from datetime import datetime, timezone
+from datetime import datetime
 
 from .api.models import DecisionModel
 from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
@@ -88,7 +88,7 @@ def apply_plan(
     dm: DecisionModel,
     plan: Plan,
     live_children: dict[tuple[str, str], dict[str, Any]],
-    now: datetime | None = None,
+    now: datetime,
 ) -> tuple[int, list[str]]:
     """Returns the number of writes made and the children refused because another owner holds them.
 
@@ -119,7 +119,7 @@ def apply_plan(
             writes += 1
     status = plan.status
     if conflicts:
-        status = with_child_conflicts(status, conflicts, dm.metadata.generation, now or datetime.now(timezone.utc))
+        status = with_child_conflicts(status, conflicts, dm.metadata.generation, now)
     patch = merge_patch(dm_raw.get("status") or {}, status)
     if patch is not None:
         try:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
 
@@ -21,7 +20,6 @@ from pydantic import ValidationError
 
 from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .api.names import API_VERSION, KIND
-from .api.times import format_time
 from .apply import apply_plan
 from .clients.kube import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
@@ -60,7 +58,7 @@ def utc_now() -> datetime:
 
 
 class Finalizer(Protocol):
-    async def finalize(self, raw: dict[str, Any]) -> float | None: ...
+    async def finalize(self, raw: dict[str, Any], now: datetime) -> float | None: ...
 
     async def keep(self, raw: dict[str, Any], dm: DecisionModel) -> None: ...
 
@@ -98,7 +96,7 @@ class Reconciler:
             return None
         if (raw.get("metadata") or {}).get("deletionTimestamp"):
             # Children go with it (owner references); what lives outside the cluster is the finalizer's.
-            return await self.finalizer.finalize(raw) if registry_holds(raw) else None
+            return await self.finalizer.finalize(raw, self.clock()) if registry_holds(raw) else None
         try:
             dm = DecisionModel.model_validate(raw)
         except ValidationError as exc:
@@ -114,16 +112,11 @@ class Reconciler:
         # observe
         obs = await asyncio.to_thread(observe_children, self.client, dm, bool(self.podmonitor_api), self.runtime_image)
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
-        obs = await observe_artifacts(self.client, dm, obs, self.verdicts)
+        obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
         if self.prometheus is not None:
             obs = await observe_promotion_analysis(self.prometheus, dm, obs, now)
         # sync (registry ids label the InferenceServices the plan renders)
-        obs = await sync_registry_step(self.client, dm, obs)
-        # One clock: what the observe and sync steps report carries this reconcile's `now` (set_condition keeps an
-        # earlier lastTransitionTime while the status is unchanged).
-        stamp = format_time(now)
-        obs = replace(obs, extra_conditions=tuple(c.model_copy(update={"lastTransitionTime": stamp})
-                                                  for c in obs.extra_conditions))
+        obs = await sync_registry_step(self.client, dm, obs, now)
         # plan
         p = make_plan(dm, obs, now)
         # apply

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime
 from typing import Any
 
 from .api.backoff import REGISTRY_ARCHIVE_BACKOFF
@@ -143,13 +144,13 @@ class RegistryFinalizer:
         if residue:
             await self._patch(raw, residue)
 
-    async def finalize(self, raw: dict[str, Any]) -> float | None:
+    async def finalize(self, raw: dict[str, Any], now: datetime) -> float | None:
         """A DecisionModel being deleted that holds our finalizer: archive, then let it go. Returns the seconds
         until the next attempt (None: done, the finalizer is removed)."""
         meta = raw["metadata"]
         uid = meta.get("uid", "")
         retry = self.retries.get(uid, 0)
-        delay = await self._archive(raw, retry)
+        delay = await self._archive(raw, retry, now)
         if delay is not None:
             self.retries[uid] = retry + 1
             return delay
@@ -163,7 +164,7 @@ class RegistryFinalizer:
                     raise
         return None
 
-    async def _archive(self, raw: dict[str, Any], retry: int) -> float | None:
+    async def _archive(self, raw: dict[str, Any], retry: int, now: datetime) -> float | None:
         namespace, name = raw["metadata"]["namespace"], raw["metadata"]["name"]
         try:
             dm = DecisionModel.model_validate(raw)
@@ -172,7 +173,7 @@ class RegistryFinalizer:
             return None
         kube = self.kube
         mark_deleting(dm.metadata.uid)  # first: a reconcile that gets the registry lock after this writes nothing
-        target = await resolve_registry(kube, dm)
+        target = await resolve_registry(kube, dm, now)
         if target is None:  # spec.registry removed meanwhile: nothing to archive
             return None
         delay = retry_delay(retry)
@@ -193,7 +194,7 @@ class RegistryFinalizer:
             await _report(kube, raw, dm, target.error, retry, delay)
             return delay
         async with registry_lock(dm.metadata.uid), target.client() as client:
-            result = await archive_all(client, dm)
+            result = await archive_all(client, dm, now)
         if not result.ok and not recorded:
             log.info("%s/%s deleted: no registry entry recorded in status and the registry cannot be asked (%s); "
                      "nothing to archive", namespace, name, result.condition.message)

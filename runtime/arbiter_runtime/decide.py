@@ -221,16 +221,6 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
-def _first_choice(response: Any) -> dict[str, Any]:
-    try:
-        choice = response["choices"][0]
-        if not isinstance(choice["message"], dict):
-            raise TypeError
-        return choice
-    except (KeyError, IndexError, TypeError):
-        raise TrajectoryInvalid("protocol", "upstream response has no choices[0].message") from None
-
-
 def _token_len(entry: dict[str, Any]) -> int:
     b = entry.get("bytes")
     if isinstance(b, list):

@@ -111,10 +111,3 @@ def _canon(value: Any, path: list[Any], depth: int) -> Any:
     raise BadRequest(f"field '{_where(path)}': not a JSON value")
 
 
-def check_text(value: str, what: str) -> str:
-    """A caller-supplied string echoed in responses or records (e.g. the V2 request id)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest(f"{what} is not valid Unicode (a lone surrogate); send UTF-8 text") from None
-    return value

@@ -24,7 +24,6 @@ from typing import Sequence
 from .trajectory import TrajectoryInvalid
 
 FORMATS = ("compact", "lines")
-DEFAULT_FORMAT = "compact"
 
 
 def _wire(names: Sequence[str]) -> str:

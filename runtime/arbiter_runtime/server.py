@@ -368,57 +368,57 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
             rt.metrics.answered(out.decision)  # the decision mix counts what left the server
         return [o for o, _ in decided], canonicals
 
-    @_boundary
-    async def infer(request: Request) -> Response:
-        started = time.perf_counter()
-        if (err := check_model(request)) is not None:
-            return err
+    async def serve(request: Request, started: float, read: Any, answer: Any) -> Response:
+        """The decision path both endpoints share: admit, read the rows (`read`: request -> documents, request id,
+        what the answer needs), decide and audit, answer (`answer`: outcomes, trace, request id, that -> body),
+        mirror to the candidate (never a mirrored request itself: no loops)."""
         trace = trace_from_header(request.headers.get("traceparent"))
         headers = {"traceparent": trace.traceparent}
         if (err := admit(headers)) is not None:
             return err
         shadow = SHADOW_HEADER in request.headers
         try:
-            documents, req_id, wanted = parse_infer(await _read_json(request))
+            documents, req_id, wanted = await read(request)
             result = await decide_audited(documents, trace, started, req_id, headers, shadow)
         except BadRequest as exc:
             return _error(400, str(exc), headers)
         if isinstance(result, Response):
             return result
         outcomes, canonicals = result
-        params = {"trace_id": trace.trace_id, "traceparent": trace.traceparent}
         headers["server-timing"] = _timing(outcomes, started)
-        response = FastJSONResponse(infer_response(model, version, req_id, outcomes, params, wanted), headers=headers)
-        if not shadow:  # a shadow request is never mirrored again: no loops
+        response = FastJSONResponse(answer(outcomes, trace, req_id, wanted), headers=headers)
+        if not shadow:
             rt.shadow.offer(outcomes, canonicals, trace, req_id)
         return response
 
-    @_boundary
-    async def decisions(request: Request) -> Response:
-        started = time.perf_counter()
-        trace = trace_from_header(request.headers.get("traceparent"))
-        headers = {"traceparent": trace.traceparent}
-        if (err := admit(headers)) is not None:
-            return err
-        shadow = SHADOW_HEADER in request.headers
-        try:
-            document = await _read_json(request)
-            result = await decide_audited([document], trace, started, None, headers, shadow)
-        except BadRequest as exc:
-            return _error(400, str(exc), headers)
-        if isinstance(result, Response):
-            return result
-        outcomes, canonicals = result
+    async def read_infer(request: Request) -> tuple[list[Any], str | None, list[str] | None]:
+        return parse_infer(await _read_json(request))
+
+    def answer_infer(outcomes: list[Outcome], trace: Trace, req_id: str | None, wanted: list[str] | None) -> Any:
+        params = {"trace_id": trace.trace_id, "traceparent": trace.traceparent}
+        return infer_response(model, version, req_id, outcomes, params, wanted)
+
+    async def read_decision(request: Request) -> tuple[list[Any], None, None]:
+        return [await _read_json(request)], None, None
+
+    def answer_decision(outcomes: list[Outcome], trace: Trace, req_id: None, wanted: None) -> Any:
         (out,) = outcomes
-        headers["server-timing"] = _timing(outcomes, started)
-        response = FastJSONResponse({
+        return {
             "model": model, "version": version, "decision": out.decision, "confidence": out.confidence,
             "source": out.source, "lowConfidence": out.flagged, "fallbackReason": out.fallback_reason,
             "rule": out.rule, "trajectory": out.trajectory, "traceId": trace.trace_id,
-        }, headers=headers)
-        if not shadow:
-            rt.shadow.offer(outcomes, canonicals, trace, None)
-        return response
+        }
+
+    @_boundary
+    async def infer(request: Request) -> Response:
+        started = time.perf_counter()
+        if (err := check_model(request)) is not None:
+            return err
+        return await serve(request, started, read_infer, answer_infer)
+
+    @_boundary
+    async def decisions(request: Request) -> Response:
+        return await serve(request, time.perf_counter(), read_decision, answer_decision)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable, Protocol
+from typing import Protocol
 
 
 
@@ -116,4 +116,3 @@ def describe(tokens: LabelTokens) -> str:
     return json.dumps({"labelTokenIds": tokens.label_ids, "source": tokens.source})
 
 
-EncodeFn = Callable[[str], Awaitable[list[int]]]

@@ -12,7 +12,6 @@ from typing import Any
 
 from .trajectory import TrajectoryInvalid
 
-MASKED = -9999.0  # vLLM writes a masked (-inf) log-probability as -9999.0
 
 
 class WireError(TrajectoryInvalid):

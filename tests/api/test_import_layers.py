@@ -15,6 +15,7 @@ Parsed with `ast` (no import runs), so a violation shows the exact module pair.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import arbiter_operator
@@ -146,3 +147,28 @@ def test_the_check_sees_the_modules_it_judges():
     assert "arbiter_operator.plan.artifacts" in graph["arbiter_operator.observe.storage"]
     reconcile = graph["arbiter_operator.reconcile"]
     assert {"arbiter_operator.observe.children", "arbiter_operator.sync.registry"} <= reconcile
+
+
+def test_the_operator_takes_only_the_decision_json_contract_from_the_runtime():
+    # decision.json is one model on both sides (arbiter_runtime.contract); the rest of the runtime (HTTP server,
+    # vLLM client, its dependencies) must stay out of the operator, and the contract must need nothing but pydantic.
+    import arbiter_runtime
+
+    taken = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            module = (node.module or "") if isinstance(node, ast.ImportFrom) and node.level == 0 else ""
+            if module.startswith("arbiter_runtime"):
+                taken.add(f"{path.relative_to(PACKAGE)}: {module}")
+            elif isinstance(node, ast.Import):
+                taken |= {f"{path.relative_to(PACKAGE)}: {a.name}" for a in node.names
+                          if a.name.startswith("arbiter_runtime")}
+    assert taken and all(t.endswith(": arbiter_runtime.contract") for t in taken), sorted(taken)
+    contract = Path(arbiter_runtime.__file__).parent / "contract.py"
+    imported = set()
+    for node in ast.walk(ast.parse(contract.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            imported |= {a.name.split(".")[0] for a in node.names}
+    assert imported - set(sys.stdlib_module_names) <= {"pydantic", "pydantic_core"}, sorted(imported)

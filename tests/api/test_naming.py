@@ -12,9 +12,9 @@ import re
 from hypothesis import given, settings, strategies as st
 
 from arbiter_operator.api import models as m
-from arbiter_operator.api.models import isvc_name, legacy_isvc_name
+from arbiter_operator.api.models import isvc_name
 from arbiter_operator.render.naming import derived_labels, derived_names
-from naming_rules import crd_accepts
+from naming_rules import crd_accepts, legacy_isvc_name
 
 ISVC_RE = re.compile(m.ISVC_NAME_PATTERN)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -13,10 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, example as hexample, given, settings, strategies as st
 from kubernetes import client
 
-from arbiter_operator.api.models import DecisionModel, isvc_name, legacy_isvc_name
+from arbiter_operator.api.models import DecisionModel, isvc_name
 from arbiter_operator.clients.kube import raw_call
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.render.naming import derived_names
+from naming_rules import legacy_isvc_name
 from operator_kit import condition, create_dm, eventually, example, get
 
 ROUTES = ("route.openshift.io", "v1", "routes")

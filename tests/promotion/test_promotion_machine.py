@@ -510,10 +510,11 @@ def test_analysis_window_never_reaches_back_before_the_step_started():
 
 @given(st.floats(min_value=-10, max_value=10**6, allow_nan=False))
 def test_loading_poll_backs_off_from_two_to_fifteen_seconds(elapsed):
-    from arbiter_operator.promotion.machine import POLL_MAX_SECONDS, POLL_SECONDS, loading_poll
+    from arbiter_operator.api.backoff import LOADING_POLL
+    from arbiter_operator.promotion.machine import POLL_SECONDS, loading_poll
 
     poll = loading_poll(elapsed)
-    assert POLL_SECONDS <= poll <= POLL_MAX_SECONDS
+    assert POLL_SECONDS <= poll <= LOADING_POLL.cap
     assert poll <= max(POLL_SECONDS, elapsed)  # never waits longer than the version has been loading
     assert loading_poll(elapsed + 1) >= poll  # monotonic: the longer it loads, the calmer the poll
 

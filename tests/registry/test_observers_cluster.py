@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import base64
 import json
 import uuid
@@ -105,7 +107,7 @@ async def test_registry_found_through_a_model_registry_resource(kube, namespace,
     dm = make_dm(model=f"m-{uuid.uuid4().hex[:6]}", versions=["1.0.0"], namespace=namespace,
                  registry={"modelRegistryRef": {"name": name}, "tokenSecretRef": {"name": "registry-token"}})
 
-    obs = await observe_registry(kube, dm, Observations())
+    obs = await observe_registry(kube, dm, Observations(), now=utc_now())
 
     [cond] = conditions(obs, "Registered")
     assert cond.status == "True", cond.message
@@ -118,7 +120,7 @@ async def test_registry_down_keeps_the_ids_already_in_status(kube, namespace):
     dm.status.versions = [VersionStatus(name="1.0.0", registeredModelId="7", modelVersionId="8", modelArtifactId="9"),
                           VersionStatus(name="0.9.0", registeredModelId="7", modelVersionId="5")]  # left the spec
 
-    obs = await observe_registry(kube, dm, Observations())
+    obs = await observe_registry(kube, dm, Observations(), now=utc_now())
 
     [cond] = conditions(obs, "Registered")
     assert (cond.status, cond.reason) == ("Unknown", "RegistryUnreachable")
@@ -128,14 +130,15 @@ async def test_registry_down_keeps_the_ids_already_in_status(kube, namespace):
 async def test_missing_token_secret_is_reported(kube, namespace, model_registry):
     dm = make_dm(model="m", versions=["1.0.0"], namespace=namespace,
                  registry={"url": model_registry.url, "tokenSecretRef": {"name": "nope"}})
-    obs = await observe_registry(kube, dm, Observations())
+    obs = await observe_registry(kube, dm, Observations(), now=utc_now())
     [cond] = conditions(obs, "Registered")
     assert (cond.status, cond.reason) == ("False", "RegistryRejected")
     assert "Secret nope" in cond.message
 
 
 async def test_no_registry_configured_means_no_condition(kube, namespace):
-    obs = await observe_registry(kube, make_dm(model="m", versions=["1.0.0"], namespace=namespace), Observations())
+    obs = await observe_registry(kube, make_dm(model="m", versions=["1.0.0"], namespace=namespace), Observations(),
+        now=utc_now())
     assert obs.extra_conditions == () and obs.registry_ids == {}
 
 
@@ -164,7 +167,7 @@ async def test_artifacts_checked_with_the_storage_config_secret(kube, namespace,
     dm = make_dm(model="m", versions={"1.0.0": f"s3://{model_dirs}/good", "2.0.0": f"s3://{model_dirs}/bad"},
                  namespace=namespace, gpus=4)
 
-    obs = await observe_artifacts(kube, dm, Observations())
+    obs = await observe_artifacts(kube, dm, Observations(), now=utc_now())
 
     assert obs.artifacts["1.0.0"].valid is True and obs.artifacts["1.0.0"].digest.startswith("sha256:")
     assert obs.artifacts["2.0.0"].valid is False
@@ -175,7 +178,7 @@ async def test_artifacts_checked_with_the_storage_config_secret(kube, namespace,
 
 async def test_missing_storage_secret_says_which(kube, namespace, model_dirs):
     dm = make_dm(model="m", versions={"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace)
-    obs = await observe_artifacts(kube, dm, Observations())
+    obs = await observe_artifacts(kube, dm, Observations(), now=utc_now())
     [cond] = conditions(obs, "ArtifactsValid")
     assert (cond.status, cond.reason) == ("Unknown", "StorageCredentialsInvalid")
     assert "Secret storage-config not found" in cond.message
@@ -187,7 +190,7 @@ async def test_s3_outage_keeps_a_serving_version_valid(kube, namespace, s3_serve
                  namespace=namespace)
     dm.status.versions = [VersionStatus(name="1.0.0", phase="Ready", artifactsDigest="sha256:before")]
 
-    obs = await observe_artifacts(kube, dm, Observations())
+    obs = await observe_artifacts(kube, dm, Observations(), now=utc_now())
 
     [cond] = conditions(obs, "ArtifactsValid")
     assert (cond.status, cond.reason) == ("Unknown", "StorageUnreachable")

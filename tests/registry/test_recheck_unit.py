@@ -4,6 +4,8 @@ finalizer is archiving."""
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import uuid
 from datetime import datetime, timedelta, timezone
 
@@ -72,7 +74,7 @@ async def test_missing_storage_secret_is_unknown_so_the_version_waits_instead_of
             return None
 
     dm = make_dm(model="m", versions=["1.0.0"])
-    obs = await observe_artifacts(NoSecrets(), dm, Observations())
+    obs = await observe_artifacts(NoSecrets(), dm, Observations(), now=utc_now())
     [cond] = obs.extra_conditions
     assert (cond.status, cond.reason) == ("Unknown", "StorageCredentialsInvalid")
     assert obs.artifacts["1.0.0"].valid is None  # not deployed, not failed: checked again
@@ -81,8 +83,8 @@ async def test_missing_storage_secret_is_unknown_so_the_version_waits_instead_of
 async def test_a_sync_after_the_finalizer_started_writes_nothing():
     # The registry URL is dead: a sync would report Registered=Unknown. Marked as being deleted, it does not even try.
     dm = make_dm(model="m", versions=["1.0.0"], uid=str(uuid.uuid4()), registry={"url": f"http://127.0.0.1:{free_port()}"})
-    tried = await observe_registry(None, dm, Observations())
+    tried = await observe_registry(None, dm, Observations(), now=utc_now())
     assert [c.status for c in tried.extra_conditions] == ["Unknown"]
     mark_deleting(dm.metadata.uid)
-    skipped = await observe_registry(None, dm, Observations())
+    skipped = await observe_registry(None, dm, Observations(), now=utc_now())
     assert skipped.extra_conditions == ()

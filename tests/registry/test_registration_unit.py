@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import json
 
 import pytest
@@ -103,11 +105,11 @@ def test_registry_url_from_a_model_registry_resource():
 
 
 def test_registered_condition_vocabulary():
-    up = registered_condition(3, registered=["1.0.0"])
+    up = registered_condition(3, registered=["1.0.0"], now=utc_now())
     assert (up.type, up.status, up.reason, up.observedGeneration) == ("Registered", "True", "Registered", 3)
-    down = registered_condition(3, unreachable="cannot reach the registry")
+    down = registered_condition(3, unreachable="cannot reach the registry", now=utc_now())
     assert (down.status, down.reason) == ("Unknown", "RegistryUnreachable")
-    no = registered_condition(3, rejected="401")
+    no = registered_condition(3, rejected="401", now=utc_now())
     assert (no.status, no.reason) == ("False", "RegistryRejected")
 
 

@@ -4,6 +4,8 @@ are registered by reference with their digest, and a value the registry refuses 
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import hashlib
 import json
 import random
@@ -43,7 +45,7 @@ async def test_large_schemas_are_registered_by_reference_with_their_digest(regis
     raw["spec"]["versions"][0]["metadata"]["inputSchema"] = schema
     dm = type(dm).model_validate(raw)
 
-    result = await sync_registry(registry_client, dm)
+    result = await sync_registry(registry_client, dm, now=utc_now())
     assert result.ok, result.condition.message
     mv = await registry_client.find_model_version(external_id=f"arbiter:{model}:1.0.0")
     ref = json.loads(mv.custom_properties[KEY_INPUT_SCHEMA])
@@ -54,7 +56,7 @@ async def test_large_schemas_are_registered_by_reference_with_their_digest(regis
     # A schema that fits is still registered inline.
     assert json.loads(mv.custom_properties[KEY_OUTPUT_SCHEMA]) == dm.spec.versions[0].metadata.outputSchema
 
-    again = await sync_registry(registry_client, dm)  # converged: nothing created or changed
+    again = await sync_registry(registry_client, dm, now=utc_now())  # converged: nothing created or changed
     assert again.ok and not again.created and not again.updated
 
 
@@ -65,7 +67,7 @@ async def test_a_value_the_registry_refuses_for_good_is_registration_rejected_an
     raw["spec"]["model"]["description"] = _noise(4000, 7)  # the CRD allows 4096 characters; the index does not
     dm = type(dm).model_validate(raw)
 
-    result = await sync_registry(registry_client, dm)
+    result = await sync_registry(registry_client, dm, now=utc_now())
     cond = result.condition
     assert (cond.status, cond.reason) == ("False", "RegistrationRejected")
     assert "exceeds btree" in cond.message and "retrying cannot help" in cond.message

@@ -6,6 +6,8 @@ Every exchange of Arbiter's client is validated against the registry's OpenAPI d
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import json
 import uuid
 
@@ -48,7 +50,7 @@ async def test_register_creates_model_versions_and_artifacts_with_metadata(regis
     model = model_name()
     dm = make_dm(model=model, versions=["1.0.0", "1.1.0"], sla_ms=120)
 
-    result = await sync_registry(registry_client, dm)
+    result = await sync_registry(registry_client, dm, now=utc_now())
 
     assert result.condition.status == "True", result.condition.message
     assert result.condition.reason == "Registered"
@@ -80,10 +82,10 @@ async def test_register_creates_model_versions_and_artifacts_with_metadata(regis
 async def test_re_register_finds_entries_and_writes_nothing(registry_client):
     model = model_name()
     dm = make_dm(model=model, versions=["1.0.0", "2.0.0"])
-    first = await sync_registry(registry_client, dm)
+    first = await sync_registry(registry_client, dm, now=utc_now())
     assert first.ok and len(first.created) == 5  # model + 2 versions + 2 artifacts
 
-    again = await sync_registry(registry_client, dm)
+    again = await sync_registry(registry_client, dm, now=utc_now())
 
     assert again.ok
     assert again.created == [] and again.updated == []
@@ -94,10 +96,10 @@ async def test_re_register_finds_entries_and_writes_nothing(registry_client):
 
 async def test_spec_change_updates_entries_in_place(registry_client):
     model = model_name()
-    first = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"], sla_ms=150))
+    first = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"], sla_ms=150), now=utc_now())
 
     changed = make_dm(model=model, versions={"1.0.0": f"s3://models/{model}/1.0.0-retrained"}, sla_ms=90, generation=2)
-    second = await sync_registry(registry_client, changed)
+    second = await sync_registry(registry_client, changed, now=utc_now())
 
     assert second.ok and second.created == []
     assert second.versions["1.0.0"] == first.versions["1.0.0"]
@@ -110,14 +112,15 @@ async def test_spec_change_updates_entries_in_place(registry_client):
 
 async def test_properties_added_by_people_survive_a_sync(registry_client):
     model = model_name()
-    first = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"]))
+    first = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"]), now=utc_now())
     mv_id = first.versions["1.0.0"].model_version_id
     _, versions = await entries(registry_client, model)
     props = dict(versions["1.0.0"].raw["customProperties"])
     props["approved-by"] = {"metadataType": "MetadataStringValue", "string_value": "risk-committee"}
     await registry_client.update_model_version(mv_id, {"customProperties": props})
 
-    await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"], sla_ms=99, generation=2))
+    await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0"], sla_ms=99, generation=2),
+        now=utc_now())
 
     _, versions = await entries(registry_client, model)
     assert versions["1.0.0"].custom_properties["approved-by"] == "risk-committee"
@@ -126,9 +129,9 @@ async def test_properties_added_by_people_survive_a_sync(registry_client):
 
 async def test_version_removed_from_spec_is_archived_not_deleted_and_comes_back(registry_client):
     model = model_name()
-    await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0", "2.0.0"]))
+    await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0", "2.0.0"]), now=utc_now())
 
-    result = await sync_registry(registry_client, make_dm(model=model, versions=["2.0.0"], generation=2))
+    result = await sync_registry(registry_client, make_dm(model=model, versions=["2.0.0"], generation=2), now=utc_now())
 
     assert result.ok and result.archived == ["1.0.0"]
     assert set(result.versions) == {"2.0.0"}
@@ -137,7 +140,8 @@ async def test_version_removed_from_spec_is_archived_not_deleted_and_comes_back(
     assert versions["2.0.0"].state == "LIVE"
 
     # Put back into the spec: the same entry goes LIVE again.
-    back = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0", "2.0.0"], generation=3))
+    back = await sync_registry(registry_client, make_dm(model=model, versions=["1.0.0", "2.0.0"], generation=3),
+        now=utc_now())
     _, versions = await entries(registry_client, model)
     assert versions["1.0.0"].state == "LIVE"
     assert back.versions["1.0.0"].model_version_id == versions["1.0.0"].id
@@ -146,9 +150,9 @@ async def test_version_removed_from_spec_is_archived_not_deleted_and_comes_back(
 async def test_delete_archives_every_version_and_the_model(registry_client):
     model = model_name()
     dm = make_dm(model=model, versions=["1.0.0", "2.0.0"])
-    await sync_registry(registry_client, dm)
+    await sync_registry(registry_client, dm, now=utc_now())
 
-    result = await archive_all(registry_client, dm)
+    result = await archive_all(registry_client, dm, now=utc_now())
 
     assert result.ok, result.condition.message
     assert sorted(result.archived) == ["1.0.0", "2.0.0", f"RegisteredModel {model}"]
@@ -158,18 +162,18 @@ async def test_delete_archives_every_version_and_the_model(registry_client):
     # The audit trail stays: metadata is still readable.
     assert versions["1.0.0"].custom_properties[KEY_UID] == dm.metadata.uid
     # A second finalizer run (operator restarted mid-delete) has nothing left to do and still succeeds.
-    again = await archive_all(registry_client, dm)
+    again = await archive_all(registry_client, dm, now=utc_now())
     assert again.ok and again.archived == []
 
 
 async def test_recreated_decision_model_takes_its_archived_entries_back(registry_client):
     model = model_name()
     old = make_dm(model=model, versions=["1.0.0"], uid="uid-old")
-    first = await sync_registry(registry_client, old)
-    await archive_all(registry_client, old)
+    first = await sync_registry(registry_client, old, now=utc_now())
+    await archive_all(registry_client, old, now=utc_now())
 
     new = make_dm(model=model, versions=["1.0.0"], uid="uid-new")  # same namespace/name, new object
-    result = await sync_registry(registry_client, new)
+    result = await sync_registry(registry_client, new, now=utc_now())
 
     assert result.ok and result.created == []
     assert result.versions["1.0.0"].model_version_id == first.versions["1.0.0"].model_version_id
@@ -182,18 +186,19 @@ async def test_other_decision_models_versions_are_left_alone(registry_client):
     model = model_name()
     team_a = make_dm(model=model, versions=["1.0.0"], namespace="team-a", uid="uid-a")
     team_b = make_dm(model=model, versions=["2.0.0"], namespace="team-b", uid="uid-b")
-    await sync_registry(registry_client, team_a)
-    await sync_registry(registry_client, team_b)
+    await sync_registry(registry_client, team_a, now=utc_now())
+    await sync_registry(registry_client, team_b, now=utc_now())
 
     # team-b removing its versions or being deleted archives nothing of team-a's.
-    await archive_all(registry_client, team_b)
+    await archive_all(registry_client, team_b, now=utc_now())
     rm, versions = await entries(registry_client, model)
     assert versions["1.0.0"].state == "LIVE" and versions["2.0.0"].state == "ARCHIVED"
     assert rm.state == "LIVE"  # still holds team-a's live version
 
     # team-b claiming team-a's live version is refused, with who owns it.
     clash = await sync_registry(registry_client,
-                                make_dm(model=model, versions=["1.0.0"], namespace="team-b", uid="uid-b"))
+                                make_dm(model=model, versions=["1.0.0"], namespace="team-b", uid="uid-b"),
+                                    now=utc_now())
     assert clash.condition.status == "False"
     assert clash.condition.reason == "RegistryRejected"
     assert "team-a/credit-limit" in clash.condition.message
@@ -205,8 +210,8 @@ async def test_registry_unreachable_is_unknown_and_keeps_the_token_secret():
     token = "tok-" + uuid.uuid4().hex
     dead = f"http://127.0.0.1:{free_port()}"
     async with RegistryClient(dead, token=token, timeout=2) as client:
-        result = await sync_registry(client, make_dm(model=model_name(), versions=["1.0.0"]))
-        deleted = await archive_all(client, make_dm(model=model_name(), versions=["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=model_name(), versions=["1.0.0"]), now=utc_now())
+        deleted = await archive_all(client, make_dm(model=model_name(), versions=["1.0.0"]), now=utc_now())
 
     for r in (result, deleted):
         assert r.condition.status == "Unknown"
@@ -222,10 +227,10 @@ async def test_registry_outage_then_recovery(model_registry, openapi_doc):
     async with RegistryClient(model_registry.url, timeout=3) as client:
         model_registry.pause()
         try:
-            down = await sync_registry(client, dm)
+            down = await sync_registry(client, dm, now=utc_now())
         finally:
             model_registry.resume()
-        up = await sync_registry(client, dm)
+        up = await sync_registry(client, dm, now=utc_now())
 
     assert down.condition.status == "Unknown" and down.condition.reason == "RegistryUnreachable"
     assert up.condition.status == "True"
@@ -244,7 +249,7 @@ async def test_bearer_token_is_sent_and_never_redirected(model_registry, openapi
             return await self.inner.handle_async_request(request)
 
     async with RegistryClient(model_registry.url, token="abc.def", transport=Spy()) as client:
-        result = await sync_registry(client, make_dm(model=model_name(), versions=["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=model_name(), versions=["1.0.0"]), now=utc_now())
     assert result.ok
     assert seen and set(seen) == {"Bearer abc.def"}
 
@@ -253,9 +258,10 @@ async def test_every_exchange_matched_the_openapi_document(registry_client, open
     """Runs the whole lifecycle through the validating transport; any contract violation fails inside."""
     model = model_name()
     dm = make_dm(model=model, versions=["1.0.0", "2.0.0"])
-    await sync_registry(registry_client, dm)
-    await sync_registry(registry_client, make_dm(model=model, versions=["2.0.0"], generation=2, sla_ms=80))
-    await archive_all(registry_client, dm)
+    await sync_registry(registry_client, dm, now=utc_now())
+    await sync_registry(registry_client, make_dm(model=model, versions=["2.0.0"], generation=2, sla_ms=80),
+        now=utc_now())
+    await archive_all(registry_client, dm, now=utc_now())
     assert registry_client.transport.exchanges >= 10
     used = {(m, t) for m, t, _ in openapi_doc.seen}
     for op in [

@@ -7,6 +7,8 @@ relay in front of the real registry plays that role with a CA the test makes.
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import asyncio
 import datetime
 import ipaddress
@@ -87,13 +89,15 @@ async def tls_registry(model_registry, pki):
 
 async def test_ca_bundle_makes_a_private_ca_work(tls_registry, pki):
     async with RegistryClient(tls_registry, ca_bundle_pem=pki["ca_pem"]) as client:
-        result = await sync_registry(client, make_dm(model=f"tls-{uuid.uuid4().hex[:6]}", versions=["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=f"tls-{uuid.uuid4().hex[:6]}", versions=["1.0.0"]),
+            now=utc_now())
     assert result.ok, result.condition.message
 
 
 async def test_unknown_ca_is_refused_and_reported_as_unreachable(tls_registry):
     async with RegistryClient(tls_registry) as client:  # system roots only
-        result = await sync_registry(client, make_dm(model=f"tls-{uuid.uuid4().hex[:6]}", versions=["1.0.0"]))
+        result = await sync_registry(client, make_dm(model=f"tls-{uuid.uuid4().hex[:6]}", versions=["1.0.0"]),
+            now=utc_now())
     assert (result.condition.status, result.condition.reason) == ("Unknown", "RegistryUnreachable")
     assert "CERTIFICATE_VERIFY_FAILED" in result.condition.message or "certificate" in result.condition.message.lower()
     assert result.versions == {}

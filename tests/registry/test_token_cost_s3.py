@@ -6,6 +6,8 @@ every other name is spelled from characters (several tokens), as an untouched ba
 
 from __future__ import annotations
 
+from arbiter_operator.reconcile import utc_now
+
 import json
 
 import pytest
@@ -55,7 +57,7 @@ async def test_single_token_names_cost_two_tokens_per_step_plus_the_end(s3_serve
     lines = await check(s3_server, bucket, files, scored("lines"))
     assert compact.status == "True" and compact.tokens_per_decision == 7  # 3 steps x (code + label) + end
     assert lines.tokens_per_decision == 13  # 3 steps x (code + ':' + label + newline) + end
-    cond = token_cost_condition({"1.0.0": compact}, 4)
+    cond = token_cost_condition({"1.0.0": compact}, 4, now=utc_now())
     assert (cond.type, cond.status, cond.reason) == (TOKEN_COST, "True", "SingleTokens")
     assert "1.0.0: 7" in cond.message and cond.observedGeneration == 4
 
@@ -67,7 +69,7 @@ async def test_a_split_label_or_code_gets_a_warning_with_its_cost_and_what_to_do
     report = await check(s3_server, bucket, files, scored())
     assert report.status == "True", "a warning never holds the version back"
     assert report.tokens_per_decision == 3 * (len("HISTORY_THIN") + len("review")) + 1
-    cond = token_cost_condition({"2.0.0": report}, 1)
+    cond = token_cost_condition({"2.0.0": report}, 1, now=utc_now())
     assert (cond.status, cond.reason) == ("False", "MultiTokenNames")
     assert "label 'review' is 6 tokens" in cond.message and "reasoning code 'HISTORY_THIN' is 12 tokens" in cond.message
     assert f"up to {report.tokens_per_decision} tokens instead of 7" in cond.message
@@ -79,15 +81,15 @@ async def test_no_tokenizer_or_an_unreadable_one_is_reported_not_guessed(s3_serv
     missing = await check(s3_server, bucket, {}, scored())
     broken = await check(s3_server, bucket, {"tokenizer.json": b'{"model": 3}'}, scored())
     assert missing.status == broken.status == "True" and missing.tokens_per_decision is None
-    cond = token_cost_condition({"1.0.0": missing}, 1)
+    cond = token_cost_condition({"1.0.0": missing}, 1, now=utc_now())
     assert (cond.status, cond.reason) == ("Unknown", "TokenizerMissing") and "no tokenizer.json" in cond.message
-    assert "cannot be read" in token_cost_condition({"1.0.0": broken}, 1).message
+    assert "cannot be read" in token_cost_condition({"1.0.0": broken}, 1, now=utc_now()).message
 
 
 @s3_test
 async def test_generated_mode_is_not_counted(s3_server, bucket):  # noqa: F811
     report = await check(s3_server, bucket, {"tokenizer.json": tokenizer_json(LABELS)}, None)
-    assert report.tokens_per_decision is None and token_cost_condition({"1.0.0": report}, 1) is None
+    assert report.tokens_per_decision is None and token_cost_condition({"1.0.0": report}, 1, now=utc_now()) is None
 
 
 def test_the_count_reaches_status_and_the_registry():

@@ -10,7 +10,8 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "runtime" / "arbiter_runtime"
 # import name -> distribution name, where they differ
-DIST = {"prometheus_client": "prometheus-client", "celpy": "cel-python", "botocore": "boto3"}
+DIST = {"prometheus_client": "prometheus-client", "celpy": "cel-python", "botocore": "boto3",
+        "pydantic_core": "pydantic"}
 
 
 def _imports() -> set[str]:

@@ -7,7 +7,7 @@ Conditions are `metav1.Condition`-shaped. `set_condition` is pure: it returns a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,20 +43,17 @@ class Condition(BaseModel):
     message: str = Field("", description="What happened and what to do about it.")
 
 
-def now_rfc3339(now: datetime | None = None) -> str:
-    return format_time(now or datetime.now(timezone.utc))
-
-
 def make_condition(
-    type_: str, status: ConditionStatus, reason: str, message: str, generation: int, now: datetime | None = None
+    type_: str, status: ConditionStatus, reason: str, message: str, generation: int, now: datetime
 ) -> Condition:
+    """`now` is the reconcile's one clock reading (reconcile.py): no condition reads the wall clock itself."""
     return Condition(
         type=type_,
         status=status,
         reason=reason,
         message=message,
         observedGeneration=generation,
-        lastTransitionTime=now_rfc3339(now),
+        lastTransitionTime=format_time(now),
     )
 
 

@@ -120,6 +120,16 @@ def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
     return out
 
 
+def _rules(*rules: JsonDict) -> JsonDict:
+    """A field's CEL rules (the schema's x-kubernetes-validations), for its json_schema_extra."""
+    return {"x-kubernetes-validations": list(rules)}
+
+
+def _checked(*rules: JsonDict) -> ConfigDict:
+    """The config of an object whose schema carries CEL rules across its fields."""
+    return ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra=_rules(*rules))
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -154,50 +164,37 @@ class FallbackRule(_Model):
     )
 
 
-_DECISION_FIELDS_DOC = "Decision settings the runtime reads from the mounted decision.json."
-
-
 class DecisionSpec(_Model):
-    model_config = ConfigDict(
-        extra="forbid",
-        populate_by_name=True,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel(
-                    "self.lowConfidencePolicy != 'fallback' || size(self.fallbackRules) > 0",
-                    "decision.lowConfidencePolicy 'fallback' needs at least one entry in decision.fallbackRules",
-                ),
-                _cel(
-                    "self.fallbackRules.all(r, r.decision in self.labels)",
-                    "every decision.fallbackRules[].decision must be one of decision.labels",
-                ),
-                _cel(
-                    "self.fallbackRules.all(r, r.reasoningCode in self.reasoningCodes)",
-                    "every decision.fallbackRules[].reasoningCode must be one of decision.reasoningCodes",
-                ),
-            ]
-        },
+    model_config = _checked(
+        _cel(
+            "self.lowConfidencePolicy != 'fallback' || size(self.fallbackRules) > 0",
+            "decision.lowConfidencePolicy 'fallback' needs at least one entry in decision.fallbackRules",
+        ),
+        _cel(
+            "self.fallbackRules.all(r, r.decision in self.labels)",
+            "every decision.fallbackRules[].decision must be one of decision.labels",
+        ),
+        _cel(
+            "self.fallbackRules.all(r, r.reasoningCode in self.reasoningCodes)",
+            "every decision.fallbackRules[].reasoningCode must be one of decision.reasoningCodes",
+        ),
     )
 
     labels: list[Label] = Field(
         min_length=2,
         max_length=32,
         description="The decisions the model chooses between, e.g. [approved, rejected, review].",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel("self.all(l, self.exists_one(m, m == l))", "decision.labels must be unique")
-            ]
-        },
+        json_schema_extra=_rules(
+            _cel("self.all(l, self.exists_one(m, m == l))", "decision.labels must be unique")
+        ),
     )
     reasoningCodes: list[Label] = Field(
         min_length=1,
         max_length=256,
         description="Reasoning codes the model cites in each trajectory step (it may cite no other).",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel("self.all(l, self.exists_one(m, m == l))", "decision.reasoningCodes must be unique")
-            ]
-        },
+        json_schema_extra=_rules(
+            _cel("self.all(l, self.exists_one(m, m == l))", "decision.reasoningCodes must be unique")
+        ),
     )
     steps: int = Field(1, ge=1, le=16, description="Number of steps in the decision trajectory.")
     trajectoryMode: Literal["scored", "generated"] = Field(
@@ -225,11 +222,9 @@ class DecisionSpec(_Model):
         default_factory=list,
         max_length=64,
         description="Rules-engine fallback used when the model is down, late or unsure (per lowConfidencePolicy).",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel("self.all(r, self.exists_one(s, s.name == r.name))", "decision.fallbackRules names must be unique")
-            ]
-        },
+        json_schema_extra=_rules(
+            _cel("self.all(r, self.exists_one(s, s.name == r.name))", "decision.fallbackRules names must be unique")
+        ),
     )
 
 
@@ -266,14 +261,8 @@ class Sla(_Model):
 
 
 class TrainingData(_Model):
-    model_config = ConfigDict(
-        extra="forbid",
-        populate_by_name=True,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel("self.to >= self.from", "trainingData.to must not be before trainingData.from")
-            ]
-        },
+    model_config = _checked(
+        _cel("self.to >= self.from", "trainingData.to must not be before trainingData.from")
     )
     from_: Annotated[str, StringConstraints(max_length=10)] = Field(
         alias="from",
@@ -308,14 +297,12 @@ class ModelVersion(_Model):
     )
     storageUri: Annotated[str, StringConstraints(min_length=7, max_length=2048)] = Field(
         description="Where the weights are: s3://bucket/prefix, pvc://claim/path or oci://registry/image:tag.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel(
-                    "self.matches('^(s3|pvc|oci)://[^/]+')",
-                    "storageUri must start with s3://, pvc:// or oci:// followed by a bucket, claim or registry",
-                )
-            ]
-        },
+        json_schema_extra=_rules(
+            _cel(
+                "self.matches('^(s3|pvc|oci)://[^/]+')",
+                "storageUri must start with s3://, pvc:// or oci:// followed by a bucket, claim or registry",
+            )
+        ),
     )
     metadata: VersionMetadata
     decision: DecisionOverride | None = Field(None, description="Overrides of spec.decision for this version.")
@@ -382,14 +369,12 @@ class ServingSpec(_Model):
     gpus: int = Field(
         1,
         description="GPUs per pod, which is also the tensor parallel size: 1, 2, 4 or 8.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel(
-                    "self in [1, 2, 4, 8]",
-                    "spec.serving.gpus is the tensor parallel size and must be 1, 2, 4 or 8",
-                )
-            ]
-        },
+        json_schema_extra=_rules(
+            _cel(
+                "self in [1, 2, 4, 8]",
+                "spec.serving.gpus is the tensor parallel size and must be 1, 2, 4 or 8",
+            )
+        ),
     )
     nodes: int = Field(
         1, ge=1, le=16, description="Pods per replica; more than 1 splits layers across nodes (pipeline parallel)."
@@ -455,17 +440,11 @@ class LocalRef(_Model):
 
 
 class RegistrySpec(_Model):
-    model_config = ConfigDict(
-        extra="forbid",
-        populate_by_name=True,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel(
-                    "has(self.modelRegistryRef) != has(self.url)",
-                    "spec.registry needs exactly one of modelRegistryRef or url",
-                )
-            ]
-        },
+    model_config = _checked(
+        _cel(
+            "has(self.modelRegistryRef) != has(self.url)",
+            "spec.registry needs exactly one of modelRegistryRef or url",
+        )
     )
     modelRegistryRef: ObjectRef | None = Field(
         None, description="A ModelRegistry (modelregistry.opendatahub.io); its status gives the REST address."
@@ -499,30 +478,24 @@ class StorageSpec(_Model):
 
 
 class DecisionModelSpec(_Model):
-    model_config = ConfigDict(
-        extra="forbid",
-        populate_by_name=True,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                _cel(
-                    "self.versions.exists(v, v.name == self.promote.version)",
-                    "spec.promote.version must name one of spec.versions[].name",
-                    ".promote.version",
-                ),
-                _cel(
-                    "self.serving.nodes == 1 || self.serving.replicas == 1",
-                    "spec.serving.replicas must be 1 when spec.serving.nodes > 1 (a multi-node replica is one "
-                    "pipeline-parallel group)",
-                ),
-                _cel(
-                    "self.serving.nodes == 1 || self.versions.all(v, v.storageUri.startsWith('pvc://') || "
-                    "v.storageUri.startsWith('oci://'))",
-                    "spec.serving.nodes > 1 needs pvc:// or oci:// storageUris: KServe's multi-node predictor "
-                    "loads nothing else",
-                    ".serving.nodes",
-                ),
-            ]
-        },
+    model_config = _checked(
+        _cel(
+            "self.versions.exists(v, v.name == self.promote.version)",
+            "spec.promote.version must name one of spec.versions[].name",
+            ".promote.version",
+        ),
+        _cel(
+            "self.serving.nodes == 1 || self.serving.replicas == 1",
+            "spec.serving.replicas must be 1 when spec.serving.nodes > 1 (a multi-node replica is one "
+            "pipeline-parallel group)",
+        ),
+        _cel(
+            "self.serving.nodes == 1 || self.versions.all(v, v.storageUri.startsWith('pvc://') || "
+            "v.storageUri.startsWith('oci://'))",
+            "spec.serving.nodes > 1 needs pvc:// or oci:// storageUris: KServe's multi-node predictor "
+            "loads nothing else",
+            ".serving.nodes",
+        ),
     )
 
     model: ModelRef
@@ -644,12 +617,6 @@ def isvc_name(dm_name: str, version: str) -> str:
     """`<dm>--<slug>`. Injective on (dm, slug) because a DecisionModel name never contains `--` and never ends with
     `-` (the CRD refuses both): the first `--` of an InferenceService name is the separator."""
     return f"{dm_name}{NAME_SEPARATOR}{version_slug(version)}"
-
-
-def legacy_isvc_name(dm_name: str, version: str) -> str:
-    """The name earlier builds gave an InferenceService (`<dm>-<slug>`, not injective). Only read, to replace such
-    children without an outage; never created."""
-    return f"{dm_name}-{version_slug(version)}"
 
 
 def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:

@@ -80,12 +80,6 @@ def _truthy(value: Any, default: bool) -> bool:
     return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
-def _decode(value: str | bytes) -> str:
-    if isinstance(value, bytes):
-        return value.decode()
-    return value
-
-
 def decode_secret_data(data: dict[str, str] | None) -> dict[str, str]:
     """A Secret's `.data` (base64) as text."""
     out = {}

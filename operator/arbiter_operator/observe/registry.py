@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 import asyncio
 import base64
 import os
@@ -69,7 +70,20 @@ def _read_file(path: str) -> str | None:
         return None
 
 
-async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -> RegistryTarget | None:
+async def _referenced(kube: Any, kind: str, ns: str, ref: Any, default_key: str, field: str) -> tuple[str | None, str]:
+    """The value under `ref.key` (or `default_key`) of the Secret or ConfigMap `ref` names (None when either is
+    missing), and the message that says so."""
+    obj = await asyncio.to_thread(kube.get, "v1", kind, ns, ref.name)
+    key = ref.key or default_key
+    what = "token" if kind == "Secret" else "CA"
+    return ((obj or {}).get("data") or {}).get(key), (
+        f"{kind} {ref.name} (key {key}) with the registry {what} not found in namespace {ns}; create it or fix "
+        f"spec.registry.{field}")
+
+
+async def resolve_registry(
+    kube: Any, dm: DecisionModel, now: datetime, sa_dir: str = SA_DIR
+) -> RegistryTarget | None:
     """Turn `spec.registry` into URL, token and CA, reading the cluster through `kube` (clients.kube.KubeClient,
     synchronous: run in a thread). None when the DecisionModel names no registry (then there is no `Registered`
     condition at all)."""
@@ -87,37 +101,30 @@ async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -
             )
             if obj is None:
                 target.error = registered_condition(
-                    gen, unreachable=f"ModelRegistry {ref_ns}/{reg.modelRegistryRef.name} not found")
+                    gen, now, unreachable=f"ModelRegistry {ref_ns}/{reg.modelRegistryRef.name} not found")
                 return target
             try:
                 target.url = registry_url_from_model_registry(obj)
             except ValueError as exc:
-                target.error = registered_condition(gen, unreachable=str(exc))
+                target.error = registered_condition(gen, now, unreachable=str(exc))
                 return target
             target.registry_name = reg.modelRegistryRef.name
         else:
             target.url = reg.url
         if reg.tokenSecretRef is not None:
-            secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, reg.tokenSecretRef.name)
-            key = reg.tokenSecretRef.key or "token"
-            raw = ((secret or {}).get("data") or {}).get(key)
+            raw, missing = await _referenced(kube, "Secret", ns, reg.tokenSecretRef, "token", "tokenSecretRef")
             if raw is None:
-                target.error = registered_condition(
-                    gen, rejected=f"Secret {reg.tokenSecretRef.name} (key {key}) with the registry token not found in "
-                    f"namespace {ns}; create it or fix spec.registry.tokenSecretRef")
+                target.error = registered_condition(gen, now, rejected=missing)
                 return target
             target.token = base64.b64decode(raw).decode().strip()
         else:
             target.token = _read_file(os.path.join(sa_dir, "token"))  # the operator's own identity
         pems = []
         if reg.caBundleConfigMapRef is not None:
-            cm = await asyncio.to_thread(kube.get, "v1", "ConfigMap", ns, reg.caBundleConfigMapRef.name)
-            key = reg.caBundleConfigMapRef.key or "ca.crt"
-            pem = ((cm or {}).get("data") or {}).get(key)
+            pem, missing = await _referenced(kube, "ConfigMap", ns, reg.caBundleConfigMapRef, "ca.crt",
+                                             "caBundleConfigMapRef")
             if pem is None:
-                target.error = registered_condition(
-                    gen, rejected=f"ConfigMap {reg.caBundleConfigMapRef.name} (key {key}) with the registry CA not "
-                    f"found in namespace {ns}; create it or fix spec.registry.caBundleConfigMapRef")
+                target.error = registered_condition(gen, now, rejected=missing)
                 return target
             pems.append(pem)
         # OpenShift's service CA signs the in-cluster registry endpoints (kube-rbac-proxy); trust it when mounted.
@@ -126,5 +133,5 @@ async def resolve_registry(kube: Any, dm: DecisionModel, sa_dir: str = SA_DIR) -
             pems.append(service_ca)
         target.ca_bundle_pem = "\n".join(pems) or None
     except KubeError as exc:  # e.g. 403 reading the Secret: the apiserver's message names no secret value
-        target.error = registered_condition(gen, unreachable=f"cannot read spec.registry references ({exc})")
+        target.error = registered_condition(gen, now, unreachable=f"cannot read spec.registry references ({exc})")
     return target

@@ -7,6 +7,7 @@ raises for storage trouble: an outage or a credential problem is an Unknown verd
 
 from __future__ import annotations
 
+from datetime import datetime
 import asyncio
 import dataclasses
 import hashlib
@@ -190,9 +191,11 @@ class VerdictCache:
             self._entries[(uid, spec_digest)] = (self._clock(), reports)
 
 
-async def observe_artifacts(kube: Any, dm: Any, obs: Observations, cache: VerdictCache | None = None) -> Observations:
-    """The reconcile's storage read: artifacts per version + the `ArtifactsValid` (and `TokenCost`) condition.
-    `cache`: the reconciler's VerdictCache (None: check every time)."""
+async def observe_artifacts(
+    kube: Any, dm: Any, obs: Observations, now: datetime, cache: VerdictCache | None = None
+) -> Observations:
+    """The reconcile's storage read: artifacts per version + the `ArtifactsValid` (and `TokenCost`) condition, stamped
+    with the reconcile's `now`. `cache`: the reconciler's VerdictCache (None: check every time)."""
     cache = VerdictCache(ttl=0.0) if cache is None else cache
     uid = dm.metadata.uid or ""
     spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
@@ -204,6 +207,6 @@ async def observe_artifacts(kube: Any, dm: Any, obs: Observations, cache: Verdic
     return replace(
         obs,
         artifacts={v: to_observation(r, previous.get(v), deployed_as_diffusion(obs, v)) for v, r in reports.items()},
-        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation),)
-        + tuple(c for c in (token_cost_condition(reports, dm.metadata.generation),) if c is not None),
+        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation, now),)
+        + tuple(c for c in (token_cost_condition(reports, dm.metadata.generation, now),) if c is not None),
     )

@@ -24,9 +24,10 @@ artifacts at start-up and the version's readiness reports the outcome.
 
 from __future__ import annotations
 
+from datetime import datetime
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
 
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
@@ -85,9 +86,6 @@ class ArtifactReport:
     message: str
     digest: str | None = None
     diffusion: bool = False
-    architecture: str | None = None
-    max_position_embeddings: int | None = None
-    runtime_hints: Mapping[str, Any] = field(default_factory=dict)
     # Scored mode only, from the version's tokenizer.json (tokencost.py): generated tokens per decision, and the
     # text of the TokenCost condition (None: no tokenizer.json, or not scored).
     tokens_per_decision: int | None = None
@@ -241,13 +239,8 @@ def check_artifacts(
     archs = [str(a) for a in config.get("architectures") or []]
     arch = archs[0] if archs else None
     diffusion = is_diffusion(config)
-    hints: dict[str, Any] = (
-        {"structuredOutputs": False, "seed": False, "temperature": 1.0, "validateAfterGeneration": True}
-        if diffusion else {}
-    )
     max_pos, pos_key = derived_max_len(lang)
-    common: dict[str, Any] = dict(diffusion=diffusion, architecture=arch, max_position_embeddings=max_pos,
-                                  runtime_hints=hints)
+    common: dict[str, Any] = dict(diffusion=diffusion)
 
     if ask.architecture and ask.architecture not in archs:
         return fail(ARCHITECTURE_MISMATCH, f"config.json names architecture {', '.join(archs) or 'none'}, "
@@ -321,7 +314,7 @@ def count_tokens(tokenizer_raw: bytes | None, decision: Mapping[str, Any], where
     return {"tokens_per_decision": cost.per_decision, "token_cost": cost}
 
 
-def token_cost_condition(reports: Mapping[str, ArtifactReport], generation: int) -> Condition | None:
+def token_cost_condition(reports: Mapping[str, ArtifactReport], generation: int, now: datetime) -> Condition | None:
     """`TokenCost`, a warning that never holds a version back: False when a label or code of a scored version is
     several tokens (with the cost and what to do), Unknown when a tokenizer could not be read, True otherwise.
     None when no version was counted (nothing scored on S3)."""
@@ -333,17 +326,17 @@ def token_cost_condition(reports: Mapping[str, ArtifactReport], generation: int)
         version, cost = costly[0]
         more = f" ({len(costly) - 1} more version(s) too)" if len(costly) > 1 else ""
         return make_condition(TOKEN_COST, "False", "MultiTokenNames", f"version {version}: {cost.message()}{more}",
-                              generation)
+                              generation, now)
     unknown = [(v, c) for v, c in counted.items() if isinstance(c, str)]
     if unknown:
         version, why = unknown[0]
-        return make_condition(TOKEN_COST, "Unknown", "TokenizerMissing", f"version {version}: {why}", generation)
+        return make_condition(TOKEN_COST, "Unknown", "TokenizerMissing", f"version {version}: {why}", generation, now)
     parts = ", ".join(f"{v}: {c.per_decision}" for v, c in sorted(counted.items()))
     return make_condition(TOKEN_COST, "True", "SingleTokens", f"generated tokens per decision ({parts}); every "
-                          "label and reasoning code is one token of the model's tokenizer", generation)
+                          "label and reasoning code is one token of the model's tokenizer", generation, now)
 
 
-def artifacts_condition(reports: Mapping[str, ArtifactReport], generation: int) -> Condition:
+def artifacts_condition(reports: Mapping[str, ArtifactReport], generation: int, now: datetime) -> Condition:
     """One `ArtifactsValid` condition for all versions: any False wins, then any Unknown, else True."""
     for status in ("False", "Unknown"):
         bad = [(v, r) for v, r in reports.items() if r.status == status]
@@ -351,17 +344,17 @@ def artifacts_condition(reports: Mapping[str, ArtifactReport], generation: int) 
             version, report = bad[0]
             more = f" ({len(bad) - 1} more version(s) also fail)" if len(bad) > 1 else ""
             return make_condition(ARTIFACTS_VALID, status, report.reason, f"version {version}: {report.message}{more}",
-                                  generation)
+                                  generation, now)
     unchecked = sorted(v for v, r in reports.items() if r.reason == NOT_CHECKABLE)
     checked = sorted(v for v, r in reports.items() if r.reason != NOT_CHECKABLE)
     if checked:
         msg = f"artifacts of {', '.join(checked)} checked on S3"
         if unchecked:
             msg += f"; {', '.join(unchecked)} on pvc/oci cannot be checked by the operator (vLLM checks at start-up)"
-        return make_condition(ARTIFACTS_VALID, "True", VALID, msg, generation)
+        return make_condition(ARTIFACTS_VALID, "True", VALID, msg, generation, now)
     return make_condition(ARTIFACTS_VALID, "True", NOT_CHECKABLE,
                           f"versions {', '.join(unchecked)} are on pvc/oci and cannot be checked by the operator; vLLM "
-                          "checks them at start-up", generation)
+                          "checks them at start-up", generation, now)
 
 
 def serving_ask(spec: Any) -> ServingAsk:

@@ -16,8 +16,6 @@ from ..api.backoff import OUTSIDE_RECHECK
 from ..api.conditions import ARTIFACTS_VALID, REGISTERED, Condition
 from ..api.times import parse_time
 
-MIN_SECONDS = OUTSIDE_RECHECK.first
-MAX_SECONDS = OUTSIDE_RECHECK.cap
 OUTSIDE = (REGISTERED, ARTIFACTS_VALID)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+from arbiter_runtime.contract import DecisionJsonError
 
 from ..api.models import DecisionModel, DecisionModelSpec
 from ..render.common import CONFIG_FILE
@@ -76,8 +77,8 @@ CONFIGMAP_MAX_BYTES = 1024 * 1024
 
 
 def size_problems(dm: DecisionModel) -> list[str]:
-    """What depends on the namespace or on rendered sizes, beyond the CRD's reach: the router's default host, and
-    versions whose decision.json cannot fit the ConfigMap that carries it to the runtime."""
+    """What depends on the namespace or on rendered output, beyond the CRD's reach: the router's default host, and
+    versions whose decision.json the runtime would refuse or that cannot fit the ConfigMap that carries it."""
     problems = []
     name, ns = dm.metadata.name, dm.metadata.namespace
     if not dm.spec.exposure.host and len(name) + 1 + len(ns) > 63:
@@ -86,7 +87,12 @@ def size_problems(dm: DecisionModel) -> list[str]:
             "characters, and a DNS label holds at most 63: set spec.exposure.host, or use a shorter name"
         )
     for version in dm.spec.versions:
-        size = len(json.dumps(decision_config(dm, version), sort_keys=True, indent=2).encode()) + len(CONFIG_FILE)
+        try:
+            config = decision_config(dm, version)
+        except DecisionJsonError as exc:  # what the CRD's rules cannot see, e.g. across a version's overrides
+            problems.append(f"spec.versions[{version.name}]: the runtime would refuse its decision.json: {exc}")
+            continue
+        size = len(json.dumps(config, sort_keys=True, indent=2).encode()) + len(CONFIG_FILE)
         if size > CONFIGMAP_MAX_BYTES:
             problems.append(
                 f"spec.versions[{version.name}]: its decision.json (schemas and decision settings) would be {size} "

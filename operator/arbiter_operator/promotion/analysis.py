@@ -387,14 +387,9 @@ def _counts(value: Any) -> dict[str, float]:
 MIX_SIGNIFICANCE = 3.0
 
 
-def mix_shift(candidate: Mapping[str, float], stable: Mapping[str, float]) -> tuple[float, str] | None:
-    """Largest absolute label-share difference and the label it is on; None when either side has no decisions."""
-    found = _mix(candidate, stable)
-    return None if found is None else (found[0], found[1])
-
-
-def _mix(candidate: Mapping[str, float], stable: Mapping[str, float]) -> tuple[float, str, float] | None:
-    """(largest share difference, its label, that difference's noise: MIX_SIGNIFICANCE standard errors)."""
+def mix_shift(candidate: Mapping[str, float], stable: Mapping[str, float]) -> tuple[float, str, float] | None:
+    """(largest absolute label-share difference, the label it is on, that difference's noise: MIX_SIGNIFICANCE
+    standard errors); None when either side has no decisions."""
     ct, stt = sum(candidate.values()), sum(stable.values())
     if ct <= 0 or stt <= 0:
         return None
@@ -452,7 +447,9 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
     # The runtime's decision latency is the gate: it is what the SLA promises (it includes the model call) and its
     # buckets resolve milliseconds. vLLM's e2e histogram starts at a 300 ms bucket, so its p95 of a 40 ms model reads
     # ~285 ms; it gates only when the runtime exports no latency at all, and is always reported.
-    p95 = decision_p95 * 1000.0 if decision_p95 is not None else (vllm_p95 * 1000.0 if vllm_p95 is not None else None)
+    # In ms; a p95 in seconds too large to be one in ms (a broken exporter) is no number either.
+    p95 = as_number(decision_p95 * 1000.0) if decision_p95 is not None else (
+        as_number(vllm_p95 * 1000.0) if vllm_p95 is not None else None)
 
     def share(name: str) -> float | None:
         # A missing series only means nothing of the kind happened yet, as long as decisions were counted.
@@ -511,7 +508,7 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
     mix = None
     if query.stable is not None:
         cand_mix, stable_mix = _counts(values.get("labels")), _counts(values.get("stable_labels"))
-        mix = _mix(cand_mix, stable_mix) if sum(stable_mix.values()) >= max(1, query.min_requests) else None
+        mix = mix_shift(cand_mix, stable_mix) if sum(stable_mix.values()) >= max(1, query.min_requests) else None
         if mix is None:
             # Not the candidate's fault (the stable saw too little, or a runtime without the metric): not judged.
             checks.append(CheckResult(name="decisionMixShift", bound=b.max_mix_shift, verdict="NoData",

@@ -40,14 +40,11 @@ HISTORY_LIMIT = 10
 # While waiting on something that has no timer (an InferenceService turning ready, a candidate being deleted), poll at
 # this pace; the operator's watch on its children usually wakes it sooner.
 POLL_SECONDS = 2.0
-# While a version loads (Deploying, Waiting), the poll backs off with the time spent loading, 2 s up to 15 s.
-# Loading a large model takes minutes, and KServe's status change wakes the operator through its watch the moment the
-# version is ready: the poll is a safety net, and at 2 s it cost most of the reconcile passes of a fleet rolling out.
-POLL_MAX_SECONDS = LOADING_POLL.cap
-
-
 def loading_poll(elapsed: float) -> float:
-    """Seconds until the next look at a version that has been loading for `elapsed` seconds."""
+    """Seconds until the next look at a version that has been loading for `elapsed` seconds: backing off with the
+    time spent loading (api/backoff.LOADING_POLL). Loading a large model takes minutes, and KServe's status change
+    wakes the operator through its watch the moment the version is ready: the poll is a safety net, and at a fixed
+    2 s it cost most of the reconcile passes of a fleet rolling out."""
     return LOADING_POLL.delay(elapsed)
 
 
@@ -180,6 +177,20 @@ class _Run:
         )
         frm = f" from {self.st.stable}" if self.st.stable else ""
         self.event("Normal", "PromotionStarted", f"Promoting {version}{frm} ({self.inp.spec.strategy}); {why}")
+
+    def restart_failed(self, target: str) -> bool:
+        """A Failed promotion starts again on a spec change (a new generation) or a new retry annotation value;
+        False: neither happened, it stays Failed."""
+        inp, st = self.inp, self.st
+        retry = inp.retry_annotation
+        if inp.generation != st.failedGeneration:
+            self.start(target, f"spec changed (generation {inp.generation})")
+        elif retry and retry != st.retryToken:
+            self.set(retryToken=retry)
+            self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
+        else:
+            return False
+        return True
 
     def fail(self, reason: str, message: str) -> None:
         """Traffic back to stable at once (traffic is derived from the new phase), candidate stopped."""
@@ -316,13 +327,7 @@ class _Run:
                 self.set(phase="Idle", failureReason=None, failureMessage=None, failedVersion=None)
                 self.event("Normal", "PromotionCleared", f"spec.promote names the stable version {target} again")
                 return
-            retry = inp.retry_annotation
-            if inp.generation != st.failedGeneration:
-                self.start(target, f"spec changed (generation {inp.generation})")
-            elif retry and retry != st.retryToken:
-                self.set(retryToken=retry)
-                self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
-            else:
+            if not self.restart_failed(target):
                 return
             st = self.st
 
@@ -567,13 +572,7 @@ class _Run:
                 self.set(phase="Failed" if st.phase == "RollingBack" else "Idle", candidate=None)
             return
         if st.phase == "Failed":
-            retry = inp.retry_annotation
-            if inp.generation != st.failedGeneration:
-                self.start(target, f"spec changed (generation {inp.generation})")
-            elif retry and retry != st.retryToken:
-                self.set(retryToken=retry)
-                self.start(target, f"retry requested ({RETRY_ANNOTATION}={retry})")
-            else:
+            if not self.restart_failed(target):
                 return
         elif st.candidate != target or st.phase not in IN_PROGRESS:
             self.set(phase="Idle", candidate=None)

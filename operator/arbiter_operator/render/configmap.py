@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from arbiter_runtime.contract import DecisionJson, read_decision_json
+
 from ..api.models import DecisionModel, ModelVersion, effective_decision
 from .common import CONFIG_FILE, SHADOW_FILE, VLLM_PORT, configmap_name, metadata, predictor_service
 
 
-def decision_config(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> dict[str, Any]:
+def decision_json(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> DecisionJson:
+    """The version's decision.json, built through the model the runtime reads it with (arbiter_runtime.contract).
+    Raises DecisionJsonError where the runtime would refuse it (e.g. a version's labels override that leaves a
+    fallback rule deciding a label it no longer has); plan/validate.py reports that as InvalidSpec first."""
     d = effective_decision(dm.spec.decision, version)
     meta = version.metadata
-    cfg: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "model": dm.spec.model.name,
         "version": version.name,
         "labels": list(d.labels),
@@ -30,8 +35,13 @@ def decision_config(dm: DecisionModel, version: ModelVersion, diffusion: bool = 
         "upstream": {"url": f"http://127.0.0.1:{VLLM_PORT}/v1", "servedModelName": dm.spec.model.name},
     }
     if diffusion:
-        cfg["diffusion"] = True
-    return cfg
+        fields["diffusion"] = True
+    return read_decision_json(fields)
+
+
+def decision_config(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> dict[str, Any]:
+    """decision.json as JSON values: only the keys the operator sets (the rest are the runtime's defaults)."""
+    return decision_json(dm, version, diffusion).to_json()
 
 
 def shadow_config(dm: DecisionModel, shadow: Any) -> dict[str, Any]:

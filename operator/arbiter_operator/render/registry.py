@@ -17,6 +17,7 @@ over. `sync/registry.py` does the writing.
 
 from __future__ import annotations
 
+from datetime import datetime
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -257,6 +258,7 @@ class RegistryResult:
 
 def registered_condition(
     generation: int,
+    now: datetime,
     *,
     registered: list[str] | None = None,
     rejected: str | None = None,
@@ -264,17 +266,18 @@ def registered_condition(
     refused: str | None = None,
 ) -> Condition:
     if refused is not None:
-        return make_condition(REGISTERED, "False", REASON_REGISTRATION_REJECTED, refused, generation)
+        return make_condition(REGISTERED, "False", REASON_REGISTRATION_REJECTED, refused, generation, now)
     if unreachable is not None:
         return make_condition(
             REGISTERED, "Unknown", REASON_UNREACHABLE,
-            f"{unreachable}; retrying with backoff. Serving is not affected.", generation,
+            f"{unreachable}; retrying with backoff. Serving is not affected.", generation, now,
         )
     if rejected is not None:
-        return make_condition(REGISTERED, "False", REASON_REJECTED, rejected, generation)
+        return make_condition(REGISTERED, "False", REASON_REJECTED, rejected, generation, now)
     names = ", ".join(registered or [])
     return make_condition(
-        REGISTERED, "True", REASON_REGISTERED, f"versions {names} are registered in the Model Registry", generation
+        REGISTERED, "True", REASON_REGISTERED, f"versions {names} are registered in the Model Registry", generation,
+        now,
     )
 
 

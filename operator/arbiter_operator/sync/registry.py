@@ -6,6 +6,7 @@ Every registry write goes through `clients.registry.RegistryClient`; what to wri
 
 from __future__ import annotations
 
+from datetime import datetime
 import asyncio
 from dataclasses import replace
 from typing import Any
@@ -141,7 +142,7 @@ async def _archive(client: RegistryClient, rm_id: str, keep: set[str], owner: Ow
         result.archived.append(mv.name)
 
 
-async def sync_registry(client: RegistryClient, dm: DecisionModel) -> RegistryResult:
+async def sync_registry(client: RegistryClient, dm: DecisionModel, now: datetime) -> RegistryResult:
     """Make the registry hold every version of `dm`, archive the ones removed from the spec.
 
     Never raises for registry trouble: the outcome is in `result.condition` (True / False RegistryRejected /
@@ -150,31 +151,31 @@ async def sync_registry(client: RegistryClient, dm: DecisionModel) -> RegistryRe
     owner = Owner.of(dm)
     want = desired_model(dm)
     gen = dm.metadata.generation
-    result = RegistryResult(condition=registered_condition(gen, registered=[]))
+    result = RegistryResult(condition=registered_condition(gen, now, registered=[]))
     try:
         rm = await _ensure_registered_model(client, want, owner, result)
         for v in want.versions:
             result.versions[v.name] = await _ensure_version(client, rm.id, want.name, v, owner, result)
         await _archive(client, rm.id, {v.name for v in want.versions}, owner, result)
     except RegistryUnreachable as exc:
-        result.condition = registered_condition(gen, unreachable=str(exc))
+        result.condition = registered_condition(gen, now, unreachable=str(exc))
         return result
     except RegistrationRefused as exc:
         result.condition = registered_condition(
-            gen, refused=f"the Model Registry refuses what was sent ({exc}); retrying cannot help: change the "
+            gen, now, refused=f"the Model Registry refuses what was sent ({exc}); retrying cannot help: change the "
             "version's metadata, or ask the registry's operators. Serving is not affected",
         )
         return result
     except RegistryRejected as exc:
         result.condition = registered_condition(
-            gen, rejected=f"{exc}; fix spec.registry (URL, token, CA) or the version named in this message"
+            gen, now, rejected=f"{exc}; fix spec.registry (URL, token, CA) or the version named in this message"
         )
         return result
-    result.condition = registered_condition(gen, registered=[v.name for v in want.versions])
+    result.condition = registered_condition(gen, now, registered=[v.name for v in want.versions])
     return result
 
 
-async def archive_all(client: RegistryClient, dm: DecisionModel) -> RegistryResult:
+async def archive_all(client: RegistryClient, dm: DecisionModel, now: datetime) -> RegistryResult:
     """For the delete finalizer: archive every version this DecisionModel registered (nothing is deleted).
 
     The RegisteredModel is archived too when it carries this DecisionModel's provenance and no LIVE version is left.
@@ -182,7 +183,7 @@ async def archive_all(client: RegistryClient, dm: DecisionModel) -> RegistryResu
     """
     owner = Owner.of(dm)
     gen = dm.metadata.generation
-    result = RegistryResult(condition=registered_condition(gen, registered=[]))
+    result = RegistryResult(condition=registered_condition(gen, now, registered=[]))
     try:
         rm = await client.find_registered_model(name=dm.spec.model.name)
         if rm is not None:
@@ -194,16 +195,17 @@ async def archive_all(client: RegistryClient, dm: DecisionModel) -> RegistryResu
                 await client.update_registered_model(rm.id, {"state": ARCHIVED})
                 result.archived.append(f"RegisteredModel {rm.name}")
     except RegistryUnreachable as exc:
-        result.condition = registered_condition(gen, unreachable=str(exc))
+        result.condition = registered_condition(gen, now, unreachable=str(exc))
         return result
     except RegistryRejected as exc:
-        result.condition = registered_condition(gen, rejected=str(exc))
+        result.condition = registered_condition(gen, now, rejected=str(exc))
         return result
     # True: archiving is done and the finalizer may let the object go.
     result.condition = make_condition(
         REGISTERED, "True", REASON_ARCHIVED,
         f"the DecisionModel is being deleted; archived {', '.join(result.archived) or 'nothing'} in the registry",
         gen,
+        now,
     )
     return result
 
@@ -240,14 +242,14 @@ def forget(uid: str) -> None:
 # ---------------------------------------------------------------- the reconcile's step
 
 
-async def sync_registry_step(kube: Any, dm: DecisionModel, obs: Observations) -> Observations:
+async def sync_registry_step(kube: Any, dm: DecisionModel, obs: Observations, now: datetime) -> Observations:
     """The reconcile's registry step: write what `render.registry` wants, and return the observations with the
     registry ids per version and the `Registered` condition. Never raises for registry trouble (a condition says it).
 
     Ids already in status are kept for versions the registry could not be asked about (outage): they label the
     InferenceServices, and dropping them would change what serves.
     """
-    target = await resolve_registry(kube, dm)
+    target = await resolve_registry(kube, dm, now)
     if target is None:
         return obs
     ids = {
@@ -264,6 +266,6 @@ async def sync_registry_step(kube: Any, dm: DecisionModel, obs: Observations) ->
         if dm.metadata.uid in _DELETING:  # the finalizer is archiving: write nothing, say nothing new
             return replace(obs, registry_ids=ids)
         async with target.client() as client:
-            result = await sync_registry(client, dm)
+            result = await sync_registry(client, dm, now)
     ids.update(registry_ids(result))
     return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (result.condition,))
