@@ -55,6 +55,7 @@ from arbiter_devenv.s3server import S3Server  # noqa: E402
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 SYSTEM_NS = "arbiter-bench-system"
 OPERATOR_SA = "arbiter-operator"
+SHARD_LABEL = "arbiter.dev/shard"  # with --shards: the label whose value names the operator that owns a namespace
 OPERATOR_USER = f"system:serviceaccount:{SYSTEM_NS}:{OPERATOR_SA}"
 KSERVE_USER = USERS["kserve"]
 
@@ -174,6 +175,46 @@ class ProcStats:
         return self._status("VmHWM")
 
 
+class GroupStats:
+    """ProcStats over several operator processes (shards): CPU seconds add up; RSS is the largest process's, since
+    each shard is its own pod with its own memory limit."""
+
+    def __init__(self, pids: list[int]):
+        self.parts = [ProcStats(pid) for pid in pids]
+        self.pid = pids[0]
+
+    def cpu_seconds(self) -> float:
+        return sum(p.cpu_seconds() for p in self.parts)
+
+    def rss(self) -> int:
+        return max(p.rss() for p in self.parts)
+
+    def peak_rss(self) -> int:
+        return max(p.peak_rss() for p in self.parts)
+
+
+class Shards:
+    """Several operator processes, one per shard, read as one: their metrics pages, logs and writes concatenated."""
+
+    def __init__(self, ops: list[OperatorProcess]):
+        self.ops = ops
+        self.proc = ops[0].proc
+        self.log_path = ops[0].log_path
+
+    def scrape(self) -> str:
+        return "\n".join(op.scrape() for op in self.ops)
+
+    def log(self) -> str:
+        return "\n".join(op.log() for op in self.ops)
+
+    def writes(self) -> list[str]:
+        return [w for op in self.ops for w in op.writes()]
+
+    def stop(self) -> None:
+        for op in self.ops:
+            op.stop()
+
+
 # -- request accounting -----------------------------------------------------------------------------------------------
 
 
@@ -208,7 +249,7 @@ def operator_counters(op: Any) -> dict[str, float]:
         if name.startswith("arbiter_operator_reconcile_total{"):
             out["reconciles"] = out.get("reconciles", 0.0) + float(value)
         elif name.startswith("arbiter_operator_watch_echoes_skipped_total"):
-            out["echoes_skipped"] = float(value)
+            out["echoes_skipped"] = out.get("echoes_skipped", 0.0) + float(value)
         elif name.startswith("arbiter_operator_kube_requests_total{"):
             verb = re.search(r'verb="(\w+)"', name)
             key = f"requests_{verb.group(1) if verb else '?'}"
@@ -349,8 +390,10 @@ class Stack:
     KServe (the convergence floor writes there with no operator watching)."""
 
     def __init__(self, operator_namespaces: list[str], extra_namespaces: list[str] = (), *,
-                 operator_env: dict[str, str] | None = None, keep: bool = False, gpu_nodes: int = 4):
+                 operator_env: dict[str, str] | None = None, keep: bool = False, gpu_nodes: int = 4, shards: int = 0):
         self.op_namespaces = list(operator_namespaces)
+        # shards > 0: that many operators, each owning the namespaces labelled with its number (--namespace-selector)
+        self.shards = shards
         self.namespaces = self.op_namespaces + list(extra_namespaces)
         self.operator_env = dict(operator_env or {})
         self.keep = keep
@@ -360,7 +403,7 @@ class Stack:
         self.gpu_nodes = gpu_nodes
         self.cp: LocalCluster | None = None
         self.s3: S3Server | None = None
-        self.op: OperatorProcess | None = None
+        self.op: OperatorProcess | Shards | None = None
         self.api: k8s.ApiClient | None = None
 
     def __enter__(self) -> Stack:
@@ -415,21 +458,32 @@ class Stack:
         self.s3 = S3Server().start()
         _seed_example_storage(self.s3, yaml.safe_load(EXAMPLE.read_text()))
         secret = _storage_config_secret(self.s3)
-        for ns in self.namespaces:
-            core.create_namespace({"metadata": {"name": ns}})
+        for i, ns in enumerate(self.namespaces):
+            labels = {SHARD_LABEL: str(i % self.shards)} if self.shards and ns in self.op_namespaces else {}
+            core.create_namespace({"metadata": {"name": ns, "labels": labels}})
             core.create_namespaced_secret(ns, secret)
         log(f"MinIO + {len(self.namespaces)} namespaces in {time.monotonic() - t:.1f}s")
         return self
 
-    def start_operator(self) -> OperatorProcess:
+    def start_operator(self) -> OperatorProcess | Shards:
         t = time.monotonic()
+        if self.shards:
+            self.op = Shards([
+                OperatorProcess(self.operator_kubeconfig, [], env=self.operator_env,
+                                extra_args=("--namespace-selector", f"{SHARD_LABEL}={i}"),
+                                log_dir=self.workdir / f"operator-{i}", metrics=True).start(timeout=120)
+                for i in range(self.shards)])
+            log(f"{self.shards} operator shards live in {time.monotonic() - t:.1f}s")
+            return self.op
         self.op = OperatorProcess(self.operator_kubeconfig, self.op_namespaces, env=self.operator_env,
                                   log_dir=self.workdir / "operator", metrics=True).start(timeout=120)
         log(f"operator live in {time.monotonic() - t:.1f}s (pid {self.op.proc.pid}, log {self.op.log_path})")
         return self.op
 
-    def stats(self) -> ProcStats:
+    def stats(self) -> ProcStats | GroupStats:
         assert self.op is not None and self.op.proc is not None
+        if isinstance(self.op, Shards):
+            return GroupStats([op.proc.pid for op in self.op.ops if op.proc is not None])
         return ProcStats(self.op.proc.pid)
 
     def custom(self) -> k8s.CustomObjectsApi:

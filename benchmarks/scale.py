@@ -100,7 +100,8 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
 
 def print_scale(r: dict) -> None:
     mib = 2**20
-    print(f"\n## Scale: {r['count']} DecisionModels in {r['namespaces']} namespaces\n")
+    shards = f", {r['shards']} operator shards" if r.get("shards") else ""
+    print(f"\n## Scale: {r['count']} DecisionModels in {r['namespaces']} namespaces{shards}\n")
     print(common.table(["measure", "value", "target"], [
         ("all Ready (s)", r["all_ready_seconds"], "< 60"),
         ("created in (s)", r["create_seconds"], ""),
@@ -131,14 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all Ready")
     p.add_argument("--profile", action="store_true", help="py-spy the operator while it converges")
     p.add_argument("--threads", type=int, default=8, help="concurrent creating clients")
+    p.add_argument("--shards", type=int, default=0,
+                   help="run this many operators, each owning the namespaces labelled with its number "
+                        "(--namespace-selector); CPU adds up, RSS is the largest shard's")
     args = p.parse_args(argv)
     nss = [f"scale-{i:02d}" for i in range(args.namespaces)]
     result = {"benchmark": "scale", "machine": common.machine(), "args": vars(args)}
     # One 1-GPU predictor per DecisionModel, eight per simulated A100 node, and a spare node.
     with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
-                      gpu_nodes=args.count // 8 + 2) as stack:
+                      gpu_nodes=args.count // 8 + 2, shards=args.shards) as stack:
         stack.start_operator()
         r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile)
+        r["shards"] = args.shards
     print_scale(r)
     r.pop("_op_counter")
     result.update(r)

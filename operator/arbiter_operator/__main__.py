@@ -7,6 +7,8 @@ import argparse
 import logging
 import os
 import sys
+import threading
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +19,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         help="namespace to watch (repeatable; also $ARBITER_NAMESPACES, comma-separated); default: all namespaces",
+    )
+    parser.add_argument(
+        "--namespace-selector",
+        default=os.environ.get("ARBITER_NAMESPACE_SELECTOR", ""),
+        help="own the namespaces whose labels match this label selector (e.g. shard=risk), followed as labels change; "
+        "one shard of a large fleet, with its own --leader-election-id (also $ARBITER_NAMESPACE_SELECTOR)",
     )
     parser.add_argument(
         "--liveness",
@@ -64,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("ARBITER_OPERATOR_NAMESPACE", ""),
         help="namespace of the leader Lease (default: $ARBITER_OPERATOR_NAMESPACE, the chart's release namespace)",
     )
+    parser.add_argument(
+        "--leader-election-id",
+        default=os.environ.get("ARBITER_LEADER_ELECTION_ID", "arbiter-operator-leader"),
+        help="name of the leader Lease; each shard needs its own (default arbiter-operator-leader)",
+    )
     parser.add_argument("--lease-duration", type=float, default=float(os.environ.get("ARBITER_LEASE_DURATION", "15")),
                         help="seconds a standby waits on an unrenewed Lease before taking it (default 15)")
     parser.add_argument("--renew-deadline", type=float, default=float(os.environ.get("ARBITER_RENEW_DEADLINE", "10")),
@@ -81,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     namespaces = list(args.namespace)
     env_ns = os.environ.get("ARBITER_NAMESPACES", "")
     namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
+    if namespaces and args.namespace_selector:
+        parser.error("--namespace and --namespace-selector are exclusive: a shard owns what its selector matches")
 
     level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
     debug = level <= logging.DEBUG
@@ -107,14 +122,39 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import handlers  # noqa: F401  (registers the handlers)
 
-    settings = kopf.OperatorSettings()
-    # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed later)
-    # and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
-    # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
-    # restart the operator after installing KServe or the Route API.
-    settings.scanning.disabled = True
-    # The kubeconfig path travels in the memo to the login handler and the clients (handlers.py), explicitly: no
-    # process-wide $KUBECONFIG that would depend on when the kubernetes library first reads it.
+    def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
+        settings = kopf.OperatorSettings()
+        # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed
+        # later) and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
+        # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
+        # restart the operator after installing KServe or the Route API.
+        settings.scanning.disabled = True
+        kopf.run(
+            settings=settings,
+            memo=_memo(args, handlers),
+            standalone=True,
+            clusterwide=not watched,
+            namespaces=watched,
+            liveness_endpoint=args.liveness or None,
+            stop_flag=stop_flag,
+        )
+
+    if not args.namespace_selector:
+        run(namespaces)
+        return 0
+    from .clients.kube import new_api_client
+    from .shard import run_shard
+
+    run_shard(new_api_client(args.kubeconfig), args.namespace_selector, run, args.liveness or None)
+    return 0
+
+
+def _memo(args: argparse.Namespace, handlers: Any) -> Any:
+    """A fresh memo for one kopf run. The kubeconfig path travels in it to the login handler and the clients
+    (handlers.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library first
+    reads it."""
+    import kopf
+
     memo = kopf.Memo()
     memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
     if args.leader_elect:
@@ -125,20 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         kube.USER_AGENT = f"arbiter-operator/{identity}"
         memo[handlers.LEADER_KEY] = {
             "namespace": args.leader_election_namespace,
+            "name": args.leader_election_id,
             "identity": identity,
             "lease_duration": args.lease_duration,
             "renew_deadline": args.renew_deadline,
             "retry_period": args.retry_period,
         }
-    kopf.run(
-        settings=settings,
-        memo=memo,
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=args.liveness or None,
-    )
-    return 0
+    return memo
 
 
 if __name__ == "__main__":

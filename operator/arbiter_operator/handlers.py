@@ -204,6 +204,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             os._exit(1)
 
         elector = LeaderElector(new_api_client(memo.get(KUBECONFIG_KEY)), election["namespace"],
+                                name=election.get("name") or "arbiter-operator-leader",
                                 identity=election["identity"], lease_duration=election["lease_duration"],
                                 renew_deadline=election["renew_deadline"], retry_period=election["retry_period"],
                                 on_started_leading=started_leading, on_lost=lost)

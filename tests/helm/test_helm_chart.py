@@ -222,6 +222,20 @@ def test_metrics_service_service_monitor_and_network_policy() -> None:
     assert np["spec"]["policyTypes"] == ["Ingress"]
 
 
+def test_a_shard_owns_the_namespaces_its_selector_matches_and_has_its_own_lease() -> None:
+    docs = render({"namespaceSelector": "arbiter.dev/shard in (risk,fraud)",
+                   "leaderElection": {"leaseName": "arbiter-shard-risk"}})
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--namespace-selector=arbiter.dev/shard in (risk,fraud)" in container["args"]
+    assert "--leader-election-id=arbiter-shard-risk" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--namespace=")]
+    # Namespaces come and go with their labels: the grants are the all-namespaces ClusterRole's.
+    assert one(_operator_only(docs), "ClusterRole")["rules"] == one(_operator_only(render()), "ClusterRole")["rules"]
+    # A single operator keeps the Lease name every earlier release used, so an upgrade hands over through it.
+    (default,) = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--leader-election-id=arbiter-operator-leader" in default["args"]
+
+
 # Bad values fail at install with a message that names the value: (values, text the error must contain).
 BAD_VALUES = [
     ({"logLevel": "verbose"}, "logLevel"),
@@ -229,6 +243,8 @@ BAD_VALUES = [
     ({"leaderElection": {"leaseDuration": 10, "renewDeadline": 10, "retryPeriod": 2}}, "renewDeadline < leaseDuration"),
     ({"watchedNamespaces": ["Team_A"]}, "watchedNamespaces"),
     ({"watchedNamespaces": "team-a"}, "watchedNamespaces"),
+    ({"namespaceSelector": "shard=a", "watchedNamespaces": ["team-a"]}, "namespaceSelector and watchedNamespaces"),
+    ({"leaderElection": {"leaseName": "Shard A"}}, "leaseName"),
     ({"image": {"digest": "latest"}}, "digest"),
     ({"image": {"repository": "quay.io/arbiter/operator:1.0"}}, "repository"),
     ({"metrics": {"port": 80}}, "/metrics/port"),

@@ -1,0 +1,153 @@
+"""Sharding by namespace label: `--namespace-selector team=risk` makes this operator own exactly the namespaces whose
+labels match, for fleets too large for one process (docs/operations.md, "Sharding").
+
+kopf watches a fixed list of namespaces (cluster-wide scanning is off: docs/security.md), so the selector is resolved
+to a list when the operator starts, and a watch on Namespaces with the same selector tells when the list changed (a
+namespace labelled into or out of the shard, created or deleted). The operator then stops its kopf run cleanly (the
+leader Lease is handed back) and starts again on the new list in the same process: no container restart, and the
+new namespace's DecisionModels are reconciled within seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import urlsplit
+
+from kubernetes import client as k8s, watch
+
+from .api.backoff import WATCH_RESTART_BACKOFF
+
+log = logging.getLogger("arbiter.shard")
+
+
+def matching_namespaces(api: k8s.ApiClient, selector: str) -> tuple[set[str], str]:
+    """The names of the namespaces the selector matches now, and the list's resourceVersion (to watch from)."""
+    found = k8s.CoreV1Api(api).list_namespace(label_selector=selector)
+    names = {ns.metadata.name for ns in found.items if ns.metadata and ns.metadata.name}
+    return names, (found.metadata.resource_version if found.metadata else None) or ""
+
+
+def membership_change(owned: set[str], event_type: str, name: str) -> bool:
+    """Whether one watch event (on the selector's watch) changes the set of namespaces this shard owns (pure).
+
+    A namespace leaving the selector arrives as DELETED on a label-selected watch, like a deletion. A terminating
+    namespace stays owned until it is gone: its DecisionModels' finalizers still need this operator."""
+    if event_type in ("ADDED", "MODIFIED"):
+        return name not in owned
+    if event_type == "DELETED":
+        return name in owned
+    return False
+
+
+class NamespaceSetWatch:
+    """Calls `on_change` once when the namespaces matching `selector` are no longer `owned` (daemon thread)."""
+
+    def __init__(self, api: k8s.ApiClient, selector: str, owned: set[str], resource_version: str,
+                 on_change: Callable[[], None]) -> None:
+        self.api, self.selector, self.owned = api, selector, set(owned)
+        self.resource_version = resource_version
+        self.on_change = on_change
+        self.changed = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shard-namespaces", daemon=True)
+
+    def start(self) -> NamespaceSetWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _changed(self, why: str) -> None:
+        if not self.changed.is_set():
+            log.info("namespaces matching %r changed (%s): restarting the watches", self.selector, why)
+            self.changed.set()
+            self.on_change()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopped.is_set() and not self.changed.is_set():
+            try:
+                if not self.resource_version:  # after a 410 Gone: compare a fresh list with what is owned
+                    now, self.resource_version = matching_namespaces(self.api, self.selector)
+                    if now != self.owned:
+                        self._changed(f"now {sorted(now)}")
+                        return
+                stream = watch.Watch().stream(k8s.CoreV1Api(self.api).list_namespace, label_selector=self.selector,
+                                              resource_version=self.resource_version, timeout_seconds=300,
+                                              allow_watch_bookmarks=True, _request_timeout=330)
+                for event in stream:
+                    if self._stopped.is_set():
+                        return
+                    obj: Any = event.get("object")
+                    meta = getattr(obj, "metadata", None)
+                    name = getattr(meta, "name", None)
+                    self.resource_version = getattr(meta, "resource_version", None) or self.resource_version
+                    if event.get("type") == "BOOKMARK" or not name:
+                        continue
+                    if membership_change(self.owned, event["type"], name):
+                        self._changed(f"{event['type'].lower()} {name}")
+                        return
+                failures = 0
+            except k8s.ApiException as exc:
+                if exc.status == 410:  # the resourceVersion is too old: list again
+                    self.resource_version = ""
+                    continue
+                failures += 1
+                log.warning("namespace watch for %r failed (%s); retrying", self.selector, exc.reason)
+                time.sleep(WATCH_RESTART_BACKOFF.delay(failures))
+            except Exception as exc:  # a dropped connection: resume from the last resourceVersion
+                failures += 1
+                log.warning("namespace watch for %r interrupted (%s); retrying", self.selector, exc)
+                time.sleep(WATCH_RESTART_BACKOFF.delay(failures))
+
+
+def serve_liveness_until(endpoint: str | None, stop: threading.Event) -> None:
+    """While the shard owns no namespace there is no kopf run to answer the liveness probe: answer it here."""
+    if not endpoint:
+        stop.wait()
+        return
+    url = urlsplit(endpoint)
+    path = url.path or "/"
+
+    class Probe(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+            self.send_response(200 if self.path.split("?")[0] == path else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer((url.hostname or "0.0.0.0", url.port or 80), Probe)
+    threading.Thread(target=server.serve_forever, name="shard-liveness", daemon=True).start()
+    try:
+        stop.wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def run_shard(api: k8s.ApiClient, selector: str, run: Callable[[list[str], threading.Event], None],
+              liveness: str | None) -> None:
+    """Run the operator on the namespaces matching `selector`, again each time that set changes; return when a run
+    ends for any other reason (SIGTERM)."""
+    while True:
+        owned, resource_version = matching_namespaces(api, selector)
+        stop = threading.Event()
+        watcher = NamespaceSetWatch(api, selector, owned, resource_version, on_change=stop.set).start()
+        try:
+            if owned:
+                log.info("shard %r owns namespaces %s", selector, ", ".join(sorted(owned)))
+                run(sorted(owned), stop)
+            else:
+                log.warning("no namespace matches %r: waiting for one to be labelled", selector)
+                serve_liveness_until(liveness, stop)
+        finally:
+            watcher.stop()
+        if not watcher.changed.is_set():
+            return
