@@ -222,6 +222,11 @@ class CachedKubeClient:
         self.cache.wrote(out)
         return out
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        out = self.inner.create(obj)
+        self.cache.wrote(out)
+        return out
+
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str,
                      patch: dict[str, Any]) -> dict[str, Any]:
         out = self.inner.patch_status(api_version, kind, namespace, name, patch)
