@@ -161,16 +161,22 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
 
 
 class VerdictCache:
-    """Settled verdicts (True/False) per DecisionModel and spec, kept for `ttl` seconds.
+    """Settled verdicts (True/False) per DecisionModel and spec: a False one for `ttl` seconds, a True one for
+    `valid_ttl`.
 
-    A reconcile runs several times per change (the operator's own writes come back as watch events); reading S3
-    again each time was the largest cost in the scale benchmark. A spec change (another spec digest) or the ttl makes
-    the check run again, so a fixed bucket or a rotated Secret is seen within `ttl`. Unknown verdicts are never cached:
-    they are retried with backoff (plan/recheck.py).
+    A reconcile runs several times per change (KServe's status updates, a predictor becoming available); reading the
+    storage Secret and S3 again each time was the largest cost in the scale benchmark. A spec change (another spec
+    digest) makes the check run again at once. A False verdict is checked again after `ttl` (5 minutes), so a fixed
+    bucket or a rotated Secret is seen soon. A True verdict lasts `valid_ttl` (an hour): a version found valid is
+    deployed (its pods read the weights themselves) and a later breakage of its storage does not stop a serving
+    version anyway, so re-reading the Secret every 5 minutes while a large model loads bought nothing. Unknown
+    verdicts are never cached: they are retried with backoff (plan/recheck.py).
     """
 
-    def __init__(self, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 valid_ttl: float = 3600.0) -> None:
         self.ttl = ttl
+        self.valid_ttl = max(ttl, valid_ttl) if ttl > 0 else ttl  # ttl=0: check every time (observe_artifacts)
         self._clock = clock
         self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
 
@@ -178,7 +184,10 @@ class VerdictCache:
         if not uid:  # an object without identity (not from the apiserver) is always checked
             return None
         hit = self._entries.get((uid, spec_digest))
-        if hit is None or self._clock() - hit[0] > self.ttl:
+        if hit is None:
+            return None
+        valid = all(r.status == "True" for r in hit[1].values())
+        if self._clock() - hit[0] > (self.valid_ttl if valid else self.ttl):
             return None
         return hit[1]
 
