@@ -26,6 +26,7 @@ from .cache import CachedKubeClient, WatchCache
 from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
+from .plan.predictors import predictor_problem
 from .reconcile import Reconciler
 from .settings import runtime_image
 from .render.common import LABEL_DM
@@ -310,11 +311,39 @@ def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
             seen)
 
 
-async def _cache_only(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    _held(event, memo)
+def _trouble(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What the reconcile reads of one predictor pod (plan/predictors.py): its problem, if any."""
+    problem = predictor_problem([obj]) if obj else None
+    return None if problem is None else (problem.reason, problem.message, problem.failed)
 
 
 _AVAILABILITY: dict[tuple[str, str], tuple[Any, ...] | None] = {}  # per predictor Deployment, as last seen
+_TROUBLE: dict[tuple[str, str], tuple[Any, ...]] = {}  # per predictor pod in trouble, as last seen
+
+
+def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str) -> None:
+    held = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, isvc)
+    owner = (((held or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
+    if owner:
+        memo[QUEUE_KEY].add((namespace, owner))
+
+
+async def _pod_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str, memo: kopf.Memo,
+                     **_: Any) -> None:
+    """A predictor pod: its DecisionModel is queued only when the pod's trouble changed (it cannot be scheduled, it
+    crash-loops, it got better or went away): what a loading version's Serving condition reports, and what the
+    promotion machine rolls back on. A pod's other changes (start-up steps, readiness: KServe's status and the
+    Deployment say that) queue nothing. This replaces polling while a version loads."""
+    _held(event, memo)
+    key = (namespace, name)
+    before = _TROUBLE.get(key)
+    now = None if event.get("type") == "DELETED" else _trouble(event.get("object"))
+    if now is None:
+        _TROUBLE.pop(key, None)
+    else:
+        _TROUBLE[key] = now
+    if now != before:
+        _queue_owner(memo, namespace, labels.get(ISVC_LABEL, ""))
 
 
 async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str,
@@ -331,10 +360,7 @@ async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, 
         now = _AVAILABILITY[key] = _availability(event.get("object"))
     if now == before:
         return
-    isvc = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, labels.get(ISVC_LABEL, ""))
-    owner = (((isvc or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
-    if owner:
-        memo[QUEUE_KEY].add((namespace, owner))
+    _queue_owner(memo, namespace, labels.get(ISVC_LABEL, ""))
 
 
 async def _label_gone(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
@@ -367,7 +393,7 @@ for _api, _kind, _plural, _label in CACHED:
         kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)  # type: ignore[arg-type]
     if _kind == "Deployment":
         kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)  # type: ignore[arg-type]
-    elif _kind == "Pod":  # read while a version loads (the loading poll); a pod's own changes queue nothing
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_cache_only)  # type: ignore[arg-type]
+    elif _kind == "Pod":  # queued on a change of its trouble only
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_pod_event)  # type: ignore[arg-type]
     elif _kind != KIND:
         kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)  # type: ignore[arg-type]
