@@ -414,11 +414,14 @@ class _Run:
                 self.set(phase="Deploying")
                 return
             if not o.ready:
-                if o.exists and st.phase == "Deploying":
+                # Artifacts valid: the candidate's InferenceService is applied in this same reconcile (it is live;
+                # a failed apply fails the reconcile before the status is written, and it is retried), so this pass
+                # already says Waiting: no status write of its own once the InferenceService shows up.
+                if st.phase == "Deploying" and (o.exists or o.artifacts_valid is True):
                     self.set(phase="Waiting")
                     if st.stable is not None:  # a first deployment's progress is its status, its news one Event
                         self.event("Normal", "CandidateDeployed",
-                                   f"InferenceService of {cand} created, waiting for ready")
+                                   f"InferenceService of {cand} applied, waiting for it to become ready")
                 return
             if st.stable is None:
                 self.promote()  # first deployment: nothing to compare with, nothing else serves
