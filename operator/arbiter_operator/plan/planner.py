@@ -101,9 +101,9 @@ def _phase(exists: bool, ready: bool, failed: bool, live: bool, art: ArtifactObs
         return "Failed"
     if ready and live:
         return "Ready"
-    if exists:
-        return "Deploying" if live else "Stopped"
-    return "Pending" if live else "Stopped"
+    # A live version's InferenceService is applied in this same reconcile (a failed apply fails the reconcile before
+    # the status is written): it is Deploying from this pass on, so its appearance needs no status write of its own.
+    return "Deploying" if live else "Stopped"
 
 
 def runtime_image(dm: DecisionModel, isvc: dict[str, Any] | None, default: str) -> str:
