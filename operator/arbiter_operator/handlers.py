@@ -260,9 +260,11 @@ def _fill(body: Any, memo: kopf.Memo, **_: Any) -> None:
         cache.put(dict(body))
 
 
-def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
+async def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
     """Bring the cache up to date with one watch event (the index handler already holds what is not a deletion).
-    Returns whether the event is the echo of the operator's own last write to that object."""
+    Returns whether the event is the echo of the operator's own last write to that object. An event that overtook
+    the answer to a write still in flight waits for it (up to ECHO_WAIT seconds): only then is the write's
+    resourceVersion known."""
     cache: WatchCache = memo[CACHE_KEY]
     obj = event.get("object") or {}
     if event.get("type") == "DELETED":
@@ -270,12 +272,19 @@ def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
         cache.discard(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""),
                       uid=meta.get("uid"))
         return False
+    waited = 0.0
+    while cache.writing(obj) and waited < ECHO_WAIT:
+        await asyncio.sleep(0.01)
+        waited += 0.01
     return cache.is_echo(obj)
+
+
+ECHO_WAIT = 2.0
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]  # (kopf passes all kwargs; we take a few)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    echo = _held(event, memo)
+    echo = await _held(event, memo)
     if event.get("type") == "DELETED":
         memo[NSWATCH_KEY].forget(namespace, name)
         return  # children go with it (owner references); a deletion the finalizer holds arrives as MODIFIED
@@ -288,7 +297,7 @@ async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, 
 
 async def _child_event(event: dict[str, Any], labels: dict[str, str], namespace: str, memo: kopf.Memo,
                        **_: Any) -> None:
-    echo = _held(event, memo)
+    echo = await _held(event, memo)
     owner = labels.get(LABEL_DM)
     if not owner:
         return
@@ -334,7 +343,7 @@ async def _pod_event(event: dict[str, Any], name: str, labels: dict[str, str], n
     crash-loops, it got better or went away): what a loading version's Serving condition reports, and what the
     promotion machine rolls back on. A pod's other changes (start-up steps, readiness: KServe's status and the
     Deployment say that) queue nothing. This replaces polling while a version loads."""
-    _held(event, memo)
+    await _held(event, memo)
     key = (namespace, name)
     before = _TROUBLE.get(key)
     now = None if event.get("type") == "DELETED" else _trouble(event.get("object"))
@@ -350,7 +359,7 @@ async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, 
                             memo: kopf.Memo, **_: Any) -> None:
     """A predictor Deployment (KServe's): its DecisionModel is queued only when the Deployment's availability changed
     (a version is ready on KServe's status and an available replica: whichever the operator sees last wakes it)."""
-    _held(event, memo)
+    await _held(event, memo)
     key = (namespace, name)
     before = _AVAILABILITY.get(key)
     if event.get("type") == "DELETED":

@@ -283,3 +283,35 @@ def test_a_loading_version_is_woken_by_its_pods_not_polled(control_plane, namesp
     # Once the kubelet holds it back (CrashLoopBackOff), the version has failed and the rollout stops.
     dm = eventually(reported(True), 120, "the version failed")
     assert condition(dm, "Stalled")["reason"] == "CandidateFailed"
+
+
+def test_an_echo_that_overtakes_the_writes_answer_is_still_an_echo():
+    """The watch event of the operator's own write can arrive before the write's answer (a busy machine): it waits
+    for the answer, then is known as the echo; another writer's event in the meantime is not mistaken for one."""
+    import asyncio
+    import threading
+
+    from arbiter_operator import handlers
+
+    cache = WatchCache({("v1", "ConfigMap"): "arbiter.dev/decision-model"})
+    memo = {handlers.CACHE_KEY: cache}
+    key = ("v1", "ConfigMap", "ns", "cm")
+
+    def obj(rv):
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns",
+                                                                      "resourceVersion": str(rv)}}
+
+    async def run():
+        cache.begin_write(key)
+        threading.Timer(0.2, cache.end_write, (key, obj(7))).start()  # the answer, late
+        ours = await handlers._held({"type": "MODIFIED", "object": obj(7)}, memo)
+        cache.begin_write(key)
+        threading.Timer(0.2, cache.end_write, (key, obj(9))).start()
+        theirs = await handlers._held({"type": "MODIFIED", "object": obj(8)}, memo)  # someone else's, in between
+        cache.begin_write(key)
+        cache.end_write(key, None)  # a write that failed: nothing is in flight any more
+        later = await handlers._held({"type": "MODIFIED", "object": obj(10)}, memo)
+        return ours, theirs, later
+
+    assert asyncio.run(run()) == (True, False, False)
+    assert not cache.writing(obj(10))
