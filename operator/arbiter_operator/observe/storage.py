@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import threading
 import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping
@@ -100,14 +101,44 @@ async def check_decision_model(storage: S3Storage | None, dm: Any) -> dict[str, 
             for v in dm.spec.versions}
 
 
-async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactReport:
+class SecretReads:
+    """Storage Secrets read within the last `ttl` seconds (10), shared by the artifact checks of one namespace: a
+    fleet created at once reads each namespace's Secret a few times instead of once per DecisionModel.
+
+    Freshness: a check that starts more than `ttl` after a Secret changed reads the new one; a missing Secret is never
+    remembered (creating it is seen at the next check). Only the Secret's data is held, and for `ttl` at most (expired
+    entries are dropped at the next read), so credentials stay in memory seconds, not for the process's life."""
+
+    def __init__(self, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._held: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        now = self._clock()
+        with self._lock:
+            self._held = {k: v for k, v in self._held.items() if now - v[0] < self.ttl}
+            hit = self._held.get((namespace, name))
+        if hit is not None:
+            return hit[1]
+        secret = kube.get("v1", "Secret", namespace, name)
+        if secret is not None and self.ttl > 0:
+            with self._lock:
+                self._held[(namespace, name)] = (now, {"data": secret.get("data")})
+        return secret
+
+
+async def open_storage(kube: Any, dm: Any, bucket: str, secrets: SecretReads | None = None) -> S3Storage | ArtifactReport:
     """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
     through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
-    credentials cannot be had; close the storage with `async with` or `close()`."""
+    credentials cannot be had; close the storage with `async with` or `close()`. `secrets`: recent Secret reads to
+    share (None: read it)."""
     st = dm.spec.storage
     ns = dm.metadata.namespace
     try:
-        secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, st.secretName)
+        reads = secrets if secrets is not None else SecretReads(ttl=0.0)
+        secret = await asyncio.to_thread(reads.get, kube, ns, st.secretName)
         if secret is None:
             return ArtifactReport(
                 "Unknown", STORAGE_CREDENTIALS_INVALID,
@@ -134,7 +165,8 @@ async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactR
     return S3Storage(creds)
 
 
-async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, ArtifactReport]:
+async def check_decision_model_in_cluster(kube: Any, dm: Any,
+                                          secrets: SecretReads | None = None) -> dict[str, ArtifactReport]:
     """`check_decision_model` with credentials resolved from the cluster, one S3Storage per bucket."""
     ask = serving_ask(dm.spec)
     reports: dict[str, ArtifactReport] = {}
@@ -146,7 +178,7 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
                 reports[v.name] = not_checkable(v.storageUri)
                 continue
             if bucket not in storages:
-                storages[bucket] = await open_storage(kube, dm, bucket)
+                storages[bucket] = await open_storage(kube, dm, bucket, secrets)
             storage = storages[bucket]
             if isinstance(storage, ArtifactReport):
                 reports[v.name] = storage
@@ -179,6 +211,8 @@ class VerdictCache:
         self.valid_ttl = max(ttl, valid_ttl) if ttl > 0 else ttl  # ttl=0: check every time (observe_artifacts)
         self._clock = clock
         self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
+        # The storage Secrets the checks read, shared for a few seconds (none kept when ttl is 0: check every time).
+        self.secrets = SecretReads(ttl=10.0 if ttl > 0 else 0.0, clock=clock)
 
     def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
         if not uid:  # an object without identity (not from the apiserver) is always checked
@@ -207,7 +241,7 @@ async def observe_artifacts(kube: Any, dm: Any, obs: Observations, cache: Verdic
     spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
     reports = cache.get(uid, spec_digest)
     if reports is None:
-        reports = await check_decision_model_in_cluster(kube, dm)
+        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets)
         cache.put(uid, spec_digest, reports)
     previous = {v.name: v for v in dm.status.versions}
     return replace(
