@@ -21,7 +21,8 @@ def test_a_first_deployment_is_one_ready_event_that_says_how_it_went():
     assert _reasons(d) == ["Ready"]
     (ready,) = d.events
     assert ready.type == "Normal"
-    assert ready.message == "1.0.0 is stable and receives 100% of traffic (first deployment, serving 43 s after it started)"
+    assert ready.message == ("1.0.0 is stable and receives 100% of traffic "
+                             "(first deployment, serving 43 s after it started)")
     # Its record stays in status for `kubectl arbiter history`.
     (rec,) = d.snapshot["status"]["promotion"]["history"]
     assert (rec["version"], rec["outcome"]) == ("1.0.0", "Succeeded")

@@ -129,7 +129,8 @@ class SecretReads:
         return secret
 
 
-async def open_storage(kube: Any, dm: Any, bucket: str, secrets: SecretReads | None = None) -> S3Storage | ArtifactReport:
+async def open_storage(kube: Any, dm: Any, bucket: str,
+                       secrets: SecretReads | None = None) -> S3Storage | ArtifactReport:
     """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
     through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
     credentials cannot be had; close the storage with `async with` or `close()`. `secrets`: recent Secret reads to
