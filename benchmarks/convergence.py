@@ -88,7 +88,7 @@ class Floor:
         self.children: dict[tuple[str, str], str] = {}
         for p in self.passes:
             for verb, kind, name, _ in p:
-                if verb != "apply":
+                if verb not in ("apply", "create"):  # a first create is an apply too (create-only)
                     continue
                 # Whatever kinds the operator applies (clients.kube.KINDS), read back as it wrote them.
                 k = next(k for (_av, kn), k in KINDS.items() if kn == kind)
@@ -116,7 +116,7 @@ class Floor:
                 if not self.isvc_watch.wait(isvcs, timeout):
                     raise TimeoutError(f"floor: InferenceServices of {name} not Ready")
             for verb, kind, child, extra in p:
-                if verb == "apply":
+                if verb in ("apply", "create"):
                     body = json.loads(rename(self.children[(kind, child)]))
                     for ref in body["metadata"].get("ownerReferences") or []:
                         ref["uid"] = uid

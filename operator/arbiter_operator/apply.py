@@ -93,8 +93,10 @@ def apply_plan(
     """Returns the number of writes made and the children refused because another owner holds them.
 
     Ownership is decided here, before any write, never by server-side apply: a child is updated only when its
-    controller ownerReference is this DecisionModel (uid); a name nobody holds is created with a non-forcing apply;
-    anything else is left untouched and reported (ChildConflict) with the object and its owner.
+    controller ownerReference is this DecisionModel (uid); a child not among ours is created with a create-only apply
+    (the apiserver refuses it when the name is taken, without touching that object: no read is needed first); an
+    object found under the name is then read, and left untouched and reported (ChildConflict) with its owner unless
+    it is ours.
     """
     writes = 0
     conflicts: list[str] = []
@@ -104,8 +106,19 @@ def apply_plan(
             stamped = with_hash(desired)
             kind, name = desired["kind"], desired["metadata"]["name"]
             live = _live_child(live_children, desired)
-            if live is None:  # not among the children we found as ours: is the name free?
-                live = client.get(desired["apiVersion"], kind, ns, name)
+            if live is None:  # not among the children we found as ours: create it, if (and only if) the name is free
+                try:
+                    client.create(stamped)
+                    writes += 1
+                    continue
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+                    # Taken: by another owner, or by our own child the cache does not hold (e.g. its label was
+                    # removed). Only now is it read, to tell which.
+                    live = client.get(desired["apiVersion"], kind, ns, name)
+                    if live is None:  # deleted in between: the next reconcile creates it
+                        raise
             if live is not None and not owned_by(live, dm.metadata.uid):
                 conflicts.append(f"{kind} {ns}/{name} already exists and is {describe_owner(live, dm)}")
                 continue

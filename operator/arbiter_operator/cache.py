@@ -109,6 +109,7 @@ class WatchCache:
         self._objs: dict[Key, _Held] = {}
         self._by_ns: dict[tuple[str, str, str], set[str]] = {}
         self._written: dict[Key, int | None] = {}  # resourceVersion of the operator's last write to each object
+        self._in_flight: dict[Key, int] = {}  # objects with a write sent and not answered yet (how many)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -157,6 +158,28 @@ class WatchCache:
         self.put(obj)
         with self._lock:
             self._written[_key(obj)] = _rv(obj)
+
+    def begin_write(self, key: Key) -> None:
+        with self._lock:
+            self._in_flight[key] = self._in_flight.get(key, 0) + 1
+
+    def end_write(self, key: Key, answer: dict[str, Any] | None) -> None:
+        """The write to `key` got its answer (None: it failed): hold it, then let `is_echo` judge that object's
+        events again."""
+        try:
+            self.wrote(answer)
+        finally:
+            with self._lock:
+                n = self._in_flight.get(key, 0) - 1
+                if n > 0:
+                    self._in_flight[key] = n
+                else:
+                    self._in_flight.pop(key, None)
+
+    def writing(self, obj: dict[str, Any]) -> bool:
+        """Whether a write of the operator's to this object is still waiting for its answer: its watch event may
+        arrive first, and can only be judged an echo (or not) once the answer's resourceVersion is known."""
+        return _key(obj) in self._in_flight
 
     def is_echo(self, obj: dict[str, Any]) -> bool:
         """Whether this watch event carries exactly the object the operator's own last write produced (nothing
@@ -217,22 +240,30 @@ class CachedKubeClient:
                 return self.cache.list(api_version, kind, namespace, reqs)
         return self.inner.list(api_version, kind, namespace, label_selector)
 
+    def _write(self, key: Key, call: Any) -> dict[str, Any]:
+        self.cache.begin_write(key)
+        out = None
+        try:
+            out = call()
+            return out
+        finally:
+            self.cache.end_write(key, out)
+
     def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
-        out = self.inner.apply(obj, force=force)
-        self.cache.wrote(out)
-        return out
+        return self._write(_key(obj), lambda: self.inner.apply(obj, force=force))
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._write(_key(obj), lambda: self.inner.create(obj))
 
     def patch_status(self, api_version: str, kind: str, namespace: str, name: str,
                      patch: dict[str, Any]) -> dict[str, Any]:
-        out = self.inner.patch_status(api_version, kind, namespace, name, patch)
-        self.cache.wrote(out)
-        return out
+        return self._write((api_version, kind, namespace or "", name),
+                           lambda: self.inner.patch_status(api_version, kind, namespace, name, patch))
 
     def patch(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
               content_type: str) -> dict[str, Any]:
-        out = self.inner.patch(api_version, kind, namespace, name, body, content_type)
-        self.cache.wrote(out)
-        return out
+        return self._write((api_version, kind, namespace or "", name),
+                           lambda: self.inner.patch(api_version, kind, namespace, name, body, content_type))
 
     def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
         out = self.inner.delete(api_version, kind, namespace, name, uid=uid)

@@ -26,6 +26,7 @@ from .cache import CachedKubeClient, WatchCache
 from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
+from .plan.predictors import predictor_problem
 from .reconcile import Reconciler
 from .settings import runtime_image
 from .render.common import LABEL_DM
@@ -269,9 +270,11 @@ def _fill(body: Any, memo: kopf.Memo, **_: Any) -> None:
         cache.put(dict(body))
 
 
-def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
+async def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
     """Bring the cache up to date with one watch event (the index handler already holds what is not a deletion).
-    Returns whether the event is the echo of the operator's own last write to that object."""
+    Returns whether the event is the echo of the operator's own last write to that object. An event that overtook
+    the answer to a write still in flight waits for it (up to ECHO_WAIT seconds): only then is the write's
+    resourceVersion known."""
     cache: WatchCache = memo[CACHE_KEY]
     obj = event.get("object") or {}
     if event.get("type") == "DELETED":
@@ -279,12 +282,19 @@ def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
         cache.discard(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""),
                       uid=meta.get("uid"))
         return False
+    waited = 0.0
+    while cache.writing(obj) and waited < ECHO_WAIT:
+        await asyncio.sleep(0.01)
+        waited += 0.01
     return cache.is_echo(obj)
+
+
+ECHO_WAIT = 2.0
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]  # (kopf passes all kwargs; we take a few)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    echo = _held(event, memo)
+    echo = await _held(event, memo)
     if event.get("type") == "DELETED":
         memo[NSWATCH_KEY].forget(namespace, name)
         return  # children go with it (owner references); a deletion the finalizer holds arrives as MODIFIED
@@ -297,7 +307,7 @@ async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, 
 
 async def _child_event(event: dict[str, Any], labels: dict[str, str], namespace: str, memo: kopf.Memo,
                        **_: Any) -> None:
-    echo = _held(event, memo)
+    echo = await _held(event, memo)
     owner = labels.get(LABEL_DM)
     if not owner:
         return
@@ -320,18 +330,46 @@ def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
             seen)
 
 
-async def _cache_only(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    _held(event, memo)
+def _trouble(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """What the reconcile reads of one predictor pod (plan/predictors.py): its problem, if any."""
+    problem = predictor_problem([obj]) if obj else None
+    return None if problem is None else (problem.reason, problem.message, problem.failed)
 
 
 _AVAILABILITY: dict[tuple[str, str], tuple[Any, ...] | None] = {}  # per predictor Deployment, as last seen
+_TROUBLE: dict[tuple[str, str], tuple[Any, ...]] = {}  # per predictor pod in trouble, as last seen
+
+
+def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str) -> None:
+    held = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, isvc)
+    owner = (((held or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
+    if owner:
+        memo[QUEUE_KEY].add((namespace, owner))
+
+
+async def _pod_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str, memo: kopf.Memo,
+                     **_: Any) -> None:
+    """A predictor pod: its DecisionModel is queued only when the pod's trouble changed (it cannot be scheduled, it
+    crash-loops, it got better or went away): what a loading version's Serving condition reports, and what the
+    promotion machine rolls back on. A pod's other changes (start-up steps, readiness: KServe's status and the
+    Deployment say that) queue nothing. This replaces polling while a version loads."""
+    await _held(event, memo)
+    key = (namespace, name)
+    before = _TROUBLE.get(key)
+    now = None if event.get("type") == "DELETED" else _trouble(event.get("object"))
+    if now is None:
+        _TROUBLE.pop(key, None)
+    else:
+        _TROUBLE[key] = now
+    if now != before:
+        _queue_owner(memo, namespace, labels.get(ISVC_LABEL, ""))
 
 
 async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str,
                             memo: kopf.Memo, **_: Any) -> None:
     """A predictor Deployment (KServe's): its DecisionModel is queued only when the Deployment's availability changed
     (a version is ready on KServe's status and an available replica: whichever the operator sees last wakes it)."""
-    _held(event, memo)
+    await _held(event, memo)
     key = (namespace, name)
     before = _AVAILABILITY.get(key)
     if event.get("type") == "DELETED":
@@ -341,10 +379,7 @@ async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, 
         now = _AVAILABILITY[key] = _availability(event.get("object"))
     if now == before:
         return
-    isvc = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, labels.get(ISVC_LABEL, ""))
-    owner = (((isvc or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
-    if owner:
-        memo[QUEUE_KEY].add((namespace, owner))
+    _queue_owner(memo, namespace, labels.get(ISVC_LABEL, ""))
 
 
 async def _label_gone(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
@@ -377,7 +412,7 @@ for _api, _kind, _plural, _label in CACHED:
         kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)  # type: ignore[arg-type]
     if _kind == "Deployment":
         kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)  # type: ignore[arg-type]
-    elif _kind == "Pod":  # read while a version loads (the loading poll); a pod's own changes queue nothing
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_cache_only)  # type: ignore[arg-type]
+    elif _kind == "Pod":  # queued on a change of its trouble only
+        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_pod_event)  # type: ignore[arg-type]
     elif _kind != KIND:
         kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ def test_convergence_runs_and_reports_operator_and_floor(tmp_path):
     assert result["operator_seconds"]["n"] == 3 and result["floor_seconds"]["n"] == 3
     # The floor replays what the operator wrote: at least the InferenceService and the Ready status.
     replayed = [w for p in result["floor_writes"] for w in p]
-    assert any(w.startswith("apply InferenceService") for w in replayed)
+    assert any(w.startswith(("create InferenceService", "apply InferenceService")) for w in replayed)
     assert any(w.startswith("patch-status DecisionModel") for w in replayed)
 
 

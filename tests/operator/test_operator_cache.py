@@ -239,3 +239,81 @@ def test_a_child_whose_label_is_removed_gets_it_back(control_plane, namespace, a
         cm, namespace, [{"op": "remove", "path": "/metadata/labels/arbiter.dev~1decision-model"}])
     eventually(lambda: client.CoreV1Api(api).read_namespaced_config_map(cm, namespace).metadata.labels.get(
         "arbiter.dev/decision-model") == DM, 30, "label restored")
+
+
+def test_a_loading_version_is_woken_by_its_pods_not_polled(control_plane, namespace, api, operator_process,
+                                                            predictors):
+    """While a version loads, the operator makes no reconcile pass of its own (no loading poll: at fleet scale it
+    was most of the operator's CPU). What decides the outcome is watched: here its pods start crash-looping, and the
+    DecisionModel reports the cause well before the slow safety requeue (60 s) could have."""
+    from arbiter_operator.api.models import isvc_name
+
+    isvc = isvc_name(DM, "1.0.0")
+    op = operator_process(namespaces=[namespace], metrics=True)
+    predictors.set_fate(isvc, "loading")
+    create_dm(api, namespace, example())
+
+    def waiting():
+        dm = get(api, "arbiter.dev/v1alpha1", "decisionmodels", namespace, DM)
+        return dm if ((dm or {}).get("status") or {}).get("promotion", {}).get("phase") == "Waiting" else None
+
+    eventually(waiting, 90, "the version loading")
+    page = _settled(op)
+    time.sleep(20)
+    quiet = samples(op.scrape())
+    assert _passes(quiet) == _passes(page), "a reconcile pass while nothing changed"
+    assert _requests(quiet) == _requests(page)
+
+    predictors.set_fate(isvc, "crashloop")
+    started = time.monotonic()
+
+    def reported(failed: bool):
+        def check():  # an AssertionError is "not yet", and the last one says what the status showed
+            dm = get(api, "arbiter.dev/v1alpha1", "decisionmodels", namespace, DM)
+            serving, stalled = condition(dm, "Serving"), condition(dm, "Stalled")
+            if failed:
+                assert stalled["status"] == "True" and "restarted" in stalled["message"], dm["status"]
+            else:
+                assert serving["reason"] == "CrashLoopBackOff", dm["status"]
+            return dm
+        return check
+
+    # The cause, as the pods show it, on Serving: noticed from the pod's watch event, not a timer.
+    dm = eventually(reported(False), 50, "the crash loop reported")
+    assert time.monotonic() - started < 50
+    assert "restarted" in condition(dm, "Serving")["message"]
+    # Once the kubelet holds it back (CrashLoopBackOff), the version has failed and the rollout stops.
+    dm = eventually(reported(True), 120, "the version failed")
+    assert condition(dm, "Stalled")["reason"] == "CandidateFailed"
+
+
+def test_an_echo_that_overtakes_the_writes_answer_is_still_an_echo():
+    """The watch event of the operator's own write can arrive before the write's answer (a busy machine): it waits
+    for the answer, then is known as the echo; another writer's event in the meantime is not mistaken for one."""
+    import asyncio
+    import threading
+
+    from arbiter_operator import handlers
+
+    cache = WatchCache({("v1", "ConfigMap"): "arbiter.dev/decision-model"})
+    memo = {handlers.CACHE_KEY: cache}
+    key = ("v1", "ConfigMap", "ns", "cm")
+
+    def obj(rv):
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns",
+                                                                      "resourceVersion": str(rv)}}
+
+    async def run():
+        cache.begin_write(key)
+        threading.Timer(0.2, cache.end_write, (key, obj(7))).start()  # the answer, late
+        ours = await handlers._held({"type": "MODIFIED", "object": obj(7)}, memo)
+        cache.begin_write(key)
+        threading.Timer(0.2, cache.end_write, (key, obj(9))).start()
+        theirs = await handlers._held({"type": "MODIFIED", "object": obj(8)}, memo)  # someone else's, in between
+        cache.begin_write(key)
+        cache.end_write(key, None)  # a write that failed: nothing is in flight any more
+        later = await handlers._held({"type": "MODIFIED", "object": obj(10)}, memo)
+        return ours, theirs, later
+
+    assert asyncio.run(run()) == (True, False, False)
+    assert not cache.writing(obj(10))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -235,3 +236,60 @@ def test_children_under_the_earlier_names_are_replaced_once_their_successors_ser
     assert get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, new)
     route = custom.get_namespaced_custom_object(*ROUTES[:2], namespace, ROUTES[2], "credit-limit")
     assert route["spec"]["to"]["name"] == f"{new}-predictor"
+
+
+# ---- the create-only apply against whatever already holds the name ----------------------------------------------
+
+_FOREIGN_KINDS = {  # (apiVersion, kind) -> a minimal valid body of that kind, as somebody else would write it
+    ("v1", "ConfigMap"): {"data": {"team": "theirs"}},
+    ("v1", "Service"): {"spec": {"ports": [{"port": 8080}]}},
+    ("route.openshift.io/v1", "Route"): {"spec": {"to": {"kind": "Service", "name": "team-frontend", "weight": 100}}},
+    ("serving.kserve.io/v1alpha1", "ServingRuntime"): {"spec": {
+        "containers": [{"name": "kserve-container", "image": "example.com/theirs:1"}],
+        "supportedModelFormats": [{"name": "vLLM"}]}},
+}
+_label_values = st.text(alphabet="abc-1", min_size=1, max_size=5).filter(lambda s: s[0].isalnum() and s[-1].isalnum())
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from(sorted(_FOREIGN_KINDS)), labels=st.dictionaries(
+    st.sampled_from(["app", "arbiter.dev/decisionmodel", "team"]), _label_values, max_size=3),
+    manager=st.sampled_from(["kubectl-create", "arbiter-operator", "helm"]), same_fields=st.booleans())
+def test_a_create_never_touches_an_object_already_under_the_name(control_plane, namespace, api, kind, labels,
+                                                                 manager, same_fields):
+    """Whoever made the object under the name (another team, a copy of our label, even our own field manager) and
+    whatever it holds (our very fields, or conflicting ones), the operator's create is refused and the object stays
+    byte for byte as it was; a free name is created by server-side apply, so later applies own their fields."""
+    from arbiter_operator.clients.kube import KubeError, RestKubeClient
+
+    kc = RestKubeClient(api)
+    api_version, kind_name = kind
+    name = f"n-{uuid.uuid4().hex[:8]}"
+    ours = {"apiVersion": api_version, "kind": kind_name, "metadata": {
+        "name": name, "namespace": namespace, "labels": {"arbiter.dev/decisionmodel": "credit-limit"}},
+        **copy.deepcopy(_FOREIGN_KINDS[kind])}
+    theirs = copy.deepcopy(ours) if same_fields else {
+        "apiVersion": api_version, "kind": kind_name, "metadata": {"name": name, "namespace": namespace},
+        **copy.deepcopy(_FOREIGN_KINDS[kind])}
+    theirs["metadata"]["labels"] = labels
+    if not same_fields and kind_name == "ConfigMap":
+        theirs["data"] = {"team": "other"}
+    plural = {"ConfigMap": "configmaps", "Service": "services", "Route": "routes", "ServingRuntime": "servingruntimes"}
+    path = f"/api/v1/namespaces/{namespace}/{plural[kind_name]}" if api_version == "v1" else \
+        f"/apis/{api_version}/namespaces/{namespace}/{plural[kind_name]}"
+    raw_call(api, "POST", path, theirs, [("fieldManager", manager)])
+    before = get(api, api_version, plural[kind_name], namespace, name)
+
+    try:
+        kc.create(ours)
+        raise AssertionError("a create over an existing object succeeded")
+    except KubeError as exc:
+        assert exc.status == 409
+    assert get(api, api_version, plural[kind_name], namespace, name) == before
+
+    free = {**copy.deepcopy(ours), "metadata": {**ours["metadata"], "name": name + "-free"}}
+    created = kc.create(free)
+    assert [m["operation"] for m in created["metadata"]["managedFields"]] == ["Apply"]
+    # Our later apply stops sending the label: server-side apply removes it (we own it as an applier).
+    free["metadata"]["labels"] = {}
+    assert "labels" not in kc.apply(free)["metadata"] or not kc.apply(free)["metadata"]["labels"]

@@ -244,7 +244,7 @@ def test_removed_stable_version_serves_until_its_successor_does(
     create_dm(api, namespace, example())
     eventually(lambda: _ready(api, namespace), 90, "Ready")
     custom = client.CustomObjectsApi(api)
-    predictors.set_fate("credit-limit-1-1-0", "loading")  # the successor loads until the test says otherwise
+    predictors.set_fate("credit-limit--1-1-0", "loading")  # the successor loads until the test says otherwise
 
     dm = _dm(api, namespace)
     spec = dm["spec"]

@@ -41,6 +41,7 @@ class Driver:
         self.isvcs: dict[str, dict[str, Any]] = {}
         self.now = T0
         self.snapshot: dict[str, Any] = {}
+        self.events: list[Any] = []  # every Event the planner asked for, in order
 
     def dm(self) -> DecisionModel:
         return DecisionModel.model_validate(self.body)
@@ -66,6 +67,7 @@ class Driver:
         self.now += timedelta(seconds=after)
         obs = Observations(inferenceservices=copy.deepcopy(self.isvcs), analysis=analysis)
         p = plan(self.dm(), obs, self.now)
+        self.events.extend(p.events)
         for child in p.children or []:
             if child["kind"] == "InferenceService":
                 name = child["metadata"]["name"]

@@ -1,4 +1,5 @@
-"""Artifact verdicts are reused for the same spec for a while, and never when storage could not be asked."""
+"""Artifact verdicts are reused for the same spec for a while (a valid one for an hour, an invalid one for five
+minutes), and never when storage could not be asked."""
 
 from __future__ import annotations
 
@@ -22,6 +23,20 @@ def test_settled_verdict_is_reused_until_ttl_or_new_generation() -> None:
     assert cache.get("uid-a", "spec-3") == reports
     assert cache.get("uid-a", "spec-4") is None  # the spec changed: check again
     assert cache.get("uid-b", "spec-3") is None
+    clock.now = 301
+    assert cache.get("uid-a", "spec-3") == reports  # valid: no Secret or S3 read while a large model loads
+    clock.now = 3601
+    assert cache.get("uid-a", "spec-3") is None  # an hour on, checked again
+
+
+def test_an_invalid_verdict_is_checked_again_within_the_ttl() -> None:
+    clock = Clock()
+    cache = VerdictCache(ttl=300, clock=clock)
+    reports = {"1.0.0": ArtifactReport("True", "ArtifactsValid", "ok"),
+               "1.1.0": ArtifactReport("False", "WeightsMissing", "no weights")}
+    cache.put("uid-a", "spec-3", reports)
+    clock.now = 299
+    assert cache.get("uid-a", "spec-3") == reports
     clock.now = 301
     assert cache.get("uid-a", "spec-3") is None  # a fixed bucket or rotated Secret is seen within the ttl
 

@@ -196,3 +196,48 @@ async def test_s3_outage_keeps_a_serving_version_valid(kube, namespace, s3_serve
     assert (cond.status, cond.reason) == ("Unknown", "StorageUnreachable")
     assert obs.artifacts["1.0.0"].valid is True and obs.artifacts["1.0.0"].digest == "sha256:before"
     assert obs.artifacts["2.0.0"].valid is None  # never checked: not deployed until known
+
+
+class CountingKube(Kube):
+    def __init__(self, api):
+        super().__init__(api)
+        self.secret_reads = 0
+
+    def get(self, api_version, kind, namespace, name):
+        self.secret_reads += kind == "Secret"
+        return super().get(api_version, kind, namespace, name)
+
+
+async def test_a_fleets_checks_share_the_storage_secret_for_seconds_only(kube, namespace, s3_server, model_dirs):
+    """Ten DecisionModels checked at once read their namespace's storage Secret once; a check that starts once the
+    read is 10 s old reads it again and sees a rotation (here: the Secret now points at an endpoint that is down)."""
+    from arbiter_operator.observe.storage import VerdictCache
+
+    counting = CountingKube(kube.api)
+    now = [0.0]
+    verdicts = VerdictCache(clock=lambda: now[0])
+    storage_config_secret(kube, namespace, s3_server, model_dirs)
+    for i in range(10):
+        dm = make_dm(model=f"m{i}", versions={"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace,
+                     uid=str(uuid.uuid4()))  # each its own object: no verdict is shared, only the Secret read
+        obs = await observe_artifacts(counting, dm, Observations(), verdicts)
+        assert obs.artifacts["1.0.0"].valid is True
+    assert counting.secret_reads == 1
+
+    kube.core.delete_namespaced_secret("storage-config", namespace)
+    storage_config_secret(kube, namespace, s3_server, model_dirs, endpoint=f"http://127.0.0.1:{free_port()}")
+    now[0] = 10.0
+    dm = make_dm(model="late", versions={"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace,
+                 uid=str(uuid.uuid4()))
+    obs = await observe_artifacts(counting, dm, Observations(), verdicts)
+    assert counting.secret_reads == 2
+    [cond] = conditions(obs, "ArtifactsValid")
+    assert (cond.status, cond.reason) == ("Unknown", "StorageUnreachable")  # the rotated Secret's endpoint
+
+    kube.core.delete_namespaced_secret("storage-config", namespace)
+    now[0] = 20.0
+    obs = await observe_artifacts(counting, make_dm(model="gone", versions={"1.0.0": f"s3://{model_dirs}/good"},
+                                                    namespace=namespace, uid=str(uuid.uuid4())),
+                                  Observations(), verdicts)
+    [cond] = conditions(obs, "ArtifactsValid")
+    assert "Secret storage-config not found" in cond.message

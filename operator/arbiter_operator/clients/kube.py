@@ -96,6 +96,11 @@ def kind_of(api_version: str, kind: str) -> Kind:
         raise ValueError(f"unknown kind {api_version}/{kind}: add it to clients.kube.KINDS") from None
 
 
+# The largest resourceVersion the apiserver parses (a uint64 that etcd's int64 revisions never reach): as a
+# precondition it matches no existing object (RestKubeClient.create).
+CREATE_ONLY_RESOURCE_VERSION = str(2**63 - 1)
+
+
 class KubeError(Exception):
     def __init__(self, status: int, reason: str, message: str):
         super().__init__(f"{status} {reason}: {message}")
@@ -116,6 +121,7 @@ class KubeClient(Protocol):
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]: ...
     def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]: ...
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]: ...
     def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
     ) -> dict[str, Any]: ...
@@ -209,6 +215,24 @@ class RestKubeClient:
             k.path(meta.get("namespace"), meta["name"]),
             body=json.dumps(obj),
             query=query,
+            content_type="application/apply-patch+yaml",
+        )
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply that only creates: KubeError 409 when an object of that name exists (whoever owns it),
+        which is then left exactly as it was. The precondition is a resourceVersion no object can have (newer than
+        any revision etcd hands out); the apiserver checks it against an existing object, in the same transaction
+        as the write, and ignores it on a create. So the operator needs no read to learn that a name is free, and
+        there is no window between a read and the write in which another owner's object could be overwritten."""
+        k = kind_of(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        body = {**obj, "metadata": {**meta, "resourceVersion": CREATE_ONLY_RESOURCE_VERSION}}
+        self._write("create", obj["kind"], f"{meta.get('namespace', '')}/{meta['name']}")
+        return self._call(
+            "PATCH",
+            k.path(meta.get("namespace"), meta["name"]),
+            body=json.dumps(body),
+            query=[("fieldManager", self.field_manager)],
             content_type="application/apply-patch+yaml",
         )
 

@@ -11,6 +11,7 @@ from datetime import datetime
 import asyncio
 import dataclasses
 import hashlib
+import threading
 import time
 from dataclasses import replace
 from typing import Any, Callable, Mapping
@@ -101,14 +102,45 @@ async def check_decision_model(storage: S3Storage | None, dm: Any) -> dict[str, 
             for v in dm.spec.versions}
 
 
-async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactReport:
+class SecretReads:
+    """Storage Secrets read within the last `ttl` seconds (10), shared by the artifact checks of one namespace: a
+    fleet created at once reads each namespace's Secret a few times instead of once per DecisionModel.
+
+    Freshness: a check that starts more than `ttl` after a Secret changed reads the new one; a missing Secret is never
+    remembered (creating it is seen at the next check). Only the Secret's data is held, and for `ttl` at most (expired
+    entries are dropped at the next read), so credentials stay in memory seconds, not for the process's life."""
+
+    def __init__(self, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._held: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        now = self._clock()
+        with self._lock:
+            self._held = {k: v for k, v in self._held.items() if now - v[0] < self.ttl}
+            hit = self._held.get((namespace, name))
+        if hit is not None:
+            return hit[1]
+        secret = kube.get("v1", "Secret", namespace, name)
+        if secret is not None and self.ttl > 0:
+            with self._lock:
+                self._held[(namespace, name)] = (now, {"data": secret.get("data")})
+        return secret
+
+
+async def open_storage(kube: Any, dm: Any, bucket: str,
+                       secrets: SecretReads | None = None) -> S3Storage | ArtifactReport:
     """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
     through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
-    credentials cannot be had; close the storage with `async with` or `close()`."""
+    credentials cannot be had; close the storage with `async with` or `close()`. `secrets`: recent Secret reads to
+    share (None: read it)."""
     st = dm.spec.storage
     ns = dm.metadata.namespace
     try:
-        secret = await asyncio.to_thread(kube.get, "v1", "Secret", ns, st.secretName)
+        reads = secrets if secrets is not None else SecretReads(ttl=0.0)
+        secret = await asyncio.to_thread(reads.get, kube, ns, st.secretName)
         if secret is None:
             return ArtifactReport(
                 "Unknown", STORAGE_CREDENTIALS_INVALID,
@@ -135,7 +167,8 @@ async def open_storage(kube: Any, dm: Any, bucket: str) -> S3Storage | ArtifactR
     return S3Storage(creds)
 
 
-async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, ArtifactReport]:
+async def check_decision_model_in_cluster(kube: Any, dm: Any,
+                                          secrets: SecretReads | None = None) -> dict[str, ArtifactReport]:
     """`check_decision_model` with credentials resolved from the cluster, one S3Storage per bucket."""
     ask = serving_ask(dm.spec)
     reports: dict[str, ArtifactReport] = {}
@@ -147,7 +180,7 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
                 reports[v.name] = not_checkable(v.storageUri)
                 continue
             if bucket not in storages:
-                storages[bucket] = await open_storage(kube, dm, bucket)
+                storages[bucket] = await open_storage(kube, dm, bucket, secrets)
             storage = storages[bucket]
             if isinstance(storage, ArtifactReport):
                 reports[v.name] = storage
@@ -162,24 +195,35 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any) -> dict[str, Artif
 
 
 class VerdictCache:
-    """Settled verdicts (True/False) per DecisionModel and spec, kept for `ttl` seconds.
+    """Settled verdicts (True/False) per DecisionModel and spec: a False one for `ttl` seconds, a True one for
+    `valid_ttl`.
 
-    A reconcile runs several times per change (the operator's own writes come back as watch events); reading S3
-    again each time was the largest cost in the scale benchmark. A spec change (another spec digest) or the ttl makes
-    the check run again, so a fixed bucket or a rotated Secret is seen within `ttl`. Unknown verdicts are never cached:
-    they are retried with backoff (plan/recheck.py).
+    A reconcile runs several times per change (KServe's status updates, a predictor becoming available); reading the
+    storage Secret and S3 again each time was the largest cost in the scale benchmark. A spec change (another spec
+    digest) makes the check run again at once. A False verdict is checked again after `ttl` (5 minutes), so a fixed
+    bucket or a rotated Secret is seen soon. A True verdict lasts `valid_ttl` (an hour): a version found valid is
+    deployed (its pods read the weights themselves) and a later breakage of its storage does not stop a serving
+    version anyway, so re-reading the Secret every 5 minutes while a large model loads bought nothing. Unknown
+    verdicts are never cached: they are retried with backoff (plan/recheck.py).
     """
 
-    def __init__(self, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic,
+                 valid_ttl: float = 3600.0) -> None:
         self.ttl = ttl
+        self.valid_ttl = max(ttl, valid_ttl) if ttl > 0 else ttl  # ttl=0: check every time (observe_artifacts)
         self._clock = clock
         self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
+        # The storage Secrets the checks read, shared for a few seconds (none kept when ttl is 0: check every time).
+        self.secrets = SecretReads(ttl=10.0 if ttl > 0 else 0.0, clock=clock)
 
     def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
         if not uid:  # an object without identity (not from the apiserver) is always checked
             return None
         hit = self._entries.get((uid, spec_digest))
-        if hit is None or self._clock() - hit[0] > self.ttl:
+        if hit is None:
+            return None
+        valid = all(r.status == "True" for r in hit[1].values())
+        if self._clock() - hit[0] > (self.valid_ttl if valid else self.ttl):
             return None
         return hit[1]
 
@@ -201,7 +245,7 @@ async def observe_artifacts(
     spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
     reports = cache.get(uid, spec_digest)
     if reports is None:
-        reports = await check_decision_model_in_cluster(kube, dm)
+        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets)
         cache.put(uid, spec_digest, reports)
     previous = {v.name: v for v in dm.status.versions}
     return replace(

@@ -101,9 +101,9 @@ def _phase(exists: bool, ready: bool, failed: bool, live: bool, art: ArtifactObs
         return "Failed"
     if ready and live:
         return "Ready"
-    if exists:
-        return "Deploying" if live else "Stopped"
-    return "Pending" if live else "Stopped"
+    # A live version's InferenceService is applied in this same reconcile (a failed apply fails the reconcile before
+    # the status is written): it is Deploying from this pass on, so its appearance needs no status write of its own.
+    return "Deploying" if live else "Stopped"
 
 
 def runtime_image(dm: DecisionModel, isvc: dict[str, Any] | None, default: str) -> str:
@@ -281,7 +281,13 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     new_ready = c.get_condition(conditions, c.READY)
     # Transitions only: becoming Ready, or losing it (the first Ready=False of a new resource is no news).
     if new_ready and new_ready.status == "True" and (old_ready is None or old_ready.status != "True"):
-        events.append(Event("Normal", "Ready", new_ready.message))
+        # Becoming Ready by a first deployment's promotion: one Event, with the promotion's message (a first
+        # rollout posts no PromotionStarted/CandidateDeployed either: its progress is in status).
+        first = old.promotion is None or old.promotion.stable is None
+        promoted = next((e for e in events if e.reason == "Promoted"), None) if first else None
+        if promoted is not None:
+            events.remove(promoted)
+        events.append(Event("Normal", "Ready", promoted.message if promoted else new_ready.message))
     elif new_ready and new_ready.status != "True" and old_ready is not None and old_ready.status == "True":
         events.append(Event("Warning", "NotReady", new_ready.message))
 

@@ -37,9 +37,20 @@ from arbiter_operator.promotion.analysis import (
 )
 
 HISTORY_LIMIT = 10
-# While waiting on something that has no timer (an InferenceService turning ready, a candidate being deleted), poll at
-# this pace; the operator's watch on its children usually wakes it sooner.
+# While waiting on something that has no timer (a candidate being deleted, a candidate turning ready during a canary),
+# poll at this pace; the operator's watch on its children usually wakes it sooner.
 POLL_SECONDS = 2.0
+# While a version loads (Deploying, Waiting), the requeue is a safety net, 60 s backing off to 5 min with the time
+# spent loading (api/backoff.py LOADING_POLL): KServe's status, the predictor Deployment and its pods are watched and
+# wake the operator the moment the version is ready or in trouble. (A 2-15 s poll here cost most of the reconcile
+# passes of a fleet rolling out.)
+POLL_MAX_SECONDS = LOADING_POLL.cap
+
+
+def whole_seconds_between(start: datetime, end: datetime) -> int:
+    return max(0, int((end - start).total_seconds()))
+
+
 def loading_poll(elapsed: float) -> float:
     """Seconds until the next look at a version that has been loading for `elapsed` seconds: backing off with the
     time spent loading (api/backoff.LOADING_POLL). Loading a large model takes minutes, and KServe's status change
@@ -155,9 +166,10 @@ class _Run:
         )
         self.set(history=(list(self.st.history) + [rec])[-HISTORY_LIMIT:])
 
-    def start(self, version: str, why: str) -> None:
+    def start(self, version: str, why: str, announce: bool = True) -> None:
         """Begin promoting `version` (Deploying). Annotation values seen now are consumed, so only a later change
-        to either annotation can retry or abort this promotion."""
+        to either annotation can retry or abort this promotion. announce=False: no PromotionStarted Event (a first
+        deployment says it all in one Event once it serves, or in its failure's Warning)."""
         self.set(
             phase="Deploying",
             candidate=version,
@@ -176,7 +188,8 @@ class _Run:
             consecutiveFailures=0,
         )
         frm = f" from {self.st.stable}" if self.st.stable else ""
-        self.event("Normal", "PromotionStarted", f"Promoting {version}{frm} ({self.inp.spec.strategy}); {why}")
+        if announce:
+            self.event("Normal", "PromotionStarted", f"Promoting {version}{frm} ({self.inp.spec.strategy}); {why}")
 
     def restart_failed(self, target: str) -> bool:
         """A Failed promotion starts again on a spec change (a new generation) or a new retry annotation value;
@@ -212,9 +225,12 @@ class _Run:
         cand = self.st.candidate
         assert cand is not None
         old = self.st.stable
+        started = parse_time(self.st.startedAt)
         self.record(cand, "Succeeded", "Promoted", old)
         keep = self.make_stable(cand, old, stepStartedAt=None)
         msg = f"{cand} is stable and receives 100% of traffic"
+        if old is None and started is not None:  # the first deployment's one Event (planner: posted as Ready)
+            msg += f" (first deployment, serving {whole_seconds_between(started, self.now)} s after it started)"
         if keep:
             msg += f"; {old} stays warm for rollback until {self.st.coolingUntil}"
         self.event("Normal", "Promoted", msg)
@@ -409,9 +425,14 @@ class _Run:
                 self.set(phase="Deploying")
                 return
             if not o.ready:
-                if o.exists and st.phase == "Deploying":
+                # Artifacts valid: the candidate's InferenceService is applied in this same reconcile (it is live;
+                # a failed apply fails the reconcile before the status is written, and it is retried), so this pass
+                # already says Waiting: no status write of its own once the InferenceService shows up.
+                if st.phase == "Deploying" and (o.exists or o.artifacts_valid is True):
                     self.set(phase="Waiting")
-                    self.event("Normal", "CandidateDeployed", f"InferenceService of {cand} created, waiting for ready")
+                    if st.stable is not None:  # a first deployment's progress is its status, its news one Event
+                        self.event("Normal", "CandidateDeployed",
+                                   f"InferenceService of {cand} applied, waiting for it to become ready")
                 return
             if st.stable is None:
                 self.promote()  # first deployment: nothing to compare with, nothing else serves
@@ -576,7 +597,7 @@ class _Run:
                 return
         elif st.candidate != target or st.phase not in IN_PROGRESS:
             self.set(phase="Idle", candidate=None)
-            self.start(target, "first deployment")
+            self.start(target, "first deployment", announce=False)
         self.progress()
 
 
