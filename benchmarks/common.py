@@ -442,7 +442,7 @@ class Stack:
         tokens = {}
         for sa in (OPERATOR_SA,):
             core.create_namespaced_service_account(SYSTEM_NS, {"metadata": {"name": sa}})
-            # cluster-admin keeps RBAC out of the measurement; the chart's Roles are tested in tests/security.
+            # cluster-admin keeps RBAC out of the measurement; the chart's Roles are tested in tests/cluster/security.
             rbac.create_cluster_role_binding({
                 "metadata": {"name": f"bench-{sa}"},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests" / "promotion"), str(ROOT / "tests")]  # e2e_kit and the support package it uses
+sys.path[:0] = [str(ROOT / "tests")]  # the support package (e2e_kit, promstack)
 
 from kubernetes import client, watch  # noqa: E402
 
@@ -38,8 +38,8 @@ from arbiter_devenv import crds  # noqa: E402
 from arbiter_devenv.cluster import LocalCluster, wait_default_service_account  # noqa: E402
 from arbiter_devenv.s3server import S3Server  # noqa: E402
 from arbiter_operator.promotion import build_queries  # noqa: E402
-from e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
-from promstack import PromStack  # noqa: E402
+from support.e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
+from support.promstack import PromStack  # noqa: E402
 
 INTERVAL = 5
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*analysis of (\S+) step (\d+) \((\w+)\): (\w+):")

@@ -5,9 +5,9 @@
 
 fuzz: hypothesis generates hostile requests (bad Unicode incl. lone surrogates, numbers with hundreds of digits,
 1200 vs 1200.0, deep nesting, wrong content types, chunked bodies, malformed V2 bodies, raw bytes) against the
-decision server in front of (a) the vLLM stand-in and (b) the hostile upstream of tests/runtime/hostile_upstream.py
+decision server in front of (a) the vLLM stand-in and (b) the hostile upstream of tests/support/hostile_upstream.py
 (wrong types, missing fields, truncation, resets, slow answers, impossible and contradicting numbers). Every answer
-goes through the oracle of tests/runtime/fuzz_surface.py; it prints, per upstream, the cases, the answers by
+goes through the oracle of tests/support/fuzz_surface.py; it prints, per upstream, the cases, the answers by
 status, and the three counts that must be 0: server errors (a 5xx other than a 503 with a reason, or a broken
 connection), inconsistent decisions, audit mismatches (records != rows delivered). Exit code 1 if any is not 0.
 
@@ -32,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "runtime"))
-sys.path.insert(0, str(ROOT / "tests" / "runtime"))
+sys.path.insert(0, str(ROOT / "tests"))  # the support package
+sys.path.insert(0, str(ROOT / "tests" / "cluster" / "runtime"))  # test_hostile_surface
 
 
 def fuzz(args) -> int:
@@ -41,7 +42,7 @@ def fuzz(args) -> int:
     import logging
 
     logging.disable(logging.WARNING)  # the runtime logs every fallback-rule miss; the tally is the output
-    from fuzz_surface import cases
+    from support.fuzz_surface import cases
     from test_hostile_surface import Surface
 
     def run_cases(surface, strategy) -> None:
@@ -101,7 +102,7 @@ def deadline(args) -> int:
     import httpx
 
     from arbiter_devenv.vllm_standin import free_port, write_model_dir
-    from runtime_helpers import LABELS, base_config
+    from support.runtime_helpers import LABELS, base_config
 
     work = Path(tempfile.mkdtemp(prefix="arbiter-fuzz-"))
     up_port, rt_port = free_port(), free_port()

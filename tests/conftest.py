@@ -26,6 +26,10 @@ from arbiter_devenv.s3server import S3Server
 from arbiter_devenv.tools import ensure_tool, load_tool
 
 
+# Fixtures shared by tests in several folders (unit and cluster), registered here, their common parent.
+pytest_plugins = ["support.runtime_fixtures"]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("arbiter")
     group.addoption(

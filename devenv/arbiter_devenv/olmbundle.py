@@ -11,7 +11,7 @@ olm.package, olm.channel, olm.bundle). Nothing in them is written by hand:
 - the watched namespaces come from OLM's OperatorGroup: the pod's `olm.targetNamespaces` annotation feeds
   ARBITER_NAMESPACES ("" is all namespaces), the operator's own namespace list;
 - `alm-examples` are the files in examples/.
-`--check` exits 1 when a generated file differs from what is committed (tests/olm runs it).
+`--check` exits 1 when a generated file differs from what is committed (tests/cluster/olm runs it).
 """
 
 from __future__ import annotations

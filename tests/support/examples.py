@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import yaml
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = REPO
 EXAMPLES = ROOT / "examples"
 EXAMPLE = EXAMPLES / "decisionmodel.yaml"
 

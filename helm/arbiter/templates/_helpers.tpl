@@ -48,7 +48,7 @@ app.kubernetes.io/part-of: arbiter
 
 {{/*
 RBAC rules, one list used by the ClusterRole (all namespaces) and by each per-namespace Role (watchedNamespaces).
-Every rule is exercised by the reconcile and promotion scenarios run as this ServiceAccount (tests/security); the
+Every rule is exercised by the reconcile and promotion scenarios run as this ServiceAccount (tests/cluster/security); the
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}

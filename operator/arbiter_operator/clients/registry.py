@@ -1,7 +1,7 @@
 """A small typed async client for the Kubeflow Model Registry REST API (`/api/model_registry/v1alpha3`).
 
 Written against the registry's own OpenAPI document (api/openapi/model-registry.yaml of
-github.com/kubeflow/model-registry v0.3.0); tests/registry validates every request and response of this client
+github.com/kubeflow/model-registry v0.3.0); tests/cluster/registry validates every request and response of this client
 against that document while talking to the real server.
 
 Why not the `model-registry` package from PyPI: its `ModelRegistry` class is synchronous (it drives its own

@@ -1,6 +1,6 @@
 """Every object name derived from one DecisionModel, by kind: what the operator creates and what KServe creates from
 it. Pure. docs/architecture.md ("Child names") proves that two DecisionModels in one namespace never share one;
-tests/api/test_naming.py checks it with generated pairs.
+tests/unit/operator/test_naming.py checks it with generated pairs.
 """
 
 from __future__ import annotations

@@ -1,0 +1,56 @@
+"""CI smoke test of the operator benchmarks (benchmarks/convergence.py, scale.py, idle.py): reduced versions run end
+to end against the local cluster (KServe's controller, scheduler, kwok nodes), MinIO and the operator process, and
+must print their table and write their JSON. No timing is asserted here: the figures belong in docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from support.paths import REPO
+
+ROOT = REPO
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+def run(script: str, tmp_path: pathlib.Path, *args: str) -> tuple[str, dict]:
+    from arbiter_devenv.tools import ensure_tool
+
+    for tool in ("etcd", "kube-apiserver", "minio"):
+        ensure_tool(tool)
+    out = tmp_path / f"{script}.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--out", str(out), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=540)
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc.stdout, json.loads(out.read_text())
+
+
+def test_convergence_runs_and_reports_operator_and_floor(tmp_path):
+    stdout, result = run("convergence", tmp_path, "--repetitions", "3")
+    assert "| operator |" in stdout and "| API floor |" in stdout
+    assert result["operator_seconds"]["n"] == 3 and result["floor_seconds"]["n"] == 3
+    # The floor replays what the operator wrote: at least the InferenceService and the Ready status.
+    replayed = [w for p in result["floor_writes"] for w in p]
+    assert any(w.startswith(("create InferenceService", "apply InferenceService")) for w in replayed)
+    assert any(w.startswith("patch-status DecisionModel") for w in replayed)
+
+
+def test_scale_converges_all_and_counts_operator_requests(tmp_path):
+    stdout, result = run("scale", tmp_path, "--count", "6", "--namespaces", "2")
+    assert "## Scale: 6 DecisionModels in 2 namespaces" in stdout
+    assert result["all_ready"] and result["ready_count"] == 6
+    # Requests are attributed to the operator's own identity: its status writes are among them.
+    assert result["operator_requests"].get("patch decisionmodels/status", 0) >= 6
+    assert result["operator_peak_rss_bytes"] > 0
+
+
+def test_idle_measures_a_window_after_convergence(tmp_path):
+    stdout, result = run("idle", tmp_path, "--count", "6", "--namespaces", "2", "--seconds", "15", "--settle", "3")
+    assert "## Idle: 6 Ready DecisionModels" in stdout
+    assert result["setup"]["all_ready"]
+    assert 14 <= result["window_seconds"] < 60
+    assert "operator_requests_per_minute" in result

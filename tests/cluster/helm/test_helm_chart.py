@@ -1,0 +1,317 @@
+"""The Helm chart as an SRE meets it: lint, the values they set, the errors they get, the objects they get."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import pathlib
+
+import pytest
+import yaml
+
+from support.chartkit import CHART, REPO, VALUES_SETS, lint, of_kind, one, render, restricted_violations, template
+from support.chartkit import writable_mounts
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_helm_lint_is_clean(name: str) -> None:
+    proc = lint(VALUES_SETS[name])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout, proc.stdout
+
+
+def test_chart_crds_are_identical_to_the_repository_crds() -> None:
+    repo_crds = sorted(p.name for p in (REPO / "crds").glob("*.yaml"))
+    chart_crds = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert "arbiter.dev_decisionmodels.yaml" in repo_crds
+    assert chart_crds == repo_crds, "helm/arbiter/crds/ must hold exactly the files of crds/"
+    drifted = [n for n in repo_crds if not filecmp.cmp(REPO / "crds" / n, CHART / "crds" / n, shallow=False)]
+    assert not drifted, (f"helm/arbiter/crds/{drifted[0]} is stale: run "
+                         ".venv/bin/python tests/support/sync_chart_copies.py")
+
+
+def test_crds_ship_with_the_chart_install() -> None:
+    docs = render(include_crds=True)
+    crd = one(docs, "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "decisionmodels.arbiter.dev"
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_deployment_runs_replicas_that_elect_a_leader(name: str) -> None:
+    docs = render(VALUES_SETS[name])
+    dep = one(docs, "Deployment")
+    spec = dep["spec"]
+    # Two replicas; only the holder of the Lease reconciles, so an upgrade may add the new pod before the old goes.
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    (container,) = spec["template"]["spec"]["containers"]
+    assert "--leader-elect" in container["args"]
+    assert {"--lease-duration=15", "--renew-deadline=10", "--retry-period=2"} <= set(container["args"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["ARBITER_OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert spec["template"]["spec"]["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+    # A node drain keeps one operator pod.
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
+    # The Lease is granted in the release namespace only, and only what leader election does with it.
+    lease_rules = [(d["kind"], d["metadata"].get("namespace"), r) for d in docs if d["kind"] in ("Role", "ClusterRole")
+                   for r in d["rules"] if "leases" in r["resources"]]
+    assert lease_rules == [("Role", dep["metadata"]["namespace"],
+                            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                             "verbs": ["get", "create", "update"]})]
+
+
+def test_one_replica_has_no_disruption_budget() -> None:
+    docs = render({"replicaCount": 1})
+    assert one(docs, "Deployment")["spec"]["replicas"] == 1
+    assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+
+
+def _operator_only(docs):
+    """The chart's documents less the ClusterRoles aggregated into people's admin/edit/view roles."""
+    return [d for d in docs if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+                                       for k in (d["metadata"].get("labels") or {}))]
+
+
+def test_default_install_watches_all_namespaces_with_a_cluster_role() -> None:
+    docs = render()
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    # No --namespace: the operator watches every namespace.
+    assert not [a for a in container["args"] if a.startswith("--namespace")]
+    # Namespaced grants: only leader election's, in the release namespace.
+    assert [(r["metadata"]["name"], r["metadata"]["namespace"]) for r in of_kind(docs, "Role")] == [
+        ("arbiter-leader-election", "arbiter-system")]
+    assert [b["roleRef"]["name"] for b in of_kind(docs, "RoleBinding")] == ["arbiter-leader-election"]
+    role = one(_operator_only(docs), "ClusterRole")
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert {"decisionmodels", "inferenceservices", "routes", "configmaps"} <= resources
+    binding = one(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "arbiter", "namespace": "arbiter-system"}]
+
+
+def test_a_namespace_list_switches_the_cluster_role_to_roles() -> None:
+    docs = render({"watchedNamespaces": ["team-a", "team-b"]})
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert [a for a in container["args"] if a.startswith("--namespace")] == ["--namespace=team-a", "--namespace=team-b"]
+    roles = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] != "arbiter-leader-election"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")
+                  if b["metadata"]["name"] != "arbiter-leader-election") == ["team-a", "team-b"]
+    # What stays cluster-wide: only get/list/watch on exactly the watched namespaces (their mesh labels).
+    (cluster_role,) = of_kind(_operator_only(docs), "ClusterRole")
+    assert cluster_role["rules"] == [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
+         "resourceNames": ["team-a", "team-b"]}
+    ]
+    # The namespaced rules are the ones the all-namespaces ClusterRole grants, no more.
+    all_ns_rules = one(_operator_only(render()), "ClusterRole")["rules"]
+    for role in roles:
+        assert all(rule in all_ns_rules for rule in role["rules"])
+
+
+def test_people_get_decisionmodels_through_aggregated_default_roles() -> None:
+    aggregated = [d for d in of_kind(render(), "ClusterRole") if d not in _operator_only([d])]
+    by_label = {k: d for d in aggregated for k in d["metadata"]["labels"] if k.startswith("rbac.authorization")}
+    write = {"create", "delete", "patch", "update"}
+    for role in ("admin", "edit"):
+        rules = by_label[f"rbac.authorization.k8s.io/aggregate-to-{role}"]["rules"]
+        assert any(r["resources"] == ["decisionmodels"] and write <= set(r["verbs"]) for r in rules)
+        assert not any("decisionmodels/status" in r["resources"] and write & set(r["verbs"]) for r in rules)
+    view = by_label["rbac.authorization.k8s.io/aggregate-to-view"]["rules"]
+    assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in view)
+    assert not [d for d in of_kind(render({"rbac": {"aggregateToDefaultRoles": False}}), "ClusterRole")
+                if d not in _operator_only([d])]
+
+
+def test_no_rule_uses_wildcards_or_writes_secrets() -> None:
+    for name, values in VALUES_SETS.items():
+        docs = render(values)
+        for role in of_kind(docs, "ClusterRole") + of_kind(docs, "Role"):
+            for rule in role["rules"]:
+                for key in ("apiGroups", "resources", "verbs"):
+                    assert "*" not in rule[key], f"{name}: wildcard in {rule}"
+                if "secrets" in rule["resources"]:
+                    assert rule["verbs"] == ["get"], f"{name}: Secrets must be read by name only: {rule}"
+                assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+
+@pytest.mark.parametrize("name", sorted(VALUES_SETS))
+def test_operator_pod_passes_restricted_v2(name: str) -> None:
+    pod_spec = one(render(VALUES_SETS[name]), "Deployment")["spec"]["template"]["spec"]
+    assert restricted_violations(pod_spec) == []
+    (container,) = pod_spec["containers"]
+    # Read-only root: the only writable place is the /tmp emptyDir.
+    assert writable_mounts(container) == ["/tmp"]
+    tmp = next(v for v in pod_spec["volumes"] if v["name"] == "tmp")
+    assert "emptyDir" in tmp
+
+
+def test_restricted_checker_catches_what_openshift_refuses() -> None:
+    # The checker is what the other tests lean on: show it rejects each thing restricted-v2 rejects.
+    good = one(render(), "Deployment")["spec"]["template"]["spec"]
+    assert restricted_violations(good) == []
+
+    def mutate(fn):
+        spec = json.loads(json.dumps(good))
+        fn(spec)
+        return restricted_violations(spec)
+
+    c = lambda s: s["containers"][0]["securityContext"]  # noqa: E731
+    assert mutate(lambda s: s["securityContext"].update(runAsUser=1000))
+    assert mutate(lambda s: s["securityContext"].update(fsGroup=1000))
+    assert mutate(lambda s: c(s).update(allowPrivilegeEscalation=True))
+    assert mutate(lambda s: c(s).pop("allowPrivilegeEscalation"))
+    assert mutate(lambda s: c(s).update(capabilities={"drop": ["NET_RAW"]}))
+    assert mutate(lambda s: c(s).update(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}))
+    assert mutate(lambda s: (c(s).pop("runAsNonRoot"), s["securityContext"].pop("runAsNonRoot")))
+    assert mutate(lambda s: (c(s).pop("seccompProfile"), s["securityContext"].pop("seccompProfile")))
+    assert mutate(lambda s: c(s).update(readOnlyRootFilesystem=False))
+    assert mutate(lambda s: c(s).update(privileged=True))
+    assert mutate(lambda s: s.update(hostNetwork=True))
+    assert mutate(lambda s: s["volumes"].append({"name": "h", "hostPath": {"path": "/"}}))
+
+
+def test_credentials_reach_the_operator_as_files_never_as_env() -> None:
+    docs = render(VALUES_SETS["everything"])
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert not [e for e in container["env"] if "secretKeyRef" in (e.get("valueFrom") or {})]
+    assert not container.get("envFrom")
+    assert env["ARBITER_PROMETHEUS_TOKEN_FILE"]["value"] == "/var/run/secrets/arbiter/prometheus/token"
+    secrets = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    assert secrets["prometheus-token"]["secretName"] == "prometheus-token"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["prometheus-token"]["readOnly"]
+
+
+def test_prometheus_defaults_reach_the_operator() -> None:
+    (container,) = one(render(VALUES_SETS["everything"]), "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ARBITER_PROMETHEUS_URL"] == "https://thanos-querier.openshift-monitoring.svc:9091"
+    assert env["ARBITER_PROMETHEUS_CA_FILE"] == "/etc/arbiter/prometheus-ca/service-ca.crt"
+    assert "--log-level=info" in container["args"]
+    assert "--metrics-port=9090" in container["args"]
+
+
+def test_image_by_digest_wins_over_tag() -> None:
+    (c,) = one(render(VALUES_SETS["everything"]), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == "registry.example.com/arbiter/operator@sha256:" + "a" * 64
+    (c,) = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"]
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert c["image"] == f"quay.io/arbiter-dev/arbiter-operator:{chart['appVersion']}"
+
+
+def test_metrics_service_service_monitor_and_network_policy() -> None:
+    default = render()
+    assert of_kind(default, "Service") and not of_kind(default, "ServiceMonitor")
+    assert not of_kind(default, "NetworkPolicy")
+    docs = render(VALUES_SETS["everything"])
+    svc = one(docs, "Service")
+    dep = one(docs, "Deployment")
+    pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    sm = one(docs, "ServiceMonitor")
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["metadata"]["labels"]["team"] == "platform"
+    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    np = one(docs, "NetworkPolicy")
+    assert np["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_a_shard_owns_the_namespaces_its_selector_matches_and_has_its_own_lease() -> None:
+    docs = render({"namespaceSelector": "arbiter.dev/shard in (risk,fraud)",
+                   "leaderElection": {"leaseName": "arbiter-shard-risk"}})
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--namespace-selector=arbiter.dev/shard in (risk,fraud)" in container["args"]
+    assert "--leader-election-id=arbiter-shard-risk" in container["args"]
+    assert not [a for a in container["args"] if a.startswith("--namespace=")]
+    # Namespaces come and go with their labels: the grants are the all-namespaces ClusterRole's.
+    assert one(_operator_only(docs), "ClusterRole")["rules"] == one(_operator_only(render()), "ClusterRole")["rules"]
+    # A single operator keeps the Lease name every earlier release used, so an upgrade hands over through it.
+    (default,) = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--leader-election-id=arbiter-operator-leader" in default["args"]
+
+
+# Bad values fail at install with a message that names the value: (values, text the error must contain).
+BAD_VALUES = [
+    ({"logLevel": "verbose"}, "logLevel"),
+    ({"replicaCount": 0}, "replicaCount"),
+    ({"leaderElection": {"leaseDuration": 10, "renewDeadline": 10, "retryPeriod": 2}}, "renewDeadline < leaseDuration"),
+    ({"watchedNamespaces": ["Team_A"]}, "watchedNamespaces"),
+    ({"watchedNamespaces": "team-a"}, "watchedNamespaces"),
+    ({"namespaceSelector": "shard=a", "watchedNamespaces": ["team-a"]}, "namespaceSelector and watchedNamespaces"),
+    ({"leaderElection": {"leaseName": "Shard A"}}, "leaseName"),
+    ({"image": {"digest": "latest"}}, "digest"),
+    ({"image": {"repository": "quay.io/arbiter/operator:1.0"}}, "repository"),
+    ({"metrics": {"port": 80}}, "/metrics/port"),
+    ({"prometheus": {"url": "thanos-querier:9091"}}, "/prometheus/url"),
+    ({"prometheus": {"tokenSecret": {"name": "Bad Name"}}}, "/prometheus/tokenSecret/name"),
+    ({"resources": {"limit": {"memory": "1Gi"}}}, "limit"),
+    ({"metrics": {"serviceMonitor": {"enabled": True, "interval": "thirty"}}}, "interval"),
+    ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
+    ({"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}}, "metrics.service.enabled"),
+]
+
+
+@pytest.mark.parametrize(("values", "message"), BAD_VALUES, ids=[m for _, m in BAD_VALUES])
+def test_bad_values_fail_with_a_message_naming_them(values: dict, message: str) -> None:
+    proc = template(values, check=False)
+    assert proc.returncode != 0, f"{values} was accepted"
+    assert message in proc.stderr, proc.stderr
+
+
+def test_argocd_health_check_snippet_in_docs_matches_the_chart() -> None:
+    lua_files = sorted((CHART / "health").glob("*.lua"))
+    assert lua_files, "helm/arbiter/health/ must ship the Argo CD health check"
+    install = (REPO / "docs" / "install.md").read_text()
+    for lua in lua_files:
+        body = lua.read_text().strip("\n")
+        indented = "\n".join(("    " + line) if line else "" for line in body.splitlines())
+        assert indented in install, (f"docs/install.md: argocd-cm snippet drifted from {lua.relative_to(REPO)}; "
+                                     "run tests/support/sync_chart_copies.py")
+    assert "resource.customizations.health.arbiter.dev_DecisionModel" in install
+
+
+def test_docs_name_every_value_an_sre_sets() -> None:
+    install = (REPO / "docs" / "install.md").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    for key in values:
+        assert f"`{key}" in install, f"docs/install.md does not explain the value {key}"
+
+
+def test_values_schema_covers_every_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(node: dict, sch: dict, path: str) -> None:
+        props = sch.get("properties", {})
+        for key, val in node.items():
+            assert key in props, f"values.schema.json lacks {path}{key}"
+            if isinstance(val, dict) and props[key].get("properties"):
+                walk(val, props[key], f"{path}{key}.")
+
+    walk(values, schema, "")
+    assert schema.get("additionalProperties") is False
+
+
+def test_chart_files_are_what_helm_packages() -> None:
+    # helm package refuses symlinks out of the chart and would ship stray files; keep the chart folder clean.
+    for path in CHART.rglob("*"):
+        assert not path.is_symlink(), path
+        assert path.suffix not in {".pyc", ".orig", ".rej"}, path
+    assert pathlib.Path(CHART / "values.schema.json").is_file()
+
+
+def test_runtime_image_is_an_operator_setting() -> None:
+    def env(values):
+        (container,) = one(render(values), "Deployment")["spec"]["template"]["spec"]["containers"]
+        return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+    assert "ARBITER_RUNTIME_IMAGE" not in env(None)  # the image released with the operator
+    image = "mirror.example.com/arbiter/arbiter-runtime@sha256:" + "a" * 64
+    assert env({"runtime": {"image": image}})["ARBITER_RUNTIME_IMAGE"] == image

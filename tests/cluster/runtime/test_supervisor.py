@@ -1,0 +1,107 @@
+"""The supervisor as the container runs it: two real child processes (the stand-in plays `vllm serve`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from arbiter_devenv.vllm_standin import free_port
+from arbiter_runtime.supervisor import (find_model_dir, ray_head_address, upstream_url_from_args, uses_ray,
+                                        vllm_args_from_env)
+from support.runtime_helpers import LABELS, base_config
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+@pytest.fixture
+def supervised(tmp_path):
+    upstream_port, port = free_port(), free_port()
+    cfg = tmp_path / "decision.json"
+    cfg.write_text(json.dumps(base_config(f"http://127.0.0.1:{upstream_port}/v1")))
+    model_dir = tmp_path / "model"
+    # The container's form: `arbiter-runtime <vllm serve args>` with the server's settings in the environment, as
+    # the operator renders them; the stand-in plays `vllm serve`.
+    env = dict(os.environ, ARBITER_VLLM_COMMAND=f"{sys.executable} -m arbiter_devenv.vllm_standin",
+               ARBITER_DECISION_CONFIG=str(cfg), ARBITER_PORT=str(port), ARBITER_AUTH="false", PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "arbiter_runtime", f"--port={upstream_port}", "--served-model-name", "credit-v1",
+         "--words", ",".join(LABELS), "--model-dir", str(model_dir)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            if httpx.get(url + "/v2/health/ready", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "supervised server never became ready"
+        time.sleep(0.2)
+    try:
+        yield proc, url
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for child in _children(proc.pid):
+            os.kill(child, signal.SIGKILL)
+
+
+def test_sigterm_stops_both_and_the_audit_is_on_stdout(supervised):
+    proc, url = supervised
+    r = httpx.post(url + "/v1/decisions", json={"amount": 10, "country": "DE"}, timeout=10)
+    assert r.status_code == 200 and r.json()["source"] == "model"
+    children = _children(proc.pid)
+    assert len(children) == 2
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert not any(Path(f"/proc/{c}").exists() and "zombie" not in (Path(f"/proc/{c}/status").read_text())
+                   for c in children)
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(records) == 1 and records[0]["traceId"] == r.json()["traceId"]
+
+
+def test_supervisor_exits_when_vllm_dies(supervised):
+    proc, url = supervised
+    (upstream,) = [c for c in _children(proc.pid) if "vllm_standin" in _cmdline(c)]
+    os.kill(upstream, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode != 0
+    assert "vllm exited" in proc.stderr.read()
+
+
+def test_supervisor_argument_handling(tmp_path):
+    assert vllm_args_from_env({"ARBITER_VLLM_ARGS": '["/models/m", "--max-model-len", "4096"]'})[2] == "4096"
+    assert vllm_args_from_env({"ARBITER_VLLM_ARGS": "/models/m --served-model-name 'a b'"})[-1] == "a b"
+    assert upstream_url_from_args(["m", "--port", "9001", "--host", "0.0.0.0"]) == "http://127.0.0.1:9001/v1"
+    assert upstream_url_from_args(["m", "--port=7000"]) == "http://127.0.0.1:7000/v1"
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "tokenizer.json").write_text("{}")
+    assert find_model_dir(["--dtype", "bfloat16", str(tmp_path / "m")]) == str(tmp_path / "m")
+    assert ray_head_address({"HEAD_SVC": "m-head", "POD_NAMESPACE": "ns"}) == "m-head.ns.svc.cluster.local:6379"
+    assert uses_ray(["m", "--distributed-executor-backend=ray"]) and not uses_ray(["m"])

@@ -1,0 +1,322 @@
+"""Least privilege, proven by the real RBAC authorizer.
+
+A kube-apiserver of our own (RBAC on, audit log on) gets the chart's ServiceAccount and RBAC exactly as `helm template`
+renders them. The operator runs authenticated as that ServiceAccount (a TokenRequest token) through the reconcile and
+promotion scenarios (an Immediate promotion, and a canary whose analysis fails and rolls back), with the KServe
+stand-in playing KServe's controller, a Prometheus stand-in answering empty vectors, and real S3 (MinIO) holding the
+weights.
+The audit log then says which requests the authorizer allowed and which it forbade:
+- nothing the operator did was forbidden;
+- every (group, resource, verb) the chart grants was used, except the grants listed in NOT_EXERCISABLE with the reason
+  a plain kube-apiserver cannot exercise them.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.server
+import json
+import pathlib
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from arbiter_devenv.cluster import wait_default_service_account
+from arbiter_devenv.operator_process import OperatorProcess
+
+from support.rbackit import Identity, audited_control_plane, describe, expand, forbidden, install_chart_identity
+from support.rbackit import read_audit, unused_grants, used_grants
+
+from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage  # noqa: E402
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
+
+# Grants no request on a plain kube-apiserver can use, and why they are still needed.
+NOT_EXERCISABLE = {
+    # OpenShift's Route admission asks the authorizer whether the *requester* may `create routes/custom-host` before
+    # it accepts a Route with spec.host; no API call is made by the operator for it. The scenario below checks that
+    # the operator does send spec.host (spec.exposure.host), i.e. that OpenShift would make that check.
+    ("route.openshift.io", "routes/custom-host", "create"),
+    # A reason repeated on one DecisionModel is written into its earlier Event (count, message) at most once a
+    # minute (clients/kube.py, SERIES_WRITE_INTERVAL); these scenarios finish before any series is due a second
+    # write. tests/cluster/operator/test_operator_events.py makes that PATCH on the real apiserver.
+    ("", "events", "patch"),
+}
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, pathlib.Path]]:
+    with audited_control_plane(tmp_path_factory.mktemp("audited-cp")) as (cp, log):
+        yield cp, log
+
+
+@pytest.fixture
+def admin(audited) -> Iterator[client.ApiClient]:
+    api = audited[0].api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def _namespace(api: client.ApiClient, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    core = client.CoreV1Api(api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    wait_default_service_account(api, name)
+    return name
+
+
+def _patch_dm(api: client.ApiClient, ns: str, name: str, patch: dict) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(G, V, ns, P, name, patch)
+
+
+def _ready(api: client.ApiClient, ns: str, name: str, timeout: float = 90.0) -> dict:
+    def check():
+        dm = get(api, f"{G}/{V}", P, ns, name)
+        c = condition(dm or {}, "Ready")
+        gen = (dm or {}).get("metadata", {}).get("generation")
+        return dm if c and c["status"] == "True" and c.get("observedGeneration") == gen else None
+
+    return eventually(check, timeout, f"{ns}/{name} Ready")
+
+
+def _two_versions(body: dict) -> dict:
+    body = copy.deepcopy(body)
+    v2 = copy.deepcopy(body["spec"]["versions"][0])
+    v2["name"] = "1.1.0"
+    v2["storageUri"] = "s3://models/credit-limit/1.1.0"
+    body["spec"]["versions"].append(v2)
+    return body
+
+
+def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path) -> OperatorProcess:
+    """Reconcile and promotion scenarios, driven as a user would, with the operator as the chart's ServiceAccount."""
+    core = client.CoreV1Api(admin)
+    custom = client.CustomObjectsApi(admin)
+
+    # 1. A DecisionModel to Ready (artifacts read from S3 with the storage-config Secret, children applied, Route).
+    dm = _two_versions(example())
+    dm["spec"]["promote"]["rollbackWindowSeconds"] = 0
+    dm["spec"]["exposure"]["host"] = f"credit-limit.{ns}.apps.example.com"
+    create_dm(admin, ns, dm)
+    _ready(admin, ns, "credit-limit")
+
+    # The Route carries spec.host: on OpenShift this is what needs routes/custom-host (NOT_EXERCISABLE).
+    route = get(admin, "route.openshift.io/v1", "routes", ns, "credit-limit")
+    assert route and route["spec"].get("host") == f"credit-limit.{ns}.apps.example.com"
+
+    # 2. Drift: a deleted child comes back.
+    cms = core.list_namespaced_config_map(ns, label_selector="arbiter.dev/decision-model=credit-limit").items
+    assert cms, "the operator created no decision ConfigMap"
+    core.delete_namespaced_config_map(cms[0].metadata.name, ns)
+    custom.delete_namespaced_custom_object("route.openshift.io", "v1", ns, "routes", "credit-limit")
+    eventually(lambda: get(admin, "route.openshift.io/v1", "routes", ns, "credit-limit"), 60, "Route restored")
+    eventually(lambda: core.list_namespaced_config_map(
+        ns, label_selector="arbiter.dev/decision-model=credit-limit").items, 60, "ConfigMap restored")
+
+    # 3. A changed decision setting updates the ConfigMap.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"decision": {"confidenceThreshold": 0.9}}})
+    _ready(admin, ns, "credit-limit")
+
+    # 4. Promotion (Immediate, no rollback window): the candidate gets an InferenceService, traffic moves, the previous
+    #    version's InferenceService is deleted.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {"version": "1.1.0"}}})
+
+    def promoted():
+        dm_now = get(admin, f"{G}/{V}", P, ns, "credit-limit")
+        c = condition(dm_now or {}, "Promoted")
+        isvcs = custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", ns, "inferenceservices")["items"]
+        names = sorted(i["metadata"]["name"] for i in isvcs)
+        return c and c["status"] == "True" and names == ["credit-limit--1-1-0"]
+
+    eventually(promoted, 120, "1.1.0 promoted and 1.0.0 stopped")
+    _ready(admin, ns, "credit-limit")
+
+    # 4b. A canary promotion back to 1.0.0 whose analysis finds no data (the Prometheus stand-in answers an empty
+    #     vector) with insufficientTraffic: Fail: rolled back, candidate stopped, stable keeps serving.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
+        "version": "1.0.0", "strategy": "Canary", "steps": [{"weight": 10, "holdSeconds": 0}],
+        "analysis": {"intervalSeconds": 5, "minRequests": 1, "insufficientTraffic": "Fail"}}}})
+
+    def rolled_back():
+        dm_now = get(admin, f"{G}/{V}", P, ns, "credit-limit") or {}
+        phase = ((dm_now.get("status") or {}).get("promotion") or {}).get("phase")
+        isvcs = custom.list_namespaced_custom_object("serving.kserve.io", "v1beta1", ns, "inferenceservices")["items"]
+        return phase == "Failed" and [i["metadata"]["name"] for i in isvcs] == ["credit-limit--1-1-0"]
+
+    eventually(rolled_back, 120, "the canary to 1.0.0 rolled back")
+
+    # 4c. A shadow promotion of 1.0.0 (auth on): while it shadows, the operator grants the stable pods `get` on the
+    #     candidate's InferenceService (Role + RoleBinding, read by name before create, listed by label); no shadow
+    #     data comes (empty vectors) with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
+        "strategy": "Shadow", "shadow": {"holdSeconds": 20, "minCompared": 1}}}})
+    rbac = client.RbacAuthorizationV1Api(admin)
+
+    def shadow_grant():
+        return [r.metadata.name for r in rbac.list_namespaced_role_binding(
+            ns, label_selector="arbiter.dev/component=shadow-caller").items]
+
+    eventually(lambda: shadow_grant() == ["credit-limit-shadow"] or None, 120, "the shadow grant created")
+    eventually(lambda: rolled_back() and not shadow_grant(), 120, "the shadow phase rolled back, its grant deleted")
+
+    # 5. A DecisionModel that names a ModelRegistry and a registry token Secret (the registry itself need not answer:
+    #    the reads happen before any call to it).
+    client.CoreV1Api(admin).create_namespaced_secret(
+        ns, {"metadata": {"name": "registry-token"}, "stringData": {"token": "not-a-real-token"}}
+    )
+    reg = _two_versions(example())
+    reg["metadata"]["name"] = "with-registry"
+    reg["spec"]["registry"] = {
+        "modelRegistryRef": {"name": "missing-registry"},
+        "tokenSecretRef": {"name": "registry-token"},
+    }
+    create_dm(admin, ns, reg)
+    eventually(lambda: condition(get(admin, f"{G}/{V}", P, ns, "with-registry") or {}, "Registered"), 60,
+               "a Registered condition")
+
+    # 5b. CA bundles from ConfigMaps (spec.storage.caBundleConfigMapRef, spec.registry.caBundleConfigMapRef): read by
+    #     name, so the chart must grant `get` on ConfigMaps, or the conditions would stay Unknown on a 403.
+    with open(admin.configuration.ssl_ca_cert, encoding="utf-8") as fh:
+        ca_pem = fh.read()
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "internal-ca"}, "data": {"ca.crt": ca_pem}})
+    with_ca = example()
+    with_ca["metadata"]["name"] = "with-ca"
+    with_ca["spec"]["storage"] = {**(with_ca["spec"].get("storage") or {}),
+                                  "caBundleConfigMapRef": {"name": "internal-ca"}}
+    with_ca["spec"]["registry"] = {"url": "https://127.0.0.1:9", "tokenSecretRef": {"name": "registry-token"},
+                                   "caBundleConfigMapRef": {"name": "internal-ca"}}
+    create_dm(admin, ns, with_ca)
+
+    def ca_read():
+        dm_now = get(admin, f"{G}/{V}", P, ns, "with-ca") or {}
+        reg, art = condition(dm_now, "Registered"), condition(dm_now, "ArtifactsValid")
+        # Read and used: the registry is then merely unreachable, the artifacts checked through the bundle.
+        text = (reg.get("message", "") + art.get("message", "")).lower() if reg and art else ""
+        return reg and art and "configmap" not in text and "cannot read" not in text
+
+    eventually(ca_read, 60, "both CA bundles read")
+
+    # 6. Deleting DecisionModels: whatever the operator does on the way out (finalizers) must be allowed too.
+    custom.delete_namespaced_custom_object(G, V, ns, P, "with-ca")
+    custom.delete_namespaced_custom_object(G, V, ns, P, "with-registry")
+    custom.delete_namespaced_custom_object(G, V, ns, P, "credit-limit")
+    eventually(lambda: not custom.list_namespaced_custom_object(G, V, ns, P)["items"], 60, "DecisionModels gone")
+
+
+class _EmptyPrometheus(http.server.BaseHTTPRequestHandler):
+    """Prometheus stand-in: every instant query has an empty vector as its answer (Prometheus' wire format)."""
+
+    def do_GET(self) -> None:  # noqa: N802
+        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_POST = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EmptyPrometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _operator(identity: Identity, namespaces: list[str], tmp: pathlib.Path, prometheus: str = "") -> OperatorProcess:
+    env = {"ARBITER_PROMETHEUS_URL": prometheus} if prometheus else {}
+    return OperatorProcess(
+        identity.kubeconfig, namespaces, log_dir=tmp, env=env,
+        # As the chart runs it: with leader election on a Lease in the release namespace.
+        extra_args=("--log-level=debug", "--leader-elect", "--leader-election-namespace", identity.namespace),
+    ).start()
+
+
+def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_grant(
+    audited, admin, s3_server, prometheus_url, tmp_path
+) -> None:
+    cp, audit_log = audited
+    identity = install_chart_identity(cp, admin, tmp_path)  # default values: all namespaces, one ClusterRole
+    ns = _namespace(admin, "rbac")
+    seed_model_storage(s3_server, admin, ns)
+    # No --namespace: all namespaces, as the chart runs it by default.
+    op = _operator(identity, [], tmp_path, prometheus_url)
+    stuck: AssertionError | None = None
+    try:
+        _run_scenarios(admin, ns, identity.kubeconfig)
+    except AssertionError as exc:
+        stuck = exc  # a missing grant usually shows as a scenario that never converges: report the 403s first
+    finally:
+        op.stop()
+
+    events = read_audit(audit_log, identity.username)
+    assert events, "the audit log recorded nothing for the operator's ServiceAccount"
+    denied = forbidden(events)
+    assert not denied, "the operator was forbidden:\n" + "\n".join(sorted(set(denied)))
+    if stuck is not None:
+        raise stuck
+
+    unused = {(g, r, v) for _ns, g, r, v in unused_grants(identity.rules, events)}
+    unexplained = unused - NOT_EXERCISABLE
+    assert not unexplained, (
+        "the chart grants what no scenario used (remove the rule, or add the scenario that needs it):\n"
+        + "\n".join(f"  {g or 'core'}/{r}: {v}" for g, r, v in sorted(unexplained))
+        + "\nused: " + ", ".join(sorted(f"{g or 'core'}/{r}:{v}" for g, r, v in used_grants(events)))
+    )
+    # The exceptions are still granted (the chart needs them on OpenShift), and are the only unused ones.
+    granted = {(g, r, v) for _ns, g, r, v in expand(identity.rules)}
+    assert NOT_EXERCISABLE <= granted
+
+
+def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_path) -> None:
+    cp, audit_log = audited
+    ns = _namespace(admin, "roles")
+    identity = install_chart_identity(
+        cp, admin, tmp_path, values={"watchedNamespaces": [ns]}, release_namespace=f"arbiter-{ns}"
+    )
+    # Only a Role in the watched namespace, and cluster-wide nothing but reading and watching that namespace.
+    cluster = [r for where, r in identity.rules if where is None]
+    assert cluster == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
+                        "resourceNames": [ns]}]
+    seed_model_storage(s3_server, admin, ns)
+    op = _operator(identity, [ns], tmp_path)
+    stuck: AssertionError | None = None
+    try:
+        dm = example()
+        create_dm(admin, ns, dm)
+        _ready(admin, ns, dm["metadata"]["name"])
+    except AssertionError as exc:
+        stuck = exc
+    finally:
+        op.stop()
+    events = read_audit(audit_log, identity.username)
+    assert events
+    denied = forbidden(events)
+    assert not denied, "forbidden in the per-namespace mode:\n" + "\n".join(sorted(set(denied)))
+    if stuck is not None:
+        raise stuck
+    # It never reached outside the namespace it watches, but for its leader Lease in its own (release) namespace.
+    def own_lease(e):
+        ref = e.get("objectRef") or {}
+        return ref.get("namespace") == identity.namespace and ref.get("resource") == "leases"
+
+    outside = [describe(e) for e in events
+               if (e.get("objectRef") or {}).get("namespace") not in (None, ns) and not own_lease(e)]
+    assert not outside, outside
+    assert any(own_lease(e) for e in events)

@@ -1,0 +1,41 @@
+"""Runtime fixtures: the stand-in upstream and the decision server, each a real HTTP server on loopback."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from arbiter_devenv.vllm_standin import StandinServer
+from arbiter_runtime.server import RuntimeOptions
+from support.runtime_helpers import LABELS, RuntimeServer, base_config
+
+
+@pytest.fixture
+def standin() -> Iterator[StandinServer]:
+    server = StandinServer(words=LABELS, served_model_name="credit-v1").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def make_runtime() -> Iterator[Any]:
+    started: list[RuntimeServer] = []
+
+    def make(raw_cfg: dict[str, Any], options: RuntimeOptions | None = None, wait_ready: bool = True):
+        server = RuntimeServer(raw_cfg, options)
+        started.append(server)
+        return server.start(wait_ready)
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def runtime(standin: StandinServer, make_runtime) -> RuntimeServer:
+    return make_runtime(base_config(standin.url))
+
+

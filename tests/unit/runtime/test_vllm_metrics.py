@@ -1,0 +1,87 @@
+"""vLLM's metrics re-exported by the runtime at /metrics/vllm (the PodMonitor's second endpoint): only `vllm:`
+families, parseable by Prometheus' own text parser; an absent or hostile upstream gets a 503 with the reason or a
+filtered body, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import threading
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from arbiter_devenv.vllm_standin import free_port
+from arbiter_runtime.vllm_metrics import only_vllm, scrape
+
+from support.runtime_helpers import base_config
+
+
+def test_runtime_reexports_vllm_families_with_kv_cache_and_queue_time(runtime, standin):
+    with runtime.client() as http_client:
+        http_client.post("/v1/decisions", json={"amount": 5.0, "country": "DE"})
+        r = http_client.get("/metrics/vllm")
+    assert r.status_code == 200
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    assert "vllm:kv_cache_usage_perc" in families and "vllm:request_queue_time_seconds" in families
+    assert all(name.startswith("vllm:") for name in families)  # vLLM's python_gc_* families are left out
+    assert "python_gc" not in r.text
+
+
+def test_upstream_down_is_503_with_reason(make_runtime, standin):
+    server = make_runtime(base_config(standin.url))
+    standin.stop()
+    with server.client() as http_client:
+        r = http_client.get("/metrics/vllm")
+    assert r.status_code == 503 and "unreachable" in r.text
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    body = b""
+    status = 200
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.send_response(type(self).status)
+        self.send_header("Content-Length", str(len(type(self).body)))
+        self.end_headers()
+        self.wfile.write(type(self).body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Hostile)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.one_of(st.binary(max_size=2000),
+                      st.lists(st.sampled_from(["vllm:x 1", "# TYPE vllm:x gauge", "# HELP vllm:x h", "other 2",
+                                                "vllm:", "# TYPE other counter", "\x00vllm:y 1",
+                                                "vllm:z{a=\"\\n\"} 1"]),
+                               max_size=20).map(lambda ls: "\n".join(ls).encode())),
+       status=st.sampled_from([200, 200, 200, 404, 500]))
+def test_hostile_upstream_metrics_never_leak_other_families_or_raise(hostile, body, status):
+    _Hostile.body, _Hostile.status = body, status
+    code, text = asyncio.run(scrape(hostile))
+    if status != 200:
+        assert code == 503 and str(status) in text
+        return
+    assert code == 200
+    for line in text.splitlines():
+        assert line.startswith("vllm:") or line.startswith("# HELP vllm:") or line.startswith("# TYPE vllm:")
+
+
+def test_filter_keeps_help_type_and_samples_of_vllm_only():
+    text = "# HELP a x\n# TYPE a counter\na 1\n# HELP vllm:b y\n# TYPE vllm:b gauge\nvllm:b{m=\"q\"} 2\n"
+    assert only_vllm(text) == "# HELP vllm:b y\n# TYPE vllm:b gauge\nvllm:b{m=\"q\"} 2\n"
