@@ -108,6 +108,18 @@ def _cluster_state(api, ns):
     return state
 
 
+def _quiet_window(op, api, ns, seconds):
+    """The operator's counters at both ends of a `seconds` window in which nothing it watches in `ns` changed (a
+    window in which the cluster moved is tried again: a pass answering a change is the operator's job)."""
+    def window():
+        first, cluster = _settled(op), _cluster_state(api, ns)
+        time.sleep(seconds)
+        second = samples(op.scrape())
+        return (first, second) if _cluster_state(api, ns) == cluster else None
+
+    return eventually(window, 10 * seconds, f"a {seconds} s window in which the cluster did not move")
+
+
 def test_converged_models_make_no_requests(control_plane, namespace, api, operator_process, predictors):
     """Idle cost with a fleet: 20 converged DecisionModels, then 30 s without one reconcile or API request.
 
@@ -122,13 +134,7 @@ def test_converged_models_make_no_requests(control_plane, namespace, api, operat
         create_dm(api, namespace, body)
     eventually(lambda: all(_ready(api, namespace, n) for n in names), 240, "all 20 Ready")
 
-    def quiet_window():
-        first, cluster = _settled(op), _cluster_state(api, namespace)
-        time.sleep(30)
-        second = samples(op.scrape())
-        return (first, second) if _cluster_state(api, namespace) == cluster else None
-
-    first, second = eventually(quiet_window, 300, "a 30 s window in which the cluster did not move")
+    first, second = _quiet_window(op, api, namespace, 30)
     reconciles = "arbiter_operator_reconcile_total"
     by_result = {r: total(second, reconciles, result=r) - total(first, reconciles, result=r)
                  for r in ("converged", "requeued", "error")}
@@ -258,9 +264,7 @@ def test_a_loading_version_is_woken_by_its_pods_not_polled(control_plane, namesp
         return dm if ((dm or {}).get("status") or {}).get("promotion", {}).get("phase") == "Waiting" else None
 
     eventually(waiting, 90, "the version loading")
-    page = _settled(op)
-    time.sleep(20)
-    quiet = samples(op.scrape())
+    page, quiet = _quiet_window(op, api, namespace, 20)
     assert _passes(quiet) == _passes(page), "a reconcile pass while nothing changed"
     assert _requests(quiet) == _requests(page)
 

@@ -220,7 +220,7 @@ async def test_a_fleets_checks_share_the_storage_secret_for_seconds_only(kube, n
     for i in range(10):
         dm = make_dm(model=f"m{i}", versions={"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace,
                      uid=str(uuid.uuid4()))  # each its own object: no verdict is shared, only the Secret read
-        obs = await observe_artifacts(counting, dm, Observations(), verdicts)
+        obs = await observe_artifacts(counting, dm, Observations(), utc_now(), verdicts)
         assert obs.artifacts["1.0.0"].valid is True
     assert counting.secret_reads == 1
 
@@ -229,7 +229,7 @@ async def test_a_fleets_checks_share_the_storage_secret_for_seconds_only(kube, n
     now[0] = 10.0
     dm = make_dm(model="late", versions={"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace,
                  uid=str(uuid.uuid4()))
-    obs = await observe_artifacts(counting, dm, Observations(), verdicts)
+    obs = await observe_artifacts(counting, dm, Observations(), utc_now(), verdicts)
     assert counting.secret_reads == 2
     [cond] = conditions(obs, "ArtifactsValid")
     assert (cond.status, cond.reason) == ("Unknown", "StorageUnreachable")  # the rotated Secret's endpoint
@@ -238,6 +238,6 @@ async def test_a_fleets_checks_share_the_storage_secret_for_seconds_only(kube, n
     now[0] = 20.0
     obs = await observe_artifacts(counting, make_dm(model="gone", versions={"1.0.0": f"s3://{model_dirs}/good"},
                                                     namespace=namespace, uid=str(uuid.uuid4())),
-                                  Observations(), verdicts)
+                                  Observations(), utc_now(), verdicts)
     [cond] = conditions(obs, "ArtifactsValid")
     assert "Secret storage-config not found" in cond.message

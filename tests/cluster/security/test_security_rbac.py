@@ -27,6 +27,7 @@ from kubernetes import client
 
 from arbiter_devenv.cluster import wait_default_service_account
 from arbiter_devenv.operator_process import OperatorProcess
+from arbiter_operator.clients.kube import raw_call
 
 from support.rbackit import Identity, audited_control_plane, describe, expand, forbidden, install_chart_identity
 from support.rbackit import read_audit, unused_grants, used_grants
@@ -96,6 +97,24 @@ def _two_versions(body: dict) -> dict:
     return body
 
 
+def _relabelled(api: client.ApiClient, ns: str, group: str, version: str, plural: str, selector: str) -> None:
+    """Remove the operator's label from its objects of one kind (found by `selector`) and wait until it is back."""
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    key = selector.split("=", 1)[0]
+
+    def ours() -> list[str]:  # KServe copies an InferenceService's labels onto what it creates: not ours to test
+        items = raw_call(api, "GET", f"{prefix}/namespaces/{ns}/{plural}", query=[("labelSelector", selector)])
+        return sorted(o["metadata"]["name"] for o in items["items"]
+                      if any(r.get("kind") == "DecisionModel" for r in o["metadata"].get("ownerReferences") or []))
+
+    found = ours()
+    assert found, f"no {plural} of the operator's labelled {selector}"
+    for name in found:
+        raw_call(api, "PATCH", f"{prefix}/namespaces/{ns}/{plural}/{name}",
+                 body={"metadata": {"labels": {key: None}}}, content_type="application/merge-patch+json")
+    eventually(lambda: ours() == found or None, 60, f"the label back on the {plural}")
+
+
 def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path) -> OperatorProcess:
     """Reconcile and promotion scenarios, driven as a user would, with the operator as the chart's ServiceAccount."""
     core = client.CoreV1Api(admin)
@@ -120,6 +139,15 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     eventually(lambda: get(admin, "route.openshift.io/v1", "routes", ns, "credit-limit"), 60, "Route restored")
     eventually(lambda: core.list_namespaced_config_map(
         ns, label_selector="arbiter.dev/decision-model=credit-limit").items, 60, "ConfigMap restored")
+
+    # 2b. Drift: a child whose label someone removed leaves the watch cache; the operator's create-only apply finds
+    #     the name taken, reads the object by name (`get`), sees it is its own, and puts the label back.
+    label = "arbiter.dev/decision-model"
+    for group, version, plural in (("", "v1", "services"), ("route.openshift.io", "v1", "routes"),
+                                   ("monitoring.coreos.com", "v1", "podmonitors"),
+                                   ("serving.kserve.io", "v1alpha1", "servingruntimes"),
+                                   ("serving.kserve.io", "v1beta1", "inferenceservices")):
+        _relabelled(admin, ns, group, version, plural, f"{label}=credit-limit")
 
     # 3. A changed decision setting updates the ConfigMap.
     _patch_dm(admin, ns, "credit-limit", {"spec": {"decision": {"confidenceThreshold": 0.9}}})
@@ -157,7 +185,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     #     candidate's InferenceService (Role + RoleBinding, read by name before create, listed by label); no shadow
     #     data comes (empty vectors) with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
     _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
-        "strategy": "Shadow", "shadow": {"holdSeconds": 20, "minCompared": 1}}}})
+        "strategy": "Shadow", "shadow": {"holdSeconds": 40, "minCompared": 1}}}})
     rbac = client.RbacAuthorizationV1Api(admin)
 
     def shadow_grant():
@@ -165,6 +193,8 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
             ns, label_selector="arbiter.dev/component=shadow-caller").items]
 
     eventually(lambda: shadow_grant() == ["credit-limit-shadow"] or None, 120, "the shadow grant created")
+    for plural in ("roles", "rolebindings"):  # the grant's label removed mid-phase: read back by name, relabelled
+        _relabelled(admin, ns, "rbac.authorization.k8s.io", "v1", plural, "arbiter.dev/component=shadow-caller")
     eventually(lambda: rolled_back() and not shadow_grant(), 120, "the shadow phase rolled back, its grant deleted")
 
     # 5. A DecisionModel that names a ModelRegistry and a registry token Secret (the registry itself need not answer:
