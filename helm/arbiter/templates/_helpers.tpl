@@ -64,7 +64,8 @@ reason for each is in docs/security.md. Keep the three in step.
   verbs: ["patch"]
 # Children are written by server-side apply: a `patch`, which needs `create` too when the object is new. They are
 # watched (kopf, by the arbiter.dev/decision-model label) and listed to see drift; a name not found among the
-# DecisionModel's own is read (get) before it is created, so an object someone else owns is never written;
+# DecisionModel's own is created with a create-only apply, which the apiserver refuses when the name is taken, and
+# only then read (get) to tell a foreign object (never written) from one of ours that lost its label;
 # InferenceServices and decision ConfigMaps of retired versions are deleted (everything else goes with the
 # DecisionModel through owner references).
 - apiGroups: ["serving.kserve.io"]
@@ -114,8 +115,8 @@ reason for each is in docs/security.md. Keep the three in step.
   verbs: ["list", "watch"]
 # Only while a shadow phase runs with auth on: one Role granting `get` on the candidate's InferenceService (by name)
 # and its RoleBinding to the predictor pods' ServiceAccount, so the stable version may call the candidate; listed by
-# label, read by name before create, deleted when the shadow phase ends. The operator holds that `get` itself, so
-# no escalate or bind verb is needed.
+# label, read by name when a create finds the name taken, deleted when the shadow phase ends. The operator holds
+# that `get` itself, so no escalate or bind verb is needed.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "create", "patch", "delete"]
