@@ -147,6 +147,14 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def add_watch_arg(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    p.add_argument("--watch", choices=("all", "listed"), default="all",
+                   help="all: the operator watches cluster-wide, one watch per kind (the chart's default install, "
+                        "watchedNamespaces: []); listed: it is given the namespaces, one watch per kind and namespace "
+                        "(the chart's per-namespace Roles mode)")
+    return p
+
+
 # -- the operator process's cost, from /proc --------------------------------------------------------------------------
 
 
@@ -390,8 +398,12 @@ class Stack:
     KServe (the convergence floor writes there with no operator watching)."""
 
     def __init__(self, operator_namespaces: list[str], extra_namespaces: list[str] = (), *,
-                 operator_env: dict[str, str] | None = None, keep: bool = False, gpu_nodes: int = 4, shards: int = 0):
+                 operator_env: dict[str, str] | None = None, keep: bool = False, gpu_nodes: int = 4, shards: int = 0,
+                 watch: str = "listed"):
         self.op_namespaces = list(operator_namespaces)
+        # "listed": the operator is given its namespaces (--namespace each); "all": it watches cluster-wide (the
+        # chart's default), which also sees the extra namespaces' objects.
+        self.watch = watch
         # shards > 0: that many operators, each owning the namespaces labelled with its number (--namespace-selector)
         self.shards = shards
         self.namespaces = self.op_namespaces + list(extra_namespaces)
@@ -475,7 +487,8 @@ class Stack:
                 for i in range(self.shards)])
             log(f"{self.shards} operator shards live in {time.monotonic() - t:.1f}s")
             return self.op
-        self.op = OperatorProcess(self.operator_kubeconfig, self.op_namespaces, env=self.operator_env,
+        watched = self.op_namespaces if self.watch == "listed" else []
+        self.op = OperatorProcess(self.operator_kubeconfig, watched, env=self.operator_env,
                                   log_dir=self.workdir / "operator", metrics=True).start(timeout=120)
         log(f"operator live in {time.monotonic() - t:.1f}s (pid {self.op.proc.pid}, log {self.op.log_path})")
         return self.op
@@ -550,16 +563,45 @@ class Profiler:
             self.proc.kill()
 
     def top(self, n: int = 25) -> list[tuple[str, float]]:
+        """Inclusive share of the busy samples per function. A sample whose innermost frame waits (select, a socket
+        read, a lock, a sleep) is idle, whatever py-spy's own guess: it is left out, so the shares add up CPU."""
+        return self._tally(n)[0]
+
+    def top_self(self, n: int = 25) -> list[tuple[str, float]]:
+        """Self share of the busy samples per function (the innermost frame): where the CPU is burnt."""
+        return self._tally(n)[1]
+
+    def busy_share(self) -> float:
+        return self._tally(1)[2]
+
+    def _tally(self, n: int) -> tuple[list[tuple[str, float]], list[tuple[str, float]], float]:
         if not self.path.exists():
-            return []
-        total = 0
+            return [], [], 0.0
+        total = busy = 0
         incl: Counter[str] = Counter()
+        own: Counter[str] = Counter()
         for line in self.path.read_text().splitlines():
             stack, _, count = line.rpartition(" ")
             k = int(count)
             total += k
-            frames = {re.sub(r":\d+\)$", ")", re.sub(r" \(.*?/(site-packages|arbiter_operator)/", " (", f))
-                      for f in stack.split(";")}
-            for f in frames:
+            frames = [re.sub(r":\d+\)$", ")", re.sub(r" \(.*?/(site-packages|arbiter_operator)/", " (", f))
+                      for f in stack.split(";")]
+            if not frames or _WAITING.search(frames[-1]):
+                continue
+            busy += k
+            own[frames[-1]] += k
+            for f in set(frames):
                 incl[f] += k
-        return [(f, 100.0 * k / total) for f, k in incl.most_common(n)] if total else []
+        if not busy:
+            return [], [], 0.0
+
+        def share(c: Counter[str]) -> list[tuple[str, float]]:
+            return [(f, 100.0 * k / busy) for f, k in c.most_common(n)]
+
+        return share(incl), share(own), 100.0 * busy / total
+
+
+# Innermost frames that wait rather than compute (py-spy cannot always tell with --nonblocking).
+_WAITING = re.compile(r"^(select|poll|_poll|wait|acquire|sleep|readinto|recv|recv_into|read|accept"
+                      r"|_wait_for_tstate_lock|epoll|EpollSelector\.select|SocketIO\.readinto|Condition\.wait|Event\.wait|"
+                      r"_SSLSocket\.read|SSLSocket\.read|SSLSocket\.recv_into|Thread\.join|Queue\.get) \(")

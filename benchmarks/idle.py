@@ -27,7 +27,7 @@ from scale import run_scale  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = common.base_parser(__doc__.split("\n\n")[0])
+    p = common.add_watch_arg(common.base_parser(__doc__.split("\n\n")[0]))
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--namespaces", type=int, default=20)
     p.add_argument("--seconds", type=float, default=300.0, help="length of the idle window")
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "idle", "machine": common.machine(), "args": vars(args)}
     # One 1-GPU predictor per DecisionModel, eight per simulated A100 node, and a spare node (as scale.py).
     with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
-                      gpu_nodes=args.count // 8 + 2) as stack:
+                      gpu_nodes=args.count // 8 + 2, watch=args.watch) as stack:
         stack.start_operator()
         setup = run_scale(stack, args.count, nss, args.timeout)
         scale.print_scale(setup)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+from collections import OrderedDict
+from typing import Any
 
 import jsonschema
 from arbiter_runtime.contract import DecisionJsonError
@@ -15,11 +19,17 @@ from .vllm_args import arg_problems
 from .output_schema import output_schema_clash
 
 
-def _cel_problem(expr: str) -> str | None:
+@functools.cache
+def _cel_environment() -> Any:
+    """One CEL environment for the process: building one builds its Lark parser (about 0.1 s of CPU)."""
     import celpy  # cel-python: the same CEL dialect the runtime evaluates fallback rules with
 
+    return celpy.Environment()
+
+
+def _cel_problem(expr: str) -> str | None:
     try:
-        celpy.Environment().compile(expr)
+        _cel_environment().compile(expr)
     except Exception as exc:  # celpy raises its own CELParseError; keep the first line, it names the position
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return None
@@ -36,6 +46,25 @@ def _prefix_clash(names: list[str]) -> tuple[str, str] | None:
 
 
 def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
+    """The problems of one spec, remembered by its digest: every pass of a DecisionModel plans from the same spec until
+    it changes, and checking its schemas and compiling its CEL again each time cost about 7% of the operator's CPU at
+    scale. The checks are pure, so a remembered answer is the answer."""
+    digest = hashlib.sha256(spec.model_dump_json().encode()).digest()
+    found = _PROBLEMS.get(digest)
+    if found is None:
+        found = _PROBLEMS[digest] = tuple(_check(spec))
+        if len(_PROBLEMS) > _PROBLEMS_HELD:
+            _PROBLEMS.popitem(last=False)
+    else:
+        _PROBLEMS.move_to_end(digest)
+    return list(found)
+
+
+_PROBLEMS: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()  # spec digest -> its problems, least recent first
+_PROBLEMS_HELD = 4096
+
+
+def _check(spec: DecisionModelSpec) -> list[str]:
     problems: list[str] = []
     for version in spec.versions:
         for key in ("inputSchema", "outputSchema"):

@@ -91,6 +91,28 @@ def test_invalid_fallback_cel_stalls_and_touches_nothing():
     assert [e.reason for e in p.events] == ["InvalidSpec"]
 
 
+def test_spec_problems_follow_each_edit_of_the_spec():
+    """The spec's problems are remembered per spec content: an edit that fixes or breaks a rule is seen at once, and
+    going back to an earlier spec gives that spec's answer again."""
+    broken, fixed = example(), example()
+    broken["spec"]["decision"]["fallbackRules"][0]["when"] = "input.requestedLimit >"
+    for raw, stalls in ((broken, True), (fixed, False), (broken, True), (fixed, False)):
+        p = plan(make_dm(raw), Observations(), T0)
+        assert any(c["type"] == "Stalled" and c["status"] == "True" for c in p.status["conditions"]) is stalls
+        assert (p.children is None) is stalls
+
+
+def test_no_change_handlers_are_registered():
+    """The operator keeps no diff base (handlers.NoDiffBase): a kopf change handler would need one."""
+    import kopf
+
+    from arbiter_operator import handlers  # noqa: F401  (registers the handlers)
+
+    registry = kopf.get_default_registry()
+    assert registry._changing.get_all_handlers() == []
+    assert registry._watching.get_all_handlers()  # the registry inspected is the one the handlers went into
+
+
 def test_invalid_json_schema_stalls():
     raw = example()
     raw["spec"]["versions"][0]["metadata"]["inputSchema"] = {"type": "objekt"}
