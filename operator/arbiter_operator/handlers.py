@@ -133,6 +133,13 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
     # kopf would post handler log lines as Events (writes on every reconcile); Arbiter posts its own on transitions.
     settings.posting.enabled = False
+    # The apiserver filters each cached kind by its label, so the operator never receives (and kopf never processes
+    # or remembers) the cluster's other pods, Services, ConfigMaps and Deployments. An object whose label is
+    # removed leaves the selection: the watch says DELETED, and the object leaves the cache as if deleted.
+    for api_version, _kind, plural, label in CACHED:
+        if label:
+            group, version = _group_version(api_version)
+            settings.watching.label_selectors[group, version, plural] = label
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = RECONCILE_ERROR_BACKOFF.schedule(5)
 
@@ -307,6 +314,20 @@ async def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
 ECHO_WAIT = 2.0
 
 
+def _label_as_held(event: dict[str, Any], memo: kopf.Memo, label: str) -> str:
+    """The value of `label` on the event's object, or, when the event is a DELETED whose object no longer carries it
+    (someone removed the label: the label-selected watch reports the object as gone), on the object as the cache held
+    it. Call it before `_held`, which forgets the object on a deletion."""
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    value = (meta.get("labels") or {}).get(label)
+    if value or event.get("type") != "DELETED":
+        return value or ""
+    held = memo[CACHE_KEY].get(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"),
+                               meta.get("name", "")) or {}
+    return ((held.get("metadata") or {}).get("labels") or {}).get(label) or ""
+
+
 @kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]  # (kopf passes all kwargs; we take a few)
 async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     echo = await _held(event, memo)
@@ -320,10 +341,9 @@ async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, 
     memo[QUEUE_KEY].add((namespace, name))
 
 
-async def _child_event(event: dict[str, Any], labels: dict[str, str], namespace: str, memo: kopf.Memo,
-                       **_: Any) -> None:
+async def _child_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    owner = _label_as_held(event, memo, LABEL_DM)  # deleted, or its label removed: the DecisionModel repairs it
     echo = await _held(event, memo)
-    owner = labels.get(LABEL_DM)
     if not owner:
         return
     if echo:  # our own apply coming back (KServe's status updates and anybody's edits get a new resourceVersion)
@@ -362,12 +382,12 @@ def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str) -> None:
         memo[QUEUE_KEY].add((namespace, owner))
 
 
-async def _pod_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str, memo: kopf.Memo,
-                     **_: Any) -> None:
+async def _pod_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     """A predictor pod: its DecisionModel is queued only when the pod's trouble changed (it cannot be scheduled, it
     crash-loops, it got better or went away): what a loading version's Serving condition reports, and what the
     promotion machine rolls back on. A pod's other changes (start-up steps, readiness: KServe's status and the
     Deployment say that) queue nothing. This replaces polling while a version loads."""
+    isvc = _label_as_held(event, memo, ISVC_LABEL)
     await _held(event, memo)
     key = (namespace, name)
     before = _TROUBLE.get(key)
@@ -377,13 +397,13 @@ async def _pod_event(event: dict[str, Any], name: str, labels: dict[str, str], n
     else:
         _TROUBLE[key] = now
     if now != before:
-        _queue_owner(memo, namespace, labels.get(ISVC_LABEL, ""))
+        _queue_owner(memo, namespace, isvc)
 
 
-async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, str], namespace: str,
-                            memo: kopf.Memo, **_: Any) -> None:
+async def _deployment_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     """A predictor Deployment (KServe's): its DecisionModel is queued only when the Deployment's availability changed
     (a version is ready on KServe's status and an available replica: whichever the operator sees last wakes it)."""
+    isvc = _label_as_held(event, memo, ISVC_LABEL)
     await _held(event, memo)
     key = (namespace, name)
     before = _AVAILABILITY.get(key)
@@ -394,24 +414,7 @@ async def _deployment_event(event: dict[str, Any], name: str, labels: dict[str, 
         now = _AVAILABILITY[key] = _availability(event.get("object"))
     if now == before:
         return
-    _queue_owner(memo, namespace, labels.get(ISVC_LABEL, ""))
-
-
-async def _label_gone(event: dict[str, Any], memo: kopf.Memo, **_: Any) -> None:
-    """An object whose label the watch filters on is absent: if the cache holds it (someone removed the label), it
-    goes, and its DecisionModel (as last held) is queued to put the label back."""
-    cache: WatchCache = memo[CACHE_KEY]
-    obj = event.get("object") or {}
-    meta = obj.get("metadata") or {}
-    api_version, kind, ns, name = obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get(
-        "name", "")
-    if not cache.holds(api_version, kind, ns, name):
-        return
-    held = cache.get(api_version, kind, ns, name) or {}
-    cache.discard(api_version, kind, ns, name)
-    owner = ((held.get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
-    if owner and ns:
-        memo[QUEUE_KEY].add((ns, owner))
+    _queue_owner(memo, namespace, isvc)
 
 
 def _group_version(api_version: str) -> tuple[str, str]:
@@ -421,13 +424,12 @@ def _group_version(api_version: str) -> tuple[str, str]:
 
 for _api, _kind, _plural, _label in CACHED:
     _g, _v = _group_version(_api)
-    _filters: dict[str, Any] = {"labels": {_label: kopf.PRESENT}} if _label else {}
-    kopf.index(_g, _v, _plural, id=f"cache-{_plural}", **_filters)(_fill)
-    if _label:
-        kopf.on.event(_g, _v, _plural, id=f"{_plural}-unlabelled", labels={_label: kopf.ABSENT})(_label_gone)  # type: ignore[arg-type]
+    # The label filter is the apiserver's (configure: settings.watching.label_selectors); the event handlers have none
+    # of their own, so the DELETED that reports a removed label still reaches them.
+    kopf.index(_g, _v, _plural, id=f"cache-{_plural}")(_fill)
     if _kind == "Deployment":
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_deployment_event)  # type: ignore[arg-type]
+        kopf.on.event(_g, _v, _plural, id=_plural)(_deployment_event)  # type: ignore[arg-type]
     elif _kind == "Pod":  # queued on a change of its trouble only
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_pod_event)  # type: ignore[arg-type]
+        kopf.on.event(_g, _v, _plural, id=_plural)(_pod_event)  # type: ignore[arg-type]
     elif _kind != KIND:
-        kopf.on.event(_g, _v, _plural, id=_plural, **_filters)(_child_event)  # type: ignore[arg-type]
+        kopf.on.event(_g, _v, _plural, id=_plural)(_child_event)  # type: ignore[arg-type]
