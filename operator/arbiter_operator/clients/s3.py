@@ -182,7 +182,8 @@ def credentials_from_secret(
     )
 
 
-_UNREACHABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "503", "500", "502", "504"}
+_UNREACHABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "503", "500", "502", "504",
+                      "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequests"}
 PAGE_KEYS = 1000  # ListObjectsV2's largest page
 MAX_PAGE_BYTES = 4 * 1024 * 1024  # 1,000 keys of up to 1 KiB each, URL-encoded, with their XML
 MAX_ERROR_BYTES = 16 * 1024
@@ -371,7 +372,7 @@ class S3Storage:
                     # The bucket lives in another region: sign for that one (and, on AWS, ask its endpoint).
                     self._region, redirected = answer.region_hint, True
                     continue
-                if code in _UNREACHABLE_CODES or answer.status >= 500:
+                if code in _UNREACHABLE_CODES or answer.status >= 500 or answer.status == 429:
                     raise _Transient(f"S3 answered {code} to {what}; retrying")
                 raise StorageRejected(code, f"S3 answered {code} to {what}")
             except _Transient as exc:

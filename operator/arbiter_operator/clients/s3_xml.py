@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 from xml.etree.ElementTree import ParseError
 
-from defusedxml import DefusedXmlException
+from defusedxml import DefusedXmlException, DTDForbidden
 from defusedxml.ElementTree import DefusedXMLParser
 
 MAX_DEPTH = 8  # ListBucketResult/Contents/Owner/ID is 4 deep
@@ -97,9 +97,10 @@ def _parse(body: bytes, target: _Fields) -> _Fields:
         parser.close()
     except MalformedAnswer:
         raise
-    except DefusedXmlException as exc:
-        raise MalformedAnswer(f"the document declares {type(exc).__name__.removesuffix('Forbidden').lower()}, "
-                              "which S3 never sends") from None
+    except DTDForbidden:
+        raise MalformedAnswer("the document declares a DTD, which S3 never sends") from None
+    except DefusedXmlException:
+        raise MalformedAnswer("the document declares entities, which S3 never sends") from None
     except (ParseError, UnicodeError, ValueError) as exc:
         raise MalformedAnswer(f"not well-formed XML ({str(exc)[:80]})") from None
     return target
