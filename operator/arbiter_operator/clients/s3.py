@@ -7,13 +7,16 @@ KServe's `storage-config` Secret holds one JSON document per key, e.g.
 
 The check makes two read-only calls, a bounded ListObjectsV2 and a ranged GetObject, so `S3Storage` speaks them
 itself over httpx (async: no worker thread), signed with botocore's own SigV4 signer (`botocore.auth.S3SigV4Auth`,
-which does not load any service model), and reads S3's XML with `clients.s3_xml` (defusedxml, bounded). Why not a
-boto3 client: botocore's S3 client loads the S3 service model, the endpoint rule set and endpoints.json, which cost
-the operator 22.2 MiB of RSS at its first artifact check (7.2 MiB importing boto3 + 15.0 MiB for the first client
-and its list + get); the same reads here cost 3.4 MiB (botocore's signer and defusedxml imported + the first list +
-get). A boto3 client given a trimmed S3 model (only these two operations, shipped in the package) was measured too:
-10.0 MiB with endpoints.json trimmed as well, 16.8 without, since the import of boto3 and the endpoint rule set
-stay. Reproduce: `python benchmarks/s3_client_memory.py` (docs/benchmarks.md, operator memory).
+which loads no service model), and reads S3's XML with `clients.s3_xml` (defusedxml, bounded).
+
+Why not a boto3 client (measured with `benchmarks/s3_client_memory.py`, a fresh process that has imported what the
+operator imports anyway, then makes one artifact check's reads against MinIO): boto3 added 20.4 MiB of RSS (5.3
+importing it, the rest the S3 service model, endpoints.json and the S3 endpoint rule set its first client loads);
+these reads add 4.2 MiB (2.2 importing the signer and defusedxml, 2.0 the first reads). boto3 with a trimmed S3 model
+shipped in the package (only ListObjectsV2 and GetObject and their shapes, first on botocore's loader search path)
+was measured as the alternative needing less code of our own: 15.2 MiB, and 8.3 MiB with endpoints.json trimmed to
+S3 as well; the import and the rule set stay, so it misses a budget of about 5 MiB that this meets. Per check (a
+listing and three small reads) both take about 5 ms. Details: docs/benchmarks.md, operator memory.
 
 What stays as with boto3: path-style URLs for any configured endpoint (MinIO and most on-prem S3), virtual-hosted
 ones on AWS; the region (a wrong one is corrected once from S3's `x-amz-bucket-region` answer, as botocore does);

@@ -192,3 +192,19 @@ async def test_decision_model_with_one_bad_version_gets_artifacts_valid_false(s3
     cond = artifacts_condition(reports, generation=7, now=utc_now())
     assert (cond.status, cond.reason, cond.observedGeneration) == ("False", "TensorParallelMismatch", 7)
     assert cond.message.startswith("version 2.0.0: tensor parallel 4 does not divide 6 attention heads; use 1 or 2")
+
+
+async def test_anonymous_access_reads_a_public_bucket_and_is_refused_by_a_private_one(s3_server, bucket):
+    public = f"public-{uuid.uuid4().hex[:8]}"
+    admin = s3_server.client()
+    admin.create_bucket(Bucket=public)
+    admin.put_bucket_policy(Bucket=public, Policy=json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": ["*"]}, "Action": ["s3:GetObject", "s3:ListBucket"],
+        "Resource": [f"arn:aws:s3:::{public}", f"arn:aws:s3:::{public}/*"]}]}))
+    files = {"config.json": QWEN_LIKE, "model.safetensors": b"w"}
+    anonymous = {"anonymous": "1", "access_key_id": "", "secret_access_key": ""}
+    ok = await check(s3_server, public, files, **anonymous)
+    denied = await check(s3_server, bucket, files, **anonymous)
+    assert ok.status == "True", ok.message
+    assert (denied.status, denied.reason) == ("Unknown", "StorageAccessDenied")
+    assert "AccessDenied" in denied.message
