@@ -270,7 +270,14 @@ class S3Storage:
 
     @property
     def _where(self) -> str:
-        return self._creds.endpoint_url or "AWS"
+        """The endpoint for messages, without any user:password@ it may carry."""
+        if not self._creds.endpoint_url:
+            return "AWS"
+        try:
+            parts = urlsplit(self._creds.endpoint_url)
+            return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+        except ValueError:
+            return "the configured endpoint"
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -387,7 +394,7 @@ class S3Storage:
                 raise StorageUnreachable(f"cannot reach S3 at {self._where} for {what}: its CA bundle "
                                          "(spec.storage.caBundleConfigMapRef or the Secret's ca_bundle) is not "
                                          "PEM certificates") from None
-            except httpx.InvalidURL:
+            except (httpx.InvalidURL, ValueError):
                 raise StorageRejected("InvalidEndpoint", f"S3 endpoint {self._where!r} is not a valid URL for "
                                       f"{what}") from None
             except StorageRejected as exc:

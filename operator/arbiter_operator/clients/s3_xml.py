@@ -10,7 +10,7 @@ expected document raises `MalformedAnswer`, whose message names what was wrong a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from urllib.parse import unquote
+from urllib.parse import unquote_plus
 from xml.etree.ElementTree import ParseError
 
 from defusedxml import DefusedXmlException, DTDForbidden
@@ -123,7 +123,7 @@ def parse_listing(body: bytes, max_keys: int) -> ListingPage:
         size_text = record.get("Size", "0").strip()
         if not size_text.isdigit() or int(size_text) > MAX_SIZE:  # isdigit: no sign, no spaces, no underscores
             raise MalformedAnswer("an object <Size> that is not a byte count")
-        key = unquote(record["Key"]) if url_encoded else record["Key"]
+        key = unquote_plus(record["Key"]) if url_encoded else record["Key"]  # S3 writes a space as "+"
         objects.append(ListedObject(key=key, size=int(size_text), etag=record.get("ETag", "").strip().strip('"')))
     truncated_text = fields.top.get("IsTruncated", "false").strip().lower()
     if truncated_text not in ("true", "false"):

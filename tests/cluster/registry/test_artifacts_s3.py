@@ -15,6 +15,7 @@ import pytest
 
 from arbiter_operator.plan.artifacts import ServingAsk, artifacts_condition
 from arbiter_operator.observe.storage import check_decision_model, check_version_artifacts
+from arbiter_operator.clients import s3
 from arbiter_operator.clients.s3 import S3Storage, credentials_from_secret
 from arbiter_devenv.registryserver import free_port
 from support.factory import make_dm
@@ -208,3 +209,23 @@ async def test_anonymous_access_reads_a_public_bucket_and_is_refused_by_a_privat
     assert ok.status == "True", ok.message
     assert (denied.status, denied.reason) == ("Unknown", "StorageAccessDenied")
     assert "AccessDenied" in denied.message
+
+
+async def test_odd_keys_and_continuation_tokens_are_signed_as_s3_expects(s3_server, bucket, monkeypatch):
+    # Small pages so the listing needs continuation tokens (their characters must be encoded as signed).
+    monkeypatch.setattr(s3, "PAGE_KEYS", 2)
+    prefix = f"odd {uuid.uuid4().hex[:6]}/ü+ä=&?"
+    names = ["config.json", "model.safetensors", "a b.txt", "x+y", "percent%2F.bin"]
+    for name in names:
+        s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=name.encode())
+    async with storage_for(s3_server, bucket) as storage:
+        listed = await storage.list_objects(bucket, prefix)
+        bodies = [await storage.get_bytes(bucket, f"{prefix}/{name}") for name in names]
+    assert sorted(o.key for o in listed) == sorted(names)
+    assert bodies == [name.encode() for name in names]
+
+
+async def test_a_bad_endpoint_is_reported_without_its_password(s3_server, bucket):
+    report = await check(s3_server, bucket, {"config.json": QWEN_LIKE},
+                         endpoint_url="http://user:hunter2@127.0.0.1:[bad")
+    assert report.status == "Unknown" and "hunter2" not in report.message
