@@ -9,7 +9,8 @@ reuse, no growth) and reads it a last time. The files' contents are not parsed: 
 Clients: `operator` (clients/s3.py, what ships); with `--compare` also boto3 the way the operator used it before
 (`boto3-full`), and boto3 given a trimmed S3 service model (only ListObjectsV2 and GetObject, generated into a
 temporary directory from the installed botocore's own model and put first on its loader's search path) with and
-without a trimmed endpoints.json (`boto3-trimmed`, `boto3-trimmed-endpoints`), the alternative weighed.
+without a trimmed endpoints.json (`boto3-trimmed`, `boto3-trimmed-endpoints`), the alternative weighed, and what
+each data file botocore loads for an S3 client costs once parsed.
 
     .venv/bin/python benchmarks/s3_client_memory.py [--compare] [--out PATH]
 """
@@ -122,11 +123,33 @@ def boto3_reader(kind: str, endpoint: str, access_key: str, secret_key: str):  #
     return Reader()
 
 
+def loader_costs() -> dict[str, float]:
+    """What each file a boto3 S3 client loads costs once parsed, loaded one after another with botocore's Loader."""
+    import boto3  # noqa: F401
+    import botocore.loaders
+
+    loader = botocore.loaders.Loader()
+    costs, held = {}, []
+    for name, load in [("endpoints.json", lambda: loader.load_data("endpoints")),
+                       ("partitions.json", lambda: loader.load_data("partitions")),
+                       ("_retry.json", lambda: loader.load_data("_retry")),
+                       ("sdk-default-configuration.json", lambda: loader.load_data("sdk-default-configuration")),
+                       ("s3 service-2", lambda: loader.load_service_model("s3", "service-2")),
+                       ("s3 endpoint-rule-set-1", lambda: loader.load_service_model("s3", "endpoint-rule-set-1")),
+                       ("s3 paginators-1", lambda: loader.load_service_model("s3", "paginators-1"))]:
+        before = rss_mib()
+        held.append(load())
+        costs[name] = rss_mib() - before
+    return costs
+
+
 def child(kind: str) -> dict[str, float]:
     import importlib
 
     for name in OPERATOR_BASE:
         importlib.import_module(name)
+    if kind == "loader":
+        return loader_costs()
     before = rss_mib()
     endpoint, bucket, prefix = os.environ["S3_ENDPOINT"], os.environ["S3_BUCKET"], os.environ["S3_PREFIX"]
     access_key, secret_key = os.environ["S3_ACCESS_KEY"], os.environ["S3_SECRET_KEY"]
@@ -205,9 +228,17 @@ def main() -> None:
         print(f"| {kind} | {r['base_mib']:.1f} | {r['imported_mib'] - r['base_mib']:.1f} | "
               f"{r['first_check_mib']:.1f} | {r['first_check_mib'] - r['base_mib']:.1f} | "
               f"{r['after_more_mib']:.1f} | {r['check_ms']:.1f} |")
+    files: dict[str, float] = {}
+    if args.compare:
+        out = subprocess.run([sys.executable, __file__, "--child", "loader"], capture_output=True, text=True,
+                             timeout=300, check=True)
+        files = json.loads(out.stdout.strip().splitlines()[-1])
+        print("\n| botocore file (what a boto3 S3 client loads) | RSS once parsed (MiB) |\n|---|---|")
+        for name, mib in files.items():
+            print(f"| {name} | {mib:.1f} |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"checks": CHECKS, "repetitions": args.repetitions, "results": results},
-                                         indent=2))
+    Path(args.out).write_text(json.dumps({"checks": CHECKS, "repetitions": args.repetitions, "results": results,
+                                          "botocore_files": files}, indent=2))
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ which loads no service model), and reads S3's XML with `clients.s3_xml` (defused
 Why not a boto3 client (measured with `benchmarks/s3_client_memory.py`, a fresh process that has imported what the
 operator imports anyway, then makes one artifact check's reads against MinIO): boto3 added 20.4 MiB of RSS (5.3
 importing it, the rest the S3 service model, endpoints.json and the S3 endpoint rule set its first client loads);
-these reads add 4.2 MiB (2.2 importing the signer and defusedxml, 2.0 the first reads). boto3 with a trimmed S3 model
+these reads add 4.1 MiB (2.2 importing the signer and defusedxml, 1.9 the first reads). boto3 with a trimmed S3 model
 shipped in the package (only ListObjectsV2 and GetObject and their shapes, first on botocore's loader search path)
-was measured as the alternative needing less code of our own: 15.2 MiB, and 8.3 MiB with endpoints.json trimmed to
+was measured as the alternative needing less code of our own: 15.1 MiB, and 8.3 MiB with endpoints.json trimmed to
 S3 as well; the import and the rule set stay, so it misses a budget of about 5 MiB that this meets. Per check (a
 listing and three small reads) both take about 5 ms. Details: docs/benchmarks.md, operator memory.
 
