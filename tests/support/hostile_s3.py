@@ -38,6 +38,7 @@ class Answer:
     stall: float = 0.0  # seconds of silence after the head, before the body
     trickle: float = 0.0  # seconds between the body's pieces (sent 16 bytes at a time)
     close: bool = False  # close the connection after this answer
+    chunked: bool = False  # Transfer-Encoding: chunked; `body` is sent as given, framing (or its lack) included
 
 
 def listing_xml(keys: list[tuple[str, int]], *, prefix: str = "", truncated: bool = False, token: str | None = None,
@@ -56,6 +57,12 @@ def listing_xml(keys: list[tuple[str, int]], *, prefix: str = "", truncated: boo
                      f'<ETag>"{size:032x}"</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>')
     parts.append("</ListBucketResult>")
     return "".join(parts).encode()
+
+
+def chunked(body: bytes, size: int = 100) -> bytes:
+    """`body` in HTTP/1.1 chunked framing."""
+    pieces = [body[i:i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
 
 
 def error_xml(code: str, message: str = "refused") -> bytes:
@@ -115,8 +122,8 @@ class HostileS3(LoopbackPeer):
         """Write one answer; False when the connection is to be closed."""
         real = len(answer.body) * answer.repeat
         length = real if answer.content_length is None else answer.content_length
-        head = [f"HTTP/1.1 {answer.status} Hostile", *(f"{k}: {v}" for k, v in answer.headers),
-                f"Content-Length: {length}", "", ""]
+        framing = "Transfer-Encoding: chunked" if answer.chunked else f"Content-Length: {length}"
+        head = [f"HTTP/1.1 {answer.status} Hostile", *(f"{k}: {v}" for k, v in answer.headers), framing, "", ""]
         writer.write("\r\n".join(head).encode("latin-1"))
         await writer.drain()
         if answer.stall:
@@ -130,4 +137,4 @@ class HostileS3(LoopbackPeer):
                 self.bytes_sent += len(piece)
                 if answer.trickle:
                     await asyncio.sleep(answer.trickle)
-        return not answer.close and length == real
+        return not answer.close and length == real and not answer.chunked

@@ -3,10 +3,11 @@ check ends in a report (never an exception), reads no more than its bounds, foll
 secret key.
 
 The property test draws the server's answer (valid listings with odd keys, bytes that are not XML, XML cut short, a
-DTD, entity declarations, wrong roots, error documents with any status and code, lying lengths, huge or compressed
-bodies) and drives `check_version_artifacts` and `S3Storage` as the reconcile does. The examples below it pin down the
-cases a user would see: an entity bomb, a gigabyte listing, a server that ignores Range, a stall, a trickle, a
-redirect to another host, a wrong region, retries, paging, connection reuse, TLS trust.
+DTD, entity declarations, wrong roots, error documents with any status and code, lying lengths, chunked framing
+right and wrong, huge bodies) and drives `check_version_artifacts` and `S3Storage` as the reconcile does. The
+examples below it pin down the cases a user would see: an entity bomb, a gigabyte listing, a server that ignores
+Range, a compressed body, a stall, a trickle, a redirect to another host, a wrong region, retries, paging,
+connection reuse, TLS trust.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from arbiter_operator.clients.s3 import (
 )
 from arbiter_operator.observe.storage import check_version_artifacts
 from arbiter_operator.plan.artifacts import ServingAsk
-from support.hostile_s3 import Answer, HostileS3, S3Request, error_xml, listing_xml
+from support.hostile_s3 import Answer, HostileS3, S3Request, chunked, error_xml, listing_xml
 
 SECRET = "hostile-s3-secret-" + "k" * 24
 PREFIX = "m"
@@ -90,7 +91,8 @@ def keys(xml_safe: bool):  # type: ignore[no-untyped-def]
 @st.composite
 def answers(draw) -> tuple[str, Answer]:
     """(what a correct client must make of it, the answer)."""
-    kind = draw(st.sampled_from(["listing", "bytes", "cut", "declared", "root", "error", "lying", "huge", "type"]))
+    kind = draw(st.sampled_from(["listing", "bytes", "cut", "declared", "root", "error", "lying", "huge", "type",
+                                 "chunked", "bad-chunks"]))
     if kind == "listing":
         url_encoded = draw(st.booleans())
         listed = [(f"{PREFIX}/{k}", size) for k, size in draw(keys(xml_safe=not url_encoded))]
@@ -116,6 +118,13 @@ def answers(draw) -> tuple[str, Answer]:
         body = listing_xml([(f"{PREFIX}/config.json", 3)])
         return "unreachable", Answer(200, body[:draw(st.integers(0, len(body) - 1))],
                                      content_length=len(body) + draw(st.integers(1, 5000)), close=True)
+    if kind == "chunked":
+        body = listing_xml([(f"{PREFIX}/config.json", 3)])
+        return "listing", Answer(200, chunked(body, draw(st.integers(1, 500))), chunked=True)
+    if kind == "bad-chunks":
+        body = listing_xml([(f"{PREFIX}/config.json", 3)])
+        framing = draw(st.sampled_from([b"FFFFFFFFFFFF\r\n", b"zz\r\n", b"-5\r\n", b"10\r\n"]))
+        return "unreachable", Answer(200, framing + body[:draw(st.integers(0, 10))], chunked=True, close=True)
     if kind == "huge":
         return "malformed", Answer(200, b"<" * 65536, repeat=MAX_PAGE_BYTES // 65536 + draw(st.integers(1, 8)))
     body = listing_xml([(f"{PREFIX}/config.json", 3)])
@@ -145,7 +154,8 @@ def test_whatever_s3_answers_the_check_reports_and_reads_stay_bounded(peer, case
     got = run_on(peer, answer, lambda s3: s3.get_bytes("models", f"{PREFIX}/config.json", max_bytes))
     assert got is None or isinstance(got, (bytes, StorageRejected, StorageUnreachable)), got
     if isinstance(got, bytes):
-        assert len(got) <= max_bytes and answer.body.startswith(got[:len(answer.body)])
+        sent = _payload(answer)
+        assert len(got) <= max_bytes and sent.startswith(got[:len(sent)])
     assert all(r.headers.get("range") == f"bytes=0-{max_bytes - 1}" for r in peer.requests)
 
     report = run_on(peer, answer, lambda s3: check_version_artifacts(s3, f"s3://models/{PREFIX}", ServingAsk()))
@@ -156,12 +166,29 @@ def test_whatever_s3_answers_the_check_reports_and_reads_stay_bounded(peer, case
         assert request.headers["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIAHOSTILE/")
 
 
+def _payload(answer: Answer) -> bytes:
+    """The body as the client should see it: without the chunked framing, when the framing is valid."""
+    if not answer.chunked:
+        return answer.body
+    out, rest = b"", answer.body
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        try:
+            size = int(size_line, 16)
+        except ValueError:
+            return out
+        out, rest = out + rest[:size], rest[size + 2:]
+        if size == 0:
+            break
+    return out
+
+
 def _keys_of(answer: Answer) -> list[tuple[str, int]]:
     """The keys a valid listing answer holds, parsed back with the stdlib (the peer's own document)."""
     import xml.etree.ElementTree as ET
     from urllib.parse import unquote
 
-    root = ET.fromstring(answer.body)
+    root = ET.fromstring(_payload(answer))
     ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
     encoded = root.findtext("s3:EncodingType", namespaces=ns) == "url"
     out = []
