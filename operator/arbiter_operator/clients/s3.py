@@ -1,11 +1,32 @@
-"""S3 reads for the artifact checks (boto3), with credentials in KServe's storage-config form.
+"""S3 reads for the artifact checks, with credentials in KServe's storage-config form.
 
 KServe's `storage-config` Secret holds one JSON document per key, e.g.
   {"type": "s3", "access_key_id": "...", "secret_access_key": "...", "endpoint_url": "https://minio:9000",
    "region": "us-east-1", "verify_ssl": "1", "bucket": "models"}
 `credentials_from_secret` picks an entry and applies the DecisionModel's overrides (endpoint, region, CA bundle).
 
-boto3 is synchronous: every call runs in a worker thread (`asyncio.to_thread`) so kopf's event loop never blocks.
+The check makes two read-only calls, a bounded ListObjectsV2 and a ranged GetObject, so `S3Storage` speaks them
+itself over httpx (async: no worker thread), signed with botocore's own SigV4 signer (`botocore.auth.S3SigV4Auth`,
+which loads no service model), and reads S3's XML with `clients.s3_xml` (defusedxml, bounded).
+
+Why not a boto3 client (measured with `benchmarks/s3_client_memory.py`, a fresh process that has imported what the
+operator imports anyway, then makes one artifact check's reads against MinIO): boto3 added 20.4 MiB of RSS (5.3
+importing it, the rest the S3 service model, endpoints.json and the S3 endpoint rule set its first client loads);
+these reads add 4.1 MiB (2.2 importing the signer and defusedxml, 1.9 the first reads). boto3 with a trimmed S3 model
+shipped in the package (only ListObjectsV2 and GetObject and their shapes, first on botocore's loader search path)
+was measured as the alternative needing less code of our own: 15.1 MiB, and 8.3 MiB with endpoints.json trimmed to
+S3 as well; the import and the rule set stay, so it misses a budget of about 5 MiB that this meets. Per check (a
+listing and three small reads) both take about 5 ms. Details: docs/benchmarks.md, operator memory.
+
+What stays as with boto3: path-style URLs for any configured endpoint (MinIO and most on-prem S3), virtual-hosted
+ones on AWS; the region (a wrong one is corrected once from S3's `x-amz-bucket-region` answer, as botocore does);
+TLS verification with certifi's roots (or `AWS_CA_BUNDLE`), a CA bundle of our own, or none (`verify_ssl: 0`);
+anonymous access; `HTTPS_PROXY`/`NO_PROXY`; one retry of a transient failure; connection reuse across the reads of
+one `S3Storage`. What is stricter: every body is read up to a bound and no further (a listing page 4 MiB, an error
+16 KiB, an object the asked range even when the server ignores the Range header), the body is never decompressed,
+a whole request has a deadline (a server trickling bytes cannot hold a check), redirects are not followed (a signed
+request never goes to another host), and an answer that is not S3's XML is `StorageUnreachable`, not a crash.
+
 Credentials never reach a log, an event, a status or an exception message: `S3Credentials.__repr__` hides them and
 errors carry only the S3 error code, bucket and key.
 """
@@ -15,16 +36,24 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import json
 import os
-import tempfile
+import random
+import re
+import ssl
 import threading
 from dataclasses import dataclass, field
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
+from urllib.parse import quote, urlsplit
 
-import boto3
-import botocore.exceptions
-from botocore.config import Config
+import httpx
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from .s3_xml import MalformedAnswer, parse_error_code, parse_listing
 
 MAX_LISTING = 10000  # a model directory has tens of files; past this the prefix is wrong
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -156,121 +185,279 @@ def credentials_from_secret(
     )
 
 
-_UNREACHABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "503", "500", "502", "504"}
+_UNREACHABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "503", "500", "502", "504",
+                      "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequests"}
+PAGE_KEYS = 1000  # ListObjectsV2's largest page
+MAX_PAGE_BYTES = 4 * 1024 * 1024  # 1,000 keys of up to 1 KiB each, URL-encoded, with their XML
+MAX_ERROR_BYTES = 16 * 1024
+MAX_TOKEN_CHARS = 4096  # S3's continuation tokens are a few hundred characters
+_REGION = re.compile(r"[a-z]{2}(-[a-z0-9]+){1,4}")
+_VIRTUAL_HOSTABLE = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")  # no dots: AWS's wildcard certificate
 
 
-_SESSION: boto3.session.Session | None = None
-_SESSION_LOCK = threading.Lock()
+class _Transient(Exception):
+    """A failure one retry may fix (connection, timeout, 5xx, throttling); carries the message for the last one."""
+
+
+_SSL_CONTEXTS: dict[tuple[bool, str], ssl.SSLContext] = {}
+_SSL_LOCK = threading.Lock()
+
+
+def _ssl_context(verify: bool, ca_bundle: str | None) -> ssl.SSLContext:
+    """One TLS context per trust setting for the process: loading certifi's roots costs milliseconds and memory, and
+    a DecisionModel's check opens a new S3Storage each time."""
+    pem = ca_bundle or ""
+    key = (verify, hashlib.sha256(pem.encode()).hexdigest() if verify else "")
+    with _SSL_LOCK:
+        ctx = _SSL_CONTEXTS.get(key)
+        if ctx is not None:
+            return ctx
+    if not verify:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif pem:
+        # A path (as boto3's `verify` took) or the PEM text itself; it replaces the default roots, as boto3's did.
+        try:
+            if "-----BEGIN" not in pem and os.path.exists(pem):
+                ctx = ssl.create_default_context(cafile=pem)
+            else:
+                ctx = ssl.create_default_context(cadata=pem)
+        except (ssl.SSLError, ValueError, OSError):
+            raise _BadCABundle() from None
+    else:
+        import certifi
+
+        ctx = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE") or certifi.where())
+    with _SSL_LOCK:
+        if len(_SSL_CONTEXTS) >= 32:  # CA bundles that rotate: drop the oldest
+            _SSL_CONTEXTS.pop(next(iter(_SSL_CONTEXTS)))
+        _SSL_CONTEXTS[key] = ctx
+    return ctx
+
+
+class _BadCABundle(Exception):
+    pass
+
+
+def _quote_path(text: str) -> str:
+    """S3's canonical URI encoding, once; a "." or ".." segment is escaped so no client or proxy folds it away."""
+    return "/".join({".": "%2E", "..": "%2E%2E"}.get(s, quote(s, safe="")) for s in text.split("/"))
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+    complete: bool  # False: the server had more than the bound and the rest was not read
+    region_hint: str | None
 
 
 class S3Storage:
-    """Read-only S3 access for the artifact check. One instance per credentials; `close()` when done."""
+    """Read-only S3 access for the artifact check. One instance per credentials; `async with` or `aclose()` when
+    done. Its reads reuse one connection pool."""
 
     def __init__(self, creds: S3Credentials, *, connect_timeout: float = 5, read_timeout: float = 15):
         self._creds = creds
         self.entry_key = creds.entry_key
-        self._ca_file: str | None = None
-        self._config = Config(
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            retries={"max_attempts": 2, "mode": "standard"},
-            # MinIO and most on-prem endpoints only serve path-style URLs.
-            s3={"addressing_style": "path" if creds.endpoint_url else "auto"},
-            signature_version=botocore.UNSIGNED if creds.anonymous else "s3v4",
-        )
-        self._client = None
+        self._region = creds.region or "us-east-1"
+        self._timeout = httpx.Timeout(connect=connect_timeout, read=read_timeout, write=read_timeout,
+                                      pool=connect_timeout)
+        # A whole request (connect, answer, body) must end by then: the read timeout alone is per read, and a server
+        # sending a byte now and then would hold a check forever.
+        self._deadline = connect_timeout + 2 * read_timeout
+        self._client: httpx.AsyncClient | None = None
 
-    def _make_client(self):
-        if self._client is not None:
-            return self._client
-        verify: bool | str = self._creds.verify_ssl
-        if self._creds.verify_ssl and self._creds.ca_bundle_pem:
-            pem = self._creds.ca_bundle_pem
-            if os.path.exists(pem):
-                verify = pem
-            else:
-                fd, path = tempfile.mkstemp(prefix="arbiter-s3-ca-", suffix=".pem")
-                with os.fdopen(fd, "w") as f:
-                    f.write(pem)
-                self._ca_file = verify = path
-        # One botocore session for the process: a new one parses botocore's service models again, which was 59% of
-        # the operator's CPU in the scale benchmark (155 ms per client against 9 ms from a shared session). Creating
-        # clients from one session is not thread-safe, hence the lock; the clients themselves are.
-        with _SESSION_LOCK:
-            global _SESSION
-            if _SESSION is None:
-                _SESSION = boto3.session.Session()
-            self._client = _SESSION.client(
-                "s3",
-                endpoint_url=self._creds.endpoint_url,
-                region_name=self._creds.region or "us-east-1",
-                aws_access_key_id=self._creds.access_key_id or None,
-                aws_secret_access_key=self._creds.secret_access_key or None,
-                verify=verify,
-                config=self._config,
+    @property
+    def _where(self) -> str:
+        """The endpoint for messages, without any user:password@ it may carry."""
+        if not self._creds.endpoint_url:
+            return "AWS"
+        try:
+            parts = urlsplit(self._creds.endpoint_url)
+            return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}{parts.path}"
+        except ValueError:
+            return "the configured endpoint"
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            secure = not (self._creds.endpoint_url or "https:").lower().startswith("http:")
+            self._client = httpx.AsyncClient(
+                verify=_ssl_context(self._creds.verify_ssl if secure else False, self._creds.ca_bundle_pem),
+                timeout=self._timeout,
+                limits=httpx.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=30),
+                follow_redirects=False,
+                # Raw bytes only: a compressed body could expand past any bound before it is counted.
+                headers={"Accept-Encoding": "identity", "User-Agent": "arbiter-operator"},
+                # No cookies kept: S3 sets none, and a hostile server could fill a jar.
+                cookies=httpx.Cookies(CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))),
+                trust_env=True,  # HTTPS_PROXY / NO_PROXY, as botocore honoured them
             )
         return self._client
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._ca_file:
-            os.unlink(self._ca_file)
-            self._ca_file = None
+            client, self._client = self._client, None
+            await client.aclose()
 
     async def __aenter__(self) -> "S3Storage":
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.to_thread(self.close)
+        await self.aclose()
 
-    # The blocking parts, run in a thread.
-    def _list_sync(self, bucket: str, prefix: str, limit: int) -> list[ObjectInfo]:
-        client = self._make_client()
-        base = prefix.rstrip("/") + "/" if prefix else ""
-        out: list[ObjectInfo] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base):
-            for obj in page.get("Contents", []) or []:
-                key = obj["Key"][len(base):]
-                out.append(ObjectInfo(key=key, size=int(obj.get("Size", 0)), etag=obj.get("ETag", "").strip('"')))
-                if len(out) >= limit:
-                    return out
-        return out
+    def _url(self, region: str, bucket: str, key: str, query: list[tuple[str, str]]) -> str:
+        if self._creds.endpoint_url:
+            # Any configured endpoint is addressed path-style: MinIO and most on-prem endpoints serve only that.
+            origin = self._creds.endpoint_url.rstrip("/")
+            path = "/" + quote(bucket, safe="") + ("/" + _quote_path(key) if key else "")
+        else:
+            host = f"s3.{region}.amazonaws.com" + (".cn" if region.startswith("cn-") else "")
+            if _VIRTUAL_HOSTABLE.fullmatch(bucket):
+                origin, path = f"https://{bucket}.{host}", "/" + _quote_path(key)
+            else:
+                origin, path = f"https://{host}", "/" + quote(bucket, safe="") + ("/" + _quote_path(key) if key else "")
+        # Sorted and fully encoded: the URL sent is byte for byte the one signed.
+        encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query))
+        return origin + path + ("?" + encoded if encoded else "")
 
-    def _get_sync(self, bucket: str, key: str, max_bytes: int) -> bytes | None:
-        client = self._make_client()
+    def _signed_headers(self, url: str, region: str, headers: dict[str, str]) -> dict[str, str]:
+        if self._creds.anonymous:
+            return headers
+        if not (self._creds.access_key_id and self._creds.secret_access_key):
+            raise StorageRejected("NoCredentials", "no S3 credentials")
+        request = AWSRequest(method="GET", url=url, headers=dict(headers), data=b"")
+        S3SigV4Auth(Credentials(self._creds.access_key_id, self._creds.secret_access_key), "s3", region).add_auth(
+            request)
+        return dict(request.headers.items())
+
+    async def _once(self, region: str, bucket: str, key: str, query: list[tuple[str, str]],
+                    headers: dict[str, str], max_body: int, error_body: int) -> _Answer:
+        url = self._url(region, bucket, key, query)
+        if urlsplit(url).scheme not in ("http", "https"):
+            raise StorageRejected("InvalidEndpoint", f"S3 endpoint {self._where!r} is not an http(s) URL")
+        client = self._http()
+        request = client.build_request("GET", url, headers=self._signed_headers(url, region, headers))
+        response = await client.send(request, stream=True)
         try:
-            resp = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{max_bytes - 1}")
-        except botocore.exceptions.ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise
-        with resp["Body"] as body:
-            return body.read()
+            ok = 200 <= response.status_code < 300
+            limit = max_body if ok else error_body
+            chunks: list[bytes] = []
+            size = 0
+            complete = True
+            async for chunk in response.aiter_raw():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    complete = False
+                    break
+            body = b"".join(chunks)[:limit]
+        finally:
+            await response.aclose()
+        hint = response.headers.get("x-amz-bucket-region", "").strip()
+        return _Answer(response.status_code, body, complete, hint if _REGION.fullmatch(hint) else None)
 
-    async def _run(self, what: str, fn, *args):
-        try:
-            return await asyncio.to_thread(fn, *args)
-        except botocore.exceptions.ClientError as exc:
-            err = exc.response.get("Error", {})
-            code = str(err.get("Code", "Unknown"))
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-            if code in _UNREACHABLE_CODES or status >= 500:
-                raise StorageUnreachable(f"S3 answered {code} to {what}; retrying") from None
-            raise StorageRejected(code, f"S3 answered {code} to {what}") from None
-        except (botocore.exceptions.EndpointConnectionError, botocore.exceptions.ConnectTimeoutError,
-                botocore.exceptions.ReadTimeoutError, botocore.exceptions.SSLError,
-                botocore.exceptions.ConnectionClosedError, botocore.exceptions.HTTPClientError) as exc:
-            raise StorageUnreachable(
-                f"cannot reach S3 at {self._creds.endpoint_url or 'AWS'} for {what} ({type(exc).__name__})"
-            ) from None
-        except botocore.exceptions.NoCredentialsError:
-            raise StorageRejected("NoCredentials", f"no S3 credentials for {what}") from None
+    async def _get(self, what: str, bucket: str, key: str, query: list[tuple[str, str]],
+                   headers: dict[str, str], max_body: int) -> _Answer:
+        """One read with its retry and region correction; an S3 error becomes StorageRejected/StorageUnreachable,
+        except 404 and 416, which the caller reads."""
+        redirected = False
+        attempts = 0
+        while True:
+            region = self._region
+            try:
+                try:
+                    async with asyncio.timeout(self._deadline):
+                        answer = await self._once(region, bucket, key, query, headers, max_body, MAX_ERROR_BYTES)
+                except httpx.TransportError as exc:
+                    raise _Transient(f"cannot reach S3 at {self._where} for {what} ({_why(exc)})") from None
+                except TimeoutError:
+                    raise _Transient(f"cannot reach S3 at {self._where} for {what} (no complete answer within "
+                                     f"{self._deadline:g} s)") from None
+                if 200 <= answer.status < 300 or answer.status in (404, 416):
+                    return answer
+                code = parse_error_code(answer.body) or str(answer.status)
+                if (answer.region_hint and answer.region_hint != region and not redirected
+                        and (answer.status in (301, 302, 307) or code == "AuthorizationHeaderMalformed")):
+                    # The bucket lives in another region: sign for that one (and, on AWS, ask its endpoint).
+                    self._region, redirected = answer.region_hint, True
+                    continue
+                if code in _UNREACHABLE_CODES or answer.status >= 500 or answer.status == 429:
+                    raise _Transient(f"S3 answered {code} to {what}; retrying")
+                raise StorageRejected(code, f"S3 answered {code} to {what}")
+            except _Transient as exc:
+                attempts += 1
+                if attempts >= 2:
+                    raise StorageUnreachable(str(exc)) from None
+                await asyncio.sleep(random.uniform(0.05, 0.5))
+            except _BadCABundle:
+                raise StorageUnreachable(f"cannot reach S3 at {self._where} for {what}: its CA bundle "
+                                         "(spec.storage.caBundleConfigMapRef or the Secret's ca_bundle) is not "
+                                         "PEM certificates") from None
+            except (httpx.InvalidURL, ValueError):
+                raise StorageRejected("InvalidEndpoint", f"S3 endpoint {self._where!r} is not a valid URL for "
+                                      f"{what}") from None
+            except StorageRejected as exc:
+                if exc.code in ("NoCredentials", "InvalidEndpoint"):
+                    raise StorageRejected(exc.code, f"{exc} for {what}") from None
+                raise
+
+    def _malformed(self, what: str, why: str) -> StorageUnreachable:
+        return StorageUnreachable(f"S3 at {self._where} answered {what} with something that is not S3's answer "
+                                  f"({why}); retrying")
 
     async def list_objects(self, bucket: str, prefix: str, limit: int = MAX_LISTING) -> list[ObjectInfo]:
-        return await self._run(f"listing s3://{bucket}/{prefix}", self._list_sync, bucket, prefix, limit)
+        """The objects under `prefix/` (keys relative to it), at most `limit`."""
+        what = f"listing s3://{bucket}/{prefix}"
+        base = prefix.rstrip("/") + "/" if prefix else ""
+        out: list[ObjectInfo] = []
+        token: str | None = None
+        seen: set[str] = set()
+        while True:
+            query = [("list-type", "2"), ("prefix", base), ("encoding-type", "url"),
+                     ("max-keys", str(PAGE_KEYS))] + ([("continuation-token", token)] if token else [])
+            answer = await self._get(what, bucket, "", query, {}, MAX_PAGE_BYTES)
+            if answer.status in (404, 416):
+                code = parse_error_code(answer.body) or str(answer.status)
+                raise StorageRejected(code, f"S3 answered {code} to {what}")
+            if not answer.complete:
+                raise self._malformed(what, f"a page over {MAX_PAGE_BYTES // (1024 * 1024)} MiB")
+            try:
+                page = parse_listing(answer.body, PAGE_KEYS)
+            except MalformedAnswer as exc:
+                raise self._malformed(what, str(exc)) from None
+            for obj in page.objects:
+                if not obj.key.startswith(base):
+                    continue  # S3 lists only under the prefix; anything else is not ours to count
+                out.append(ObjectInfo(key=obj.key[len(base):], size=obj.size, etag=obj.etag))
+                if len(out) >= limit:
+                    return out
+            if not page.truncated or not page.next_token:
+                return out
+            if len(page.next_token) > MAX_TOKEN_CHARS or page.next_token in seen:
+                raise self._malformed(what, "a listing that does not end")
+            seen.add(page.next_token)
+            token = page.next_token
 
     async def get_bytes(self, bucket: str, key: str, max_bytes: int = MAX_CONFIG_BYTES) -> bytes | None:
         """The object's first `max_bytes` bytes, or None when it does not exist."""
-        return await self._run(f"reading s3://{bucket}/{key}", self._get_sync, bucket, key, max_bytes)
+        what = f"reading s3://{bucket}/{key}"
+        answer = await self._get(what, bucket, key, [], {"Range": f"bytes=0-{max(max_bytes, 1) - 1}"}, max_bytes)
+        if answer.status == 416:
+            return b""  # a Range on an empty object: S3 answers InvalidRange
+        if answer.status == 404:
+            code = parse_error_code(answer.body) or "404"
+            if code in ("NoSuchKey", "NotFound", "404"):
+                return None
+            raise StorageRejected(code, f"S3 answered {code} to {what}")
+        return answer.body
+
+
+def _why(exc: httpx.TransportError) -> str:
+    """A transport failure in a few words; a TLS verification failure says what to check."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return "its TLS certificate is not trusted; check spec.storage's CA bundle or verify_ssl"
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__

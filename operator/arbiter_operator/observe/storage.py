@@ -134,7 +134,7 @@ async def open_storage(kube: Any, dm: Any, bucket: str,
                        secrets: SecretReads | None = None) -> S3Storage | ArtifactReport:
     """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
     through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
-    credentials cannot be had; close the storage with `async with` or `close()`. `secrets`: recent Secret reads to
+    credentials cannot be had; close the storage with `async with` or `aclose()`. `secrets`: recent Secret reads to
     share (None: read it)."""
     st = dm.spec.storage
     ns = dm.metadata.namespace
@@ -190,7 +190,7 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any,
     finally:
         for s in storages.values():
             if isinstance(s, S3Storage):
-                await asyncio.to_thread(s.close)
+                await s.aclose()
     return reports
 
 

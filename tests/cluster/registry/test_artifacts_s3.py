@@ -15,6 +15,7 @@ import pytest
 
 from arbiter_operator.plan.artifacts import ServingAsk, artifacts_condition
 from arbiter_operator.observe.storage import check_decision_model, check_version_artifacts
+from arbiter_operator.clients import s3
 from arbiter_operator.clients.s3 import S3Storage, credentials_from_secret
 from arbiter_devenv.registryserver import free_port
 from support.factory import make_dm
@@ -192,3 +193,39 @@ async def test_decision_model_with_one_bad_version_gets_artifacts_valid_false(s3
     cond = artifacts_condition(reports, generation=7, now=utc_now())
     assert (cond.status, cond.reason, cond.observedGeneration) == ("False", "TensorParallelMismatch", 7)
     assert cond.message.startswith("version 2.0.0: tensor parallel 4 does not divide 6 attention heads; use 1 or 2")
+
+
+async def test_anonymous_access_reads_a_public_bucket_and_is_refused_by_a_private_one(s3_server, bucket):
+    public = f"public-{uuid.uuid4().hex[:8]}"
+    admin = s3_server.client()
+    admin.create_bucket(Bucket=public)
+    admin.put_bucket_policy(Bucket=public, Policy=json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": ["*"]}, "Action": ["s3:GetObject", "s3:ListBucket"],
+        "Resource": [f"arn:aws:s3:::{public}", f"arn:aws:s3:::{public}/*"]}]}))
+    files = {"config.json": QWEN_LIKE, "model.safetensors": b"w"}
+    anonymous = {"anonymous": "1", "access_key_id": "", "secret_access_key": ""}
+    ok = await check(s3_server, public, files, **anonymous)
+    denied = await check(s3_server, bucket, files, **anonymous)
+    assert ok.status == "True", ok.message
+    assert (denied.status, denied.reason) == ("Unknown", "StorageAccessDenied")
+    assert "AccessDenied" in denied.message
+
+
+async def test_odd_keys_and_continuation_tokens_are_signed_as_s3_expects(s3_server, bucket, monkeypatch):
+    # Small pages so the listing needs continuation tokens (their characters must be encoded as signed).
+    monkeypatch.setattr(s3, "PAGE_KEYS", 2)
+    prefix = f"odd {uuid.uuid4().hex[:6]}/ü+ä=&?"
+    names = ["config.json", "model.safetensors", "a b.txt", "x+y", "percent%2F.bin"]
+    for name in names:
+        s3_server.client().put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=name.encode())
+    async with storage_for(s3_server, bucket) as storage:
+        listed = await storage.list_objects(bucket, prefix)
+        bodies = [await storage.get_bytes(bucket, f"{prefix}/{name}") for name in names]
+    assert sorted(o.key for o in listed) == sorted(names)
+    assert bodies == [name.encode() for name in names]
+
+
+async def test_a_bad_endpoint_is_reported_without_its_password(s3_server, bucket):
+    report = await check(s3_server, bucket, {"config.json": QWEN_LIKE},
+                         endpoint_url="http://user:hunter2@127.0.0.1:[bad")
+    assert report.status == "Unknown" and "hunter2" not in report.message

@@ -1,0 +1,140 @@
+"""A hostile S3 endpoint: a raw HTTP/1.1 server that answers each request with what `answer` returns.
+
+Written on raw asyncio streams (support.loopback_peer) so it can do what a real S3 never would: lie in
+Content-Length, close mid-body, trickle or stall, send gigabytes, declare entities, redirect elsewhere. It records
+every request (method, path, query, headers), counts connections and the body bytes it managed to send. A test peer:
+it never ships.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass, field
+from typing import Callable
+from urllib.parse import parse_qsl, quote, urlsplit
+from xml.sax.saxutils import escape
+
+from support.loopback_peer import LoopbackPeer
+
+S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+
+
+@dataclass(frozen=True)
+class S3Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+
+@dataclass
+class Answer:
+    status: int = 200
+    body: bytes = b""
+    headers: list[tuple[str, str]] = field(default_factory=lambda: [("Content-Type", "application/xml")])
+    content_length: int | None = None  # None: the body's real length; set it to lie
+    repeat: int = 1  # the body sent this many times (a huge body without holding it)
+    stall: float = 0.0  # seconds of silence after the head, before the body
+    trickle: float = 0.0  # seconds between the body's pieces (sent 16 bytes at a time)
+    close: bool = False  # close the connection after this answer
+    chunked: bool = False  # Transfer-Encoding: chunked; `body` is sent as given, framing (or its lack) included
+
+
+def listing_xml(keys: list[tuple[str, int]], *, prefix: str = "", truncated: bool = False, token: str | None = None,
+                url_encoded: bool = True) -> bytes:
+    """A ListObjectsV2 page as S3 writes it."""
+    parts = [f'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="{S3_NS}"><Name>models</Name>'
+             f"<Prefix>{prefix}</Prefix><KeyCount>{len(keys)}</KeyCount><MaxKeys>1000</MaxKeys>"
+             f"<IsTruncated>{'true' if truncated else 'false'}</IsTruncated>"]
+    if url_encoded:
+        parts.append("<EncodingType>url</EncodingType>")
+    if token is not None:
+        parts.append(f"<NextContinuationToken>{token}</NextContinuationToken>")
+    for key, size in keys:
+        shown = quote(key, safe="/") if url_encoded else escape(key)
+        parts.append(f'<Contents><Key>{shown}</Key><LastModified>2026-01-01T00:00:00.000Z</LastModified>'
+                     f'<ETag>"{size:032x}"</ETag><Size>{size}</Size><StorageClass>STANDARD</StorageClass></Contents>')
+    parts.append("</ListBucketResult>")
+    return "".join(parts).encode()
+
+
+def chunked(body: bytes, size: int = 100) -> bytes:
+    """`body` in HTTP/1.1 chunked framing."""
+    pieces = [body[i:i + size] for i in range(0, len(body), size)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def error_xml(code: str, message: str = "refused") -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code><Message>{message}</Message>'
+            "<RequestId>1</RequestId></Error>").encode()
+
+
+class HostileS3(LoopbackPeer):
+    name = "hostile-s3"
+    ssl_context: ssl.SSLContext | None = None  # set before start() to serve HTTPS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer: Callable[[S3Request], Answer] = lambda request: Answer(404, error_xml("NoSuchKey"))
+        self.requests: list[S3Request] = []
+        self.connections = 0
+        self.bytes_sent = 0
+
+    async def _serve(self) -> None:
+        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=self.read_limit,
+                                            ssl=self.ssl_context)
+        self._started.set()
+        try:
+            async with server:
+                await server.serve_forever()
+        except asyncio.CancelledError:
+            pass
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def reset(self, answer: Callable[[S3Request], Answer]) -> None:
+        self.answer, self.requests, self.connections, self.bytes_sent = answer, [], 0, 0
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+                method, target, _ = head[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
+                split = urlsplit(target)
+                request = S3Request(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers)
+                self.requests.append(request)
+                answer = self.answer(request)
+                if not await self._send(answer, writer):
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError, ssl.SSLError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            writer.close()
+
+    async def _send(self, answer: Answer, writer: asyncio.StreamWriter) -> bool:
+        """Write one answer; False when the connection is to be closed."""
+        real = len(answer.body) * answer.repeat
+        length = real if answer.content_length is None else answer.content_length
+        framing = "Transfer-Encoding: chunked" if answer.chunked else f"Content-Length: {length}"
+        head = [f"HTTP/1.1 {answer.status} Hostile", *(f"{k}: {v}" for k, v in answer.headers), framing, "", ""]
+        writer.write("\r\n".join(head).encode("latin-1"))
+        await writer.drain()
+        if answer.stall:
+            await asyncio.sleep(answer.stall)
+        for _ in range(answer.repeat):
+            pieces = ([answer.body[i:i + 16] for i in range(0, len(answer.body), 16)] if answer.trickle
+                      else [answer.body])
+            for piece in pieces:
+                writer.write(piece)
+                await writer.drain()
+                self.bytes_sent += len(piece)
+                if answer.trickle:
+                    await asyncio.sleep(answer.trickle)
+        return not answer.close and length == real and not answer.chunked
