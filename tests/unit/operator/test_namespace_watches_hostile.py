@@ -268,8 +268,10 @@ def _bounded_reads(peer: HostileApiserver) -> None:
 @given(first=truth_st, script=scripts, final=truth_st, change=change_st)
 @example(first={"risk-a": {KEY: MINE}}, script=[("empty_200",)], final={"risk-a": {KEY: MINE}},
          change=("risk-b", {KEY: MINE})).via("a watch that ends at once is not asked again at once")
-@example(first={"risk-a": {KEY: MINE}}, script=[("status", 503, "none", None)], final={"risk-b": {KEY: MINE}},
-         change=("risk-a", {KEY: MINE})).via("a failed list does not end the process")
+@example(first={"risk-a": {KEY: MINE}},
+         script=[("events", [b'{"type": "ADDED", "object": {"metadata": {"name": "zz", "resourceVersion": "1"}}}'],
+                  "end"), ("status", 503, "none", None)],
+         final={"risk-b": {KEY: MINE}}, change=("risk-a", {KEY: MINE})).via("a failed list does not end the process")
 @example(first={}, script=[("endless_line",)], final={"risk-a": {KEY: MINE}},
          change=("risk-a", None)).via("a line that never ends is not read to its end")
 @example(first={"risk-a": {KEY: MINE}}, script=[("events", [b"[1, 2]", b'{"type": "ADDED"}'], "honest")],
