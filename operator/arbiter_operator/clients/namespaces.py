@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
+from urllib.parse import urlencode
 
 import urllib3
 from kubernetes import client as k8s
@@ -54,8 +55,9 @@ class WatchOptions:
     max_list_bytes: int = 64 * 1024 * 1024  # ~50,000 namespaces
     max_event_bytes: int = 4 * 1024 * 1024  # one watch event; etcd stores objects of at most 1.5 MiB by default
     # A watch that ended (or failed) sooner than this after its list/watch began counts as a failure: the next
-    # attempt waits. A real apiserver keeps a watch open for `timeout_seconds`.
-    healthy_after: float = 60.0
+    # attempt waits. A real apiserver keeps a watch open for `timeout_seconds`; a proxy may cut idle connections
+    # sooner (30 s is common), which should not cost a back-off.
+    healthy_after: float = 10.0
     backoff: DoublingBackoff = field(default=WATCH_RESTART_BACKOFF)
 
 
@@ -169,9 +171,12 @@ def _open(api: k8s.ApiClient, query: list[tuple[str, str]], read_timeout: float,
           connect_timeout: float) -> urllib3.BaseHTTPResponse:
     """GET /api/v1/namespaces with the client's credentials and TLS settings, nothing read yet. Raises Gone/Failed
     for an error status, having read at most 64 KiB of its body."""
-    _, url, headers, _, _ = api.param_serialize("GET", PATH, query_params=query,
-                                                header_params={"Accept": "application/json"},
-                                                auth_settings=["BearerToken"])
+    config = api.configuration
+    headers = {**api.default_headers, "Accept": "application/json"}
+    for auth in config.auth_settings().values():  # the bearer token (refreshed by the configuration's hook)
+        if auth.get("in") == "header" and auth.get("value"):
+            headers[auth["key"]] = auth["value"]
+    url = f"{config.host}{PATH}?{urlencode(query)}"
     # The pool of the client's REST layer (its TLS settings), without urllib3's own retries: a retry is this
     # module's decision, after a back-off, and a peer sees each attempt once.
     resp: urllib3.BaseHTTPResponse = api.rest_client.pool_manager.request(

@@ -13,11 +13,13 @@ import logging
 import threading
 import uuid
 
+import pytest
 from kubernetes import client
 
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.cache import WatchCache
-from arbiter_operator.clients.namespaces import WatchOptions, list_namespaces, watch_namespaces
+from arbiter_operator.clients.kube import new_api_client
+from arbiter_operator.clients.namespaces import Failed, WatchOptions, list_namespaces, watch_namespaces
 from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.shard import run_shard
 from support.polling import eventually
@@ -47,6 +49,27 @@ def test_list_and_watch_on_the_real_apiserver(control_plane, namespace):
                                        dataclasses.replace(OPTIONS, timeout_seconds=1)))
         assert [(e.type, e.namespace.name) for e in events if e.namespace] == [("ADDED", namespace)]
         assert all(e.resource_version.isdigit() for e in events)  # bookmarks too (allowWatchBookmarks)
+    finally:
+        api.close()
+
+
+def test_a_service_account_token_is_sent_and_a_refusal_is_named(control_plane, namespace, tmp_path):
+    """With a token kubeconfig (how the operator runs in a pod) the request carries the token: the apiserver's 403
+    names the ServiceAccount (anonymous would be named instead), and the failure says so."""
+    admin = control_plane.api_client()
+    try:
+        core = client.CoreV1Api(admin)
+        core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
+            metadata=client.V1ObjectMeta(name="no-grants")))
+        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[],
+                                                                                   expiration_seconds=600))
+        token = core.create_namespaced_service_account_token("no-grants", namespace, request).status.token
+    finally:
+        admin.close()
+    api = new_api_client(str(control_plane.write_kubeconfig(tmp_path / "sa.kubeconfig", token=token)))
+    try:
+        with pytest.raises(Failed, match=rf"HTTP 403 .*system:serviceaccount:{namespace}:no-grants"):
+            list_namespaces(api, [("fieldSelector", f"metadata.name={namespace}")], OPTIONS)
     finally:
         api.close()
 

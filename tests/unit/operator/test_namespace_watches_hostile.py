@@ -19,12 +19,13 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
 from kubernetes import client as k8s
 
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.cache import WatchCache
-from arbiter_operator.clients.namespaces import NAME, WatchOptions
+from arbiter_operator.clients.namespaces import NAME, Failed, Gone, WatchOptions, parse_event, parse_list
 from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.shard import run_shard
 from support.hostile_apiserver import ENDS, GARBAGE_LISTS, HONEST, STATUS_BODIES, TRANSPORT, HostileApiserver
@@ -429,3 +430,44 @@ def test_retry_after_is_granted_up_to_the_back_off_cap():
             eventually(lambda: w.labels() == {"a": "1"}, CONVERGE_S, "the labels after the 429", interval=0.02)
             first, second = peer.requests[0][0], peer.requests[1][0]
             assert second - first >= min(float(retry_after), OPTIONS.backoff.cap) * 0.99
+
+
+# -- the parsers on their own (pure) --------------------------------------------------------------------------------
+@settings(max_examples=300, deadline=None)
+@given(line=st.one_of(st.binary(max_size=200), malformed_lines, lying_lines, error_lines))
+def test_a_watch_line_is_a_well_formed_event_skipped_or_the_end_of_the_watch(line):
+    try:
+        event = parse_event(line)
+    except Gone:
+        assert b'"ERROR"' in line and b'"code": 410' in line
+        return
+    except Failed:
+        assert b'"ERROR"' in line  # any other ERROR event ends the watch too: the loop lists again
+        return
+    if event is None:
+        return
+    assert event.type in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+    assert isinstance(event.resource_version, str)
+    if event.type == "BOOKMARK":
+        assert event.namespace is None and event.resource_version
+    else:
+        ns = event.namespace
+        assert ns is not None and NAME.fullmatch(ns.name)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in ns.labels.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.one_of(st.binary(max_size=200), st.sampled_from(GARBAGE_LISTS), json_values.map(_line)))
+def test_a_list_answer_is_a_namespace_list_or_a_failure(body):
+    try:
+        found, rv = parse_list(body)
+    except Failed:
+        return
+    assert rv and all(NAME.fullmatch(n) and ns.name == n for n, ns in found.items())
+
+
+def test_every_garbage_list_of_the_peer_is_refused_as_a_whole():
+    # The shard test's "never a run on namespaces that did not match" relies on it: none of these is half-used.
+    for body in GARBAGE_LISTS:
+        with pytest.raises(Failed):
+            parse_list(body)
