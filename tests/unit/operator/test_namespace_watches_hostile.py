@@ -209,6 +209,7 @@ class Watched:
     NS = "credit"
 
     def __init__(self, peer: HostileApiserver) -> None:
+        self.peer = peer
         self.queued: list[tuple[str, str]] = []
         self.cache = WatchCache()
         self.loop = asyncio.new_event_loop()
@@ -223,6 +224,7 @@ class Watched:
 
     def __exit__(self, *exc: Any) -> None:
         self.watch.stop()
+        self.peer.cut_connections()  # a watch blocked in a read sees the end now rather than at its read timeout
         thread = self.watch._threads[self.NS]
         thread.join(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -471,3 +473,27 @@ def test_every_garbage_list_of_the_peer_is_refused_as_a_whole():
     for body in GARBAGE_LISTS:
         with pytest.raises(Failed):
             parse_list(body)
+
+
+GONE_EVENT = b'{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}'
+
+
+@pytest.mark.parametrize("failure", [
+    ("status", 410, "status", None), ("events", [GONE_EVENT], "end"), ("events", [GONE_EVENT], "hang"),
+    ("truncated",), ("reset",), ("bad_chunk",), ("status", 500, "none", None), ("status", 401, "html", None),
+    ("status", 403, "status", None), ("status", 429, "status", "0"), ("status", 503, "endless", "1"),
+    ("empty_200",), ("hang_after_headers",), ("endless_line",), ("huge_line",),
+], ids=lambda f: "-".join(str(p) for p in f if not isinstance(p, list)))
+def test_a_failed_watch_is_followed_by_a_fresh_list(failure):
+    """Whatever ended the watch, the loop lists again (never resumes from a resourceVersion that may be gone), and a
+    change made meanwhile is seen."""
+    with Peer() as peer:
+        peer.set_truth({Watched.NS: {"a": "1"}})
+        peer.set_script([HONEST, failure], cycle=False)
+        with Watched(peer) as w:
+            eventually(lambda: len(peer.requests) >= 2, CONVERGE_S, "the failing watch", interval=0.02)
+            peer.put(Watched.NS, {"a": "2"})
+            eventually(lambda: w.labels() == {"a": "2"} and len(w.queued) == len(DMS), CONVERGE_S,
+                       "the change made while the watch failed", interval=0.02, check=w.healthy)
+            kinds = [kind for _, kind, _ in peer.requests]
+            assert kinds[:3] == ["list", "watch", "list"], kinds
