@@ -267,6 +267,7 @@ def _bounded_reads(peer: HostileApiserver) -> None:
 
 
 # -- a shard --------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @SETTINGS
 @given(first=truth_st, script=scripts, final=truth_st, change=change_st)
 @example(first={"risk-a": {KEY: MINE}}, script=[("empty_200",)], final={"risk-a": {KEY: MINE}},
@@ -316,6 +317,7 @@ def _shard_noops(owned: list[str]) -> st.SearchStrategy[bytes]:
     )
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data(), owned=st.lists(st.sampled_from(NAMES), unique=True, max_size=3).map(sorted))
 @example(data=None, owned=["risk-a"]).via("see below")
@@ -355,6 +357,7 @@ def _world(labels: dict[str, str] | None, others: dict[str, dict[str, str]]) -> 
 others_st = st.dictionaries(st.sampled_from(["risk-a", "fraud-a"]), labels_st, max_size=2)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(first=ns_labels_st, others=others_st, script=scripts, final=ns_labels_st, relabel=labels_st)
 @example(first={"a": "1"}, others={}, script=[("empty_200",)], final={"a": "1"},
@@ -404,6 +407,7 @@ def _namespace_noops(labels: dict[str, str]) -> st.SearchStrategy[bytes]:
     )
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=st.data(), labels=labels_st)
 def test_garbage_events_do_not_queue_or_change_a_namespace(data, labels):
