@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from typing import Any, Callable
 
-from kubernetes import client as k8s, watch
+from kubernetes import client as k8s
 
-from .api.backoff import WATCH_RESTART_BACKOFF
+from .clients.namespaces import Event, Namespace, WatchOptions, follow
 
 log = logging.getLogger("arbiter.nswatch")
 
@@ -26,8 +25,9 @@ Enqueue = Callable[[tuple[str, str]], None]
 
 class NamespaceWatch:
     def __init__(self, api: k8s.ApiClient, enqueue: Enqueue, loop: asyncio.AbstractEventLoop,
-                 cache: Any = None) -> None:
+                 cache: Any = None, options: WatchOptions | None = None) -> None:
         self.api = api
+        self.options = options or WatchOptions()
         self.cache = cache  # the watch cache (cache.WatchCache): the labels seen are what the reconcile reads
         self.enqueue = enqueue
         self.loop = loop
@@ -63,46 +63,42 @@ class NamespaceWatch:
         for name in names:
             self.loop.call_soon_threadsafe(self.enqueue, (namespace, name))
 
-    def _hold(self, namespace: str, obj: Any) -> None:
+    def _hold(self, namespace: str, seen: Namespace | None) -> None:
         if self.cache is None:
             return
-        if obj is None:
+        if seen is None:
             self.cache.discard("v1", "Namespace", None, namespace)
             return
+        # Held without a resourceVersion, so the cache replaces rather than compares: this watch is its only source
+        # of Namespaces and the order of its answers is the apiserver's. Compared, an event that claimed a
+        # resourceVersion the apiserver never reached (a peer misbehaving, a proxy replaying) would pin stale labels
+        # for good. The reconcile reads only the labels.
         self.cache.put({"apiVersion": "v1", "kind": "Namespace",
-                        "metadata": {"name": namespace, "labels": dict(obj.metadata.labels or {}),
-                                     "resourceVersion": obj.metadata.resource_version}})
+                        "metadata": {"name": namespace, "labels": dict(seen.labels)}})
 
     def _run(self, namespace: str) -> None:
-        core = k8s.CoreV1Api(self.api)
         labels: dict[str, str] | None = None  # as last seen; None until the first answer
-        failures = 0
-        while self._wanted(namespace):
-            try:
-                listed = core.list_namespace(field_selector=f"metadata.name={namespace}")
-                meta = listed.items[0].metadata if listed.items else None
-                now = (meta.labels if meta is not None else None) or {}
-                self._hold(namespace, listed.items[0] if listed.items else None)
-                if labels is not None and now != labels:
-                    self._changed(namespace)
-                labels = now
-                w = watch.Watch()
-                for ev in w.stream(core.list_namespace, field_selector=f"metadata.name={namespace}",
-                                   resource_version=listed.metadata.resource_version if listed.metadata else None,
-                                   timeout_seconds=300):
-                    if not self._wanted(namespace):
-                        w.stop()
-                        break
-                    obj: Any = ev["object"]
-                    now = (obj.metadata.labels or {}) if ev["type"] != "DELETED" else {}
-                    self._hold(namespace, obj if ev["type"] != "DELETED" else None)
-                    if now != labels:
-                        labels = now
-                        self._changed(namespace)
-                failures = 0
-            except Exception as exc:  # an expired resourceVersion, a dropped connection, a missing grant: retry
-                delay = WATCH_RESTART_BACKOFF.delay(failures)
-                failures += 1
-                log.warning("watch on namespace %s failed (%s); retrying in %.0fs", namespace,
-                            getattr(exc, "reason", None) or type(exc).__name__, delay)
-                time.sleep(delay)
+
+        def seen(now: Namespace | None) -> None:
+            nonlocal labels
+            self._hold(namespace, now)
+            current = now.labels if now is not None else {}
+            if labels is not None and current != labels:
+                self._changed(namespace)
+            labels = current
+
+        def on_list(found: dict[str, Namespace]) -> bool:
+            # Only the namespace asked for: an answer about another one (a peer that ignores the field selector) says
+            # nothing about this one's labels.
+            seen(found.get(namespace))
+            return True
+
+        def on_event(event: Event) -> bool:
+            assert event.namespace is not None
+            if event.namespace.name == namespace:
+                seen(event.namespace if event.type != "DELETED" else None)
+            return True
+
+        follow(self.api, [("fieldSelector", f"metadata.name={namespace}")], what=f"namespace {namespace}",
+               on_list=on_list, on_event=on_event, stop=self._stopped, wanted=lambda: self._wanted(namespace),
+               options=self.options)

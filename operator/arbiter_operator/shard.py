@@ -17,18 +17,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from kubernetes import client as k8s, watch
+from kubernetes import client as k8s
 
-from .api.backoff import WATCH_RESTART_BACKOFF
+from .clients.namespaces import Event, Namespace, WatchOptions, follow, list_namespaces
 
 log = logging.getLogger("arbiter.shard")
 
 
-def matching_namespaces(api: k8s.ApiClient, selector: str) -> tuple[set[str], str]:
+def matching_namespaces(api: k8s.ApiClient, selector: str,
+                        options: WatchOptions | None = None) -> tuple[set[str], str]:
     """The names of the namespaces the selector matches now, and the list's resourceVersion (to watch from)."""
-    found = k8s.CoreV1Api(api).list_namespace(label_selector=selector)
-    names = {ns.metadata.name for ns in found.items if ns.metadata and ns.metadata.name}
-    return names, (found.metadata.resource_version if found.metadata else None) or ""
+    found, resource_version = list_namespaces(api, [("labelSelector", selector)], options or WatchOptions())
+    return set(found), resource_version
 
 
 def membership_change(owned: set[str], event_type: str, name: str) -> bool:
@@ -47,10 +47,11 @@ class NamespaceSetWatch:
     """Calls `on_change` once when the namespaces matching `selector` are no longer `owned` (daemon thread)."""
 
     def __init__(self, api: k8s.ApiClient, selector: str, owned: set[str], resource_version: str,
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], options: WatchOptions | None = None) -> None:
         self.api, self.selector, self.owned = api, selector, set(owned)
         self.resource_version = resource_version
         self.on_change = on_change
+        self.options = options or WatchOptions()
         self.changed = threading.Event()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shard-namespaces", daemon=True)
@@ -68,42 +69,24 @@ class NamespaceSetWatch:
             self.changed.set()
             self.on_change()
 
+    def _listed(self, found: dict[str, Namespace]) -> bool:
+        # A fresh list (after an expired resourceVersion or a failure): compare it with what is owned.
+        if set(found) != self.owned:
+            self._changed(f"now {sorted(found)}")
+            return False
+        return True
+
+    def _event(self, event: Event) -> bool:
+        assert event.namespace is not None
+        if membership_change(self.owned, event.type, event.namespace.name):
+            self._changed(f"{event.type.lower()} {event.namespace.name}")
+            return False
+        return True
+
     def _run(self) -> None:
-        failures = 0
-        while not self._stopped.is_set() and not self.changed.is_set():
-            try:
-                if not self.resource_version:  # after a 410 Gone: compare a fresh list with what is owned
-                    now, self.resource_version = matching_namespaces(self.api, self.selector)
-                    if now != self.owned:
-                        self._changed(f"now {sorted(now)}")
-                        return
-                stream = watch.Watch().stream(k8s.CoreV1Api(self.api).list_namespace, label_selector=self.selector,
-                                              resource_version=self.resource_version, timeout_seconds=300,
-                                              allow_watch_bookmarks=True, _request_timeout=330)
-                for event in stream:
-                    if self._stopped.is_set():
-                        return
-                    obj: Any = event.get("object")
-                    meta = getattr(obj, "metadata", None)
-                    name = getattr(meta, "name", None)
-                    self.resource_version = getattr(meta, "resource_version", None) or self.resource_version
-                    if event.get("type") == "BOOKMARK" or not name:
-                        continue
-                    if membership_change(self.owned, event["type"], name):
-                        self._changed(f"{event['type'].lower()} {name}")
-                        return
-                failures = 0
-            except k8s.ApiException as exc:
-                if exc.status == 410:  # the resourceVersion is too old: list again
-                    self.resource_version = ""
-                    continue
-                failures += 1
-                log.warning("namespace watch for %r failed (%s); retrying", self.selector, exc.reason)
-                time.sleep(WATCH_RESTART_BACKOFF.delay(failures))
-            except Exception as exc:  # a dropped connection: resume from the last resourceVersion
-                failures += 1
-                log.warning("namespace watch for %r interrupted (%s); retrying", self.selector, exc)
-                time.sleep(WATCH_RESTART_BACKOFF.delay(failures))
+        follow(self.api, [("labelSelector", self.selector)], what=f"namespaces matching {self.selector!r}",
+               on_list=self._listed, on_event=self._event, stop=self._stopped,
+               resource_version=self.resource_version, options=self.options)
 
 
 def serve_liveness_until(endpoint: str | None, stop: threading.Event) -> None:
@@ -133,13 +116,27 @@ def serve_liveness_until(endpoint: str | None, stop: threading.Event) -> None:
 
 
 def run_shard(api: k8s.ApiClient, selector: str, run: Callable[[list[str], threading.Event], None],
-              liveness: str | None) -> None:
+              liveness: str | None, options: WatchOptions | None = None) -> None:
     """Run the operator on the namespaces matching `selector`, again each time that set changes; return when a run
     ends for any other reason (SIGTERM)."""
+    options = options or WatchOptions()
+    failures = 0  # lists that failed, and runs that ended early, in a row
     while True:
-        owned, resource_version = matching_namespaces(api, selector)
+        if failures:
+            # A list that failed (the apiserver restarting, an error status, an answer that is not a NamespaceList)
+            # is asked again after a back-off rather than ending the process; and a set that keeps changing (or a
+            # peer that keeps saying so) restarts the watches at a bounded rate, not in a tight loop.
+            time.sleep(options.backoff.delay(failures - 1))
+        started = time.monotonic()
+        try:
+            owned, resource_version = matching_namespaces(api, selector, options)
+        except Exception as exc:
+            failures += 1
+            log.warning("cannot list the namespaces matching %r (%s); retrying", selector, str(exc)[:300])
+            continue
         stop = threading.Event()
-        watcher = NamespaceSetWatch(api, selector, owned, resource_version, on_change=stop.set).start()
+        watcher = NamespaceSetWatch(api, selector, owned, resource_version, on_change=stop.set,
+                                    options=options).start()
         try:
             if owned:
                 log.info("shard %r owns namespaces %s", selector, ", ".join(sorted(owned)))
@@ -151,3 +148,4 @@ def run_shard(api: k8s.ApiClient, selector: str, run: Callable[[list[str], threa
             watcher.stop()
         if not watcher.changed.is_set():
             return
+        failures = 0 if time.monotonic() - started >= options.healthy_after else failures + 1

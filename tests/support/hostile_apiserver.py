@@ -1,0 +1,409 @@
+"""A hostile apiserver: a raw HTTP/1.1 server on loopback that speaks the Kubernetes list/watch wire format for
+Namespaces, honestly or the ways a broken apiserver, proxy or network does. A test peer: it never ships.
+
+Honest answers: `GET /api/v1/namespaces?labelSelector=k=v` (or `fieldSelector=metadata.name=NS`) is a NamespaceList
+with `metadata.resourceVersion`; with `watch=true&resourceVersion=RV` it is a chunked stream of newline-delimited
+events: the changes after RV, as a label-selected watch sees them (a namespace labelled out of the selector arrives
+as DELETED), then live changes until `timeoutSeconds`. Without a resourceVersion a watch first sends ADDED for each
+match. A resourceVersion from before the last compaction (`go_honest`), or one it never issued, gets the 410 ERROR
+event a real apiserver sends.
+
+Hostile answers: each request takes the next behaviour from `script` (cycled) while one is set. Written on raw
+asyncio streams so it can do what a framework would not (reset, cut a chunk, send a line that never ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import threading
+import time
+import uuid
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from support.loopback_peer import LoopbackPeer
+
+Behaviour = tuple[Any, ...]
+HONEST: Behaviour = ("honest",)
+
+GONE_STATUS = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired",
+               "message": "too old resource version", "code": 410}
+
+
+def status_body(code: int) -> bytes:
+    return json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": f"the server says {code}", "reason": "Whatever", "code": code}).encode()
+
+
+# Bodies of an answer with an error status ("endless": a body with no length that never ends).
+STATUS_BODIES: dict[str, bytes | None] = {
+    "none": b"", "status": None, "html": b"<html><body>502 Bad Gateway</body></html>", "broken_json": b'{"kind": "Sta',
+    "status_wrong_types": b'{"kind": 5, "code": "410", "message": ["x"]}', "endless": None,
+}
+# 200 answers to a list that are not a NamespaceList.
+GARBAGE_LISTS: tuple[bytes, ...] = (
+    b"", b"not json at all", b"[]", b"null", b'"NamespaceList"', b"{}", b'{"items": []}',
+    b'{"metadata": {"resourceVersion": "5"}, "items": "many"}',
+    b'{"metadata": {"resourceVersion": 5}, "items": []}',
+    b'{"metadata": "x", "items": []}',
+    b'{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": 7}}]}',
+    b'{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ok", "labels": ["a"]}}]}',
+    b'{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "ok", "labels": {"a": 1}}}]}',
+    b'{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "Not A Name"}}]}',
+    b'{"metadata": {"resourceVersion": "5"}, "items": [null]}',
+    b'{"kind": "Status", "code": 410, "reason": "Expired"}',
+    b'{"metadata": {"resourceVersion": "5"}, "items": [' + b"[" * 50000,
+    b"[" * 100000 + b"]" * 100000,
+    b'{"metadata": {"resourceVersion": "5"}, "items": [{"metadata": {"name": "\\ud800"}}]}',
+)
+TRANSPORT: tuple[str, ...] = ("reset", "close", "bad_status_line", "hang", "hang_after_headers", "truncated",
+                              "bad_chunk", "endless_line", "huge_line", "empty_200", "not_chunked")
+ENDS = ("end", "hang", "honest", "cut")  # how an `events` answer goes on after its lines
+
+
+def namespace_object(name: str, labels: dict[str, str], rv: int) -> dict[str, Any]:
+    return {"kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "resourceVersion": str(rv),
+                         "labels": dict(labels)},
+            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+def _matches(query: dict[str, str], name: str, labels: dict[str, str] | None) -> bool:
+    if labels is None:
+        return False
+    field = query.get("fieldSelector", "")
+    if field and field != f"metadata.name={name}":
+        return False
+    for term in filter(None, query.get("labelSelector", "").split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value.lstrip("="):
+            return False
+    return True
+
+
+class HostileApiserver(LoopbackPeer):
+    name = "hostile-apiserver"
+
+    def __init__(self, hang_s: float = 5.0, huge_line_bytes: int = 1 << 20, endless_cap: int = 48 << 20,
+                 poll_s: float = 0.02):
+        self.hang_s, self.huge_line_bytes, self.endless_cap, self.poll_s = hang_s, huge_line_bytes, endless_cap, poll_s
+        self.truth: dict[str, dict[str, str]] = {}
+        self.object_rv: dict[str, int] = {}
+        self.rv = 100
+        self.compacted = 0  # watches from a resourceVersion below this get 410
+        # (resourceVersion, name, labels before, labels after): the true changes, for honest watches
+        self.changes: list[tuple[int, str, dict[str, str] | None, dict[str, str] | None]] = []
+        self.script: list[Behaviour] = []
+        self.requests: list[tuple[float, str, str]] = []  # (time.monotonic(), "list" | "watch", behaviour)
+        self.endless: list[tuple[int, bool]] = []  # bytes written to each endless answer, and whether the cap was hit
+        self.scripted_lines_sent = threading.Event()  # an `events` answer wrote its lines (or the client hung up)
+        self._index = 0
+        self._cycle = True
+        self._lock = threading.Lock()
+        self._writers: set[asyncio.StreamWriter] = set()
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    # -- what the test drives -----------------------------------------------------------------------------------
+    def put(self, name: str, labels: dict[str, str] | None) -> None:
+        """Create, relabel (labels) or delete (None) a namespace: a true change, seen by lists and honest watches."""
+        with self._lock:
+            self._put(name, labels)
+
+    def _put(self, name: str, labels: dict[str, str] | None) -> None:
+        before = self.truth.get(name)
+        if before == labels:
+            return
+        self.rv += 1
+        if labels is None:
+            self.truth.pop(name, None)
+            self.object_rv.pop(name, None)
+        else:
+            self.truth[name] = dict(labels)
+            self.object_rv[name] = self.rv
+        self.changes.append((self.rv, name, before, None if labels is None else dict(labels)))
+
+    def set_truth(self, truth: dict[str, dict[str, str]]) -> None:
+        """Make `truth` the state in one step: no list sees half of it."""
+        with self._lock:
+            for name in sorted(set(self.truth) - set(truth)):
+                self._put(name, None)
+            for name, labels in sorted(truth.items()):
+                self._put(name, labels)
+
+    def set_script(self, script: list[Behaviour], cycle: bool = True) -> None:
+        """Misbehave from now on: each request takes the next behaviour of `script` (cycled, or honest once it is
+        used up); connections open now are cut (the peer 'restarts')."""
+        with self._lock:
+            self.script, self._index, self._cycle = list(script), 0, cycle
+        self.cut_connections()
+
+    def go_honest(self, truth: dict[str, dict[str, str]] | None = None) -> None:
+        """Behave from now on: forget every resourceVersion handed out so far (a compaction), make `truth` the state,
+        and cut every connection."""
+        with self._lock:
+            self.script = []
+            self.rv += 1
+            self.compacted = self.rv
+            if truth is not None:
+                for name in sorted(set(self.truth) - set(truth)):
+                    self._put(name, None)
+                for name, labels in sorted(truth.items()):
+                    self._put(name, labels)
+        self.cut_connections()
+
+    def cut_connections(self) -> None:
+        if self._loop is None:
+            return
+
+        async def cut() -> None:
+            for writer in list(self._writers):
+                writer.close()
+        asyncio.run_coroutine_threadsafe(cut(), self._loop).result(5)
+
+    def listed_then_watched(self, since: float) -> bool:
+        """Whether a list and then a watch were asked for since `since`: the client has handled a list answered then
+        (it watches only once it has)."""
+        with self._lock:
+            kinds = [kind for t, kind, _ in self.requests if t >= since]
+        return "list" in kinds and "watch" in kinds[kinds.index("list"):]
+
+    def requests_between(self, start: float, end: float) -> int:
+        with self._lock:
+            return sum(1 for t, _, _ in self.requests if start <= t <= end)
+
+    # -- HTTP ---------------------------------------------------------------------------------------------------
+    def _next(self, kind: str) -> Behaviour:
+        with self._lock:
+            if self.script and (self._cycle or self._index < len(self.script)):
+                behaviour = self.script[self._index % len(self.script)]
+                self._index += 1
+            else:
+                behaviour = HONEST
+            self.requests.append((time.monotonic(), kind, str(behaviour[0])))
+            return behaviour
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            target = head.decode("latin-1").split("\r\n")[0].split(" ")[1]
+            url = urlsplit(target)
+            query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            watching = query.get("watch") in ("true", "1")
+            behaviour = self._next("watch" if watching else "list")
+            if url.path != "/api/v1/namespaces":
+                await self._send(writer, 404, status_body(404))
+            elif watching:
+                await self._watch(writer, query, behaviour)
+            else:
+                await self._list(writer, query, behaviour)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError, IndexError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _send(self, writer: asyncio.StreamWriter, status: int, body: bytes, length: int | None = None,
+                    headers: str = "") -> None:
+        head = (f"HTTP/1.1 {status} Whatever\r\ncontent-type: application/json\r\nconnection: close\r\n{headers}"
+                f"content-length: {len(body) if length is None else length}\r\n\r\n")
+        writer.write(head.encode() + body)
+        await writer.drain()
+
+    async def _chunked_head(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        await writer.drain()
+
+    async def _chunk(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        if writer.is_closing():
+            raise ConnectionResetError("cut")
+        writer.write(b"%x\r\n" % len(data) + data + b"\r\n")
+        await writer.drain()
+
+    async def _end(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def _common(self, writer: asyncio.StreamWriter, behaviour: Behaviour) -> bool:
+        """The behaviours that are the same for a list and a watch; False when `behaviour` is not one of them."""
+        kind = behaviour[0]
+        if kind in ("reset", "close"):
+            if kind == "reset":  # RST instead of FIN
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return True
+        if kind == "bad_status_line":
+            writer.write(b"HTTP/1.1 twohundred\r\nwhat is this\r\n\r\n")
+            await writer.drain()
+            return True
+        if kind == "hang":
+            await asyncio.sleep(self.hang_s)
+            return True
+        if kind == "hang_after_headers":
+            await self._chunked_head(writer)
+            await asyncio.sleep(self.hang_s)
+            return True
+        if kind == "bad_chunk":
+            await self._chunked_head(writer)
+            writer.write(b"zz\r\n{}\r\n")
+            await writer.drain()
+            return True
+        if kind == "endless_line":
+            await self._chunked_head(writer)
+            await self._endless(writer, chunked=True)
+            return True
+        if kind == "status":
+            _, code, body_kind, retry_after = behaviour
+            extra = f"retry-after: {retry_after}\r\n" if retry_after is not None else ""
+            if body_kind == "endless":
+                writer.write(f"HTTP/1.1 {code} Whatever\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                             f"{extra}\r\n".encode())
+                await self._endless(writer, chunked=False)
+            else:
+                body = STATUS_BODIES[body_kind]
+                await self._send(writer, code, status_body(code) if body is None else body, headers=extra)
+            return True
+        return False
+
+    async def _endless(self, writer: asyncio.StreamWriter, chunked: bool) -> None:
+        """Bytes without a newline until the client hangs up (or the cap: a client that never would)."""
+        sock = writer.get_extra_info("socket")
+        if sock is not None:  # small buffers, so that what the client did not read stays small
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        block, written = b"x" * 65536, 0
+        try:
+            while written < self.endless_cap and not writer.is_closing():
+                writer.write(b"%x\r\n" % len(block) + block + b"\r\n" if chunked else block)
+                await writer.drain()
+                written += len(block)
+        except ConnectionError:
+            pass
+        with self._lock:
+            self.endless.append((written, written >= self.endless_cap))
+
+    def _list_body(self, query: dict[str, str]) -> bytes:
+        with self._lock:
+            items = [namespace_object(n, labels, self.object_rv[n]) for n, labels in sorted(self.truth.items())
+                     if _matches(query, n, labels)]
+            rv = self.rv
+        return json.dumps({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)},
+                           "items": items}).encode()
+
+    async def _list(self, writer: asyncio.StreamWriter, query: dict[str, str], behaviour: Behaviour) -> None:
+        if await self._common(writer, behaviour):
+            return
+        kind = behaviour[0]
+        if kind == "list_body":
+            await self._send(writer, 200, behaviour[1])
+        elif kind == "huge_line":
+            await self._send(writer, 200, b" " * self.huge_line_bytes + self._list_body(query))
+        elif kind == "truncated":
+            body = self._list_body(query)
+            await self._send(writer, 200, body[: len(body) // 2], length=len(body))
+        elif kind == "empty_200":
+            await self._send(writer, 200, b"")
+        elif kind == "not_chunked":
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+                         + self._list_body(query))
+            await writer.drain()
+        else:  # honest, and the watch-only behaviours
+            await self._send(writer, 200, self._list_body(query))
+
+    def _events_after(self, query: dict[str, str], cursor: int) -> tuple[list[bytes], int]:
+        """The honest watch events after `cursor`, as this watch's selector sees them."""
+        lines = []
+        with self._lock:
+            for rv, name, before, after in self.changes:
+                if rv <= cursor:
+                    continue
+                was, now = _matches(query, name, before), _matches(query, name, after)
+                kind = "ADDED" if now and not was else "MODIFIED" if now else "DELETED" if was else None
+                if kind is not None:
+                    labels = after if after is not None else before or {}
+                    lines.append(json.dumps({"type": kind, "object": namespace_object(name, labels, rv)}).encode())
+                cursor = rv
+            cursor = max(cursor, self.rv)
+        return lines, cursor
+
+    async def _honest_watch(self, writer: asyncio.StreamWriter, query: dict[str, str], head_sent: bool = False) -> None:
+        if not head_sent:
+            await self._chunked_head(writer)
+        asked = query.get("resourceVersion", "")
+        with self._lock:
+            now_rv, compacted = self.rv, self.compacted
+            initial = [json.dumps({"type": "ADDED", "object": namespace_object(n, labels, self.object_rv[n])}).encode()
+                       for n, labels in sorted(self.truth.items()) if _matches(query, n, labels)]
+        if asked in ("", "0"):
+            for line in initial:
+                await self._chunk(writer, line + b"\n")
+            cursor = now_rv
+        elif not asked.isdigit() or not compacted <= int(asked) <= now_rv:
+            await self._chunk(writer, json.dumps({"type": "ERROR", "object": GONE_STATUS}).encode() + b"\n")
+            await self._end(writer)
+            return
+        else:
+            cursor = int(asked)
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", "300") or 300)
+        while time.monotonic() < deadline:
+            lines, cursor = self._events_after(query, cursor)
+            for line in lines:
+                await self._chunk(writer, line + b"\n")
+            if writer.is_closing():
+                return
+            await asyncio.sleep(self.poll_s)
+        await self._end(writer)
+
+    async def _watch(self, writer: asyncio.StreamWriter, query: dict[str, str], behaviour: Behaviour) -> None:
+        if await self._common(writer, behaviour):
+            return
+        kind = behaviour[0]
+        if kind == "list_body":  # a watch answered with a plain body, no chunks, then closed
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
+                         + behaviour[1])
+            await writer.drain()
+        elif kind == "empty_200":
+            await self._chunked_head(writer)
+            await self._end(writer)
+        elif kind == "huge_line":
+            await self._chunked_head(writer)
+            block = b" " * 65536
+            for _ in range(self.huge_line_bytes // len(block) + 1):
+                await self._chunk(writer, block)
+            await self._chunk(writer, b"\n")
+            await self._honest_watch(writer, query, head_sent=True)
+        elif kind == "truncated":  # the honest stream, cut in the middle of a line and of a chunk
+            await self._chunked_head(writer)
+            writer.write(b"40\r\n" + b'{"type": "MODIFIED", "object": {"metadata": ')
+            await writer.drain()
+        elif kind == "not_chunked":  # honest events on a body without chunks, closed after them
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n")
+            with self._lock:
+                lines = [json.dumps({"type": "ADDED", "object": namespace_object(n, labels, self.object_rv[n])})
+                         .encode() + b"\n" for n, labels in sorted(self.truth.items()) if _matches(query, n, labels)]
+            writer.write(b"".join(lines))
+            await writer.drain()
+        elif kind == "events":
+            _, lines, then = behaviour
+            await self._chunked_head(writer)
+            try:
+                for line in lines:
+                    await self._chunk(writer, line + b"\n")
+            finally:  # all written, or the client hung up (after an ERROR event, say)
+                self.scripted_lines_sent.set()
+            if then == "end":
+                await self._end(writer)
+            elif then == "hang":
+                await asyncio.sleep(self.hang_s)
+            elif then == "honest":
+                await self._honest_watch(writer, query, head_sent=True)
+            # "cut": closed without the last chunk
+        else:
+            await self._honest_watch(writer, query)
