@@ -11,6 +11,7 @@ writes an annotation to a DecisionModel: no diff base (`NoDiffBase` keeps none),
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -25,6 +26,7 @@ from .cache import CachedKubeClient, WatchCache
 from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
+from .plan.planner import isvc_state
 from .plan.predictors import predictor_problem
 from .reconcile import Reconciler
 from .settings import runtime_image
@@ -354,12 +356,43 @@ async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, 
 async def _child_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
     owner = _label_as_held(event, memo, LABEL_DM)  # deleted, or its label removed: the DecisionModel repairs it
     echo = await _held(event, memo)
+    # KServe's bookkeeping (other conditions, URLs, revisions) changes nothing a pass reads (the view is noted for
+    # every event, echoes included, so the next one is compared with what the operator last saw).
+    moved = (event.get("object") or {}).get("kind") != "InferenceService" or _isvc_moved(event)
     if not owner:
         return
     if echo:  # our own apply coming back (KServe's status updates and anybody's edits get a new resourceVersion)
         metrics.ECHOES_SKIPPED.inc()
         return
-    memo[QUEUE_KEY].add((namespace, owner))
+    if moved:
+        memo[QUEUE_KEY].add((namespace, owner))
+
+
+def isvc_view(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What a reconcile reads of an InferenceService: KServe's verdict (plan/planner.py isvc_state: Ready, a failed
+    load, the message) and what drift is judged on (the spec, by generation, and the metadata the operator applies).
+    KServe rewrites its status several times while a predictor comes up; only a change of this view queues a pass."""
+    meta = obj.get("metadata") or {}
+    return (isvc_state(obj), meta.get("generation"), json.dumps(meta.get("labels"), sort_keys=True),
+            json.dumps(meta.get("annotations"), sort_keys=True), json.dumps(meta.get("ownerReferences")),
+            meta.get("deletionTimestamp"))
+
+
+_ISVC_VIEW: dict[tuple[str, str], tuple[Any, ...]] = {}  # per InferenceService, as last seen
+
+
+def _isvc_moved(event: dict[str, Any]) -> bool:
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    key = (meta.get("namespace") or "", meta.get("name") or "")
+    if event.get("type") == "DELETED":
+        _ISVC_VIEW.pop(key, None)
+        return True
+    view = isvc_view(obj)
+    if _ISVC_VIEW.get(key) == view:
+        return False
+    _ISVC_VIEW[key] = view
+    return True
 
 
 def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
