@@ -178,9 +178,8 @@ initContainerStatuses:
 {{ end }}
 """
 
-_LOADING = """
-{{ $now := Now }}
-conditions:
+# A pod whose serving container is not ready: the kubelet's conditions, then each container's status begins.
+_UNREADY = """conditions:
 - {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
 - {type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }},
    message: "containers with unready status: [kserve-container]"}
@@ -191,7 +190,11 @@ containerStatuses:
 - image: {{ .image | Quote }}
   name: {{ .name | Quote }}
   ready: false
-  started: true
+"""
+
+_LOADING = """
+{{ $now := Now }}
+""" + _UNREADY + """  started: true
   restartCount: 0
   state:
     running:
@@ -208,18 +211,7 @@ _CRASH = """
 {{ $now := Now }}
 {{ $restarts := 0 }}
 {{ range .status.containerStatuses }}{{ if eq .name "kserve-container" }}{{ $restarts = .restartCount }}{{ end }}{{ end }}
-conditions:
-- {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
-- {type: Ready, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }},
-   message: "containers with unready status: [kserve-container]"}
-- {type: ContainersReady, status: "False", reason: ContainersNotReady, lastTransitionTime: {{ $now | Quote }},
-   message: "containers with unready status: [kserve-container]"}
-containerStatuses:
-{{ range .spec.containers }}
-- image: {{ .image | Quote }}
-  name: {{ .name | Quote }}
-  ready: false
-  started: false
+""" + _UNREADY + """  started: false
   restartCount: {{ add1 $restarts }}
   state:
     waiting:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import struct
 import threading
 import time
 import uuid
@@ -234,15 +233,7 @@ class HostileApiserver(LoopbackPeer):
     async def _common(self, writer: asyncio.StreamWriter, behaviour: Behaviour) -> bool:
         """The behaviours that are the same for a list and a watch; False when `behaviour` is not one of them."""
         kind = behaviour[0]
-        if kind in ("reset", "close"):
-            if kind == "reset":  # RST instead of FIN
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            return True
-        if kind == "bad_status_line":
-            writer.write(b"HTTP/1.1 twohundred\r\nwhat is this\r\n\r\n")
-            await writer.drain()
+        if await self._break_connection(writer, kind):
             return True
         if kind == "hang":
             await asyncio.sleep(self.hang_s)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import struct
 from typing import Any
 
 from support.loopback_peer import LoopbackPeer
@@ -100,15 +98,7 @@ class HostileCandidate(LoopbackPeer):
         if behaviour == "hang":
             await asyncio.sleep(self.hang_s)
             return False
-        if behaviour in ("reset", "close"):
-            if behaviour == "reset":  # RST instead of FIN
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            return False
-        if behaviour == "bad_status_line":
-            writer.write(b"HTTP/1.1 twohundred\r\nwhat is this\r\n\r\n")
-            await writer.drain()
+        if await self._break_connection(writer, behaviour):
             return False
         if behaviour.startswith("http_"):
             await self._send(writer, int(behaviour[5:]), b'{"error": "candidate failure"}')

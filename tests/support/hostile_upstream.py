@@ -13,8 +13,6 @@ import asyncio
 import copy
 import json
 import random
-import socket
-import struct
 import threading
 from collections import Counter
 from typing import Any, Callable
@@ -226,15 +224,7 @@ class HostileUpstream(LoopbackPeer):
             await self._send(writer, status, content)
             return True
         behaviour = self._next()
-        if behaviour in ("reset", "close_no_response"):
-            if behaviour == "reset":  # RST instead of FIN
-                sock = writer.get_extra_info("socket")
-                if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            return False
-        if behaviour == "bad_status_line":
-            writer.write(b"HTTP/1.1 twohundred\r\nwhat is this\r\n\r\n")
-            await writer.drain()
+        if await self._break_connection(writer, behaviour):
             return False
         if behaviour in RAW and RAW[behaviour] is not None:
             status, content = RAW[behaviour]

@@ -5,6 +5,8 @@ and answers raw bytes, so it can misbehave below what an HTTP framework would al
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import threading
 
 import aiohttp
@@ -58,3 +60,20 @@ class LoopbackPeer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    async def _break_connection(writer: asyncio.StreamWriter, how: str) -> bool:
+        """The connection-level misbehaviours every hostile peer shares: `reset` (RST instead of FIN), `close` or
+        `close_no_response` (FIN, no answer), `bad_status_line`. True when `how` is one of them; the caller then
+        closes the connection without answering."""
+        if how in ("reset", "close", "close_no_response"):
+            if how == "reset":
+                sock = writer.get_extra_info("socket")
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return True
+        if how == "bad_status_line":
+            writer.write(b"HTTP/1.1 twohundred\r\nwhat is this\r\n\r\n")
+            await writer.drain()
+            return True
+        return False
