@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _procs
-from .controlplane import ControlPlane
+from .controlplane import ControlPlane, serve_until_interrupted
 from .kserve import KServeController
 from .kwok import DEFAULT_POOLS, Kwok, NodePool, add_pool, set_fate
 from .tools import ensure_tool
@@ -251,20 +251,7 @@ class LocalCluster:
 
 
 def main() -> int:
-    import signal
-
-    cluster = LocalCluster()
-    started = time.monotonic()
-    cluster.start()
-    print(f"cluster ready in {time.monotonic() - started:.1f}s ({cluster.timings}): {cluster.server}", file=sys.stderr)
-    print(f"export KUBECONFIG={cluster.kubeconfig}", flush=True)
-    try:
-        signal.pause()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cluster.stop()
-    return 0
+    return serve_until_interrupted(LocalCluster(), "cluster")
 
 
 if __name__ == "__main__":

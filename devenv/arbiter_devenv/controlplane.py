@@ -472,21 +472,27 @@ class ExistingCluster:
         return path
 
 
-def main() -> int:
+def serve_until_interrupted(started_thing: Any, what: str) -> int:
+    """`python -m` entry of a local control plane or cluster: start it, print its KUBECONFIG, run until Ctrl-C or a
+    signal, stop it."""
     import signal
 
-    cp = ControlPlane()
     started = time.monotonic()
-    cp.start()
-    print(f"control plane ready in {time.monotonic() - started:.1f}s: {cp.server}", file=sys.stderr)
-    print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
+    started_thing.start()
+    extra = f" ({started_thing.timings})" if getattr(started_thing, "timings", None) else ""
+    print(f"{what} ready in {time.monotonic() - started:.1f}s{extra}: {started_thing.server}", file=sys.stderr)
+    print(f"export KUBECONFIG={started_thing.kubeconfig}", flush=True)
     try:
         signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
-        cp.stop()
+        started_thing.stop()
     return 0
+
+
+def main() -> int:
+    return serve_until_interrupted(ControlPlane(), "control plane")
 
 
 if __name__ == "__main__":
