@@ -27,7 +27,7 @@ from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
 from .plan.planner import isvc_state
-from .plan.predictors import predictor_problem
+from .plan.predictors import as_map, predictor_problem
 from .reconcile import Reconciler
 from .settings import runtime_image
 from .render.common import LABEL_DM
@@ -358,7 +358,7 @@ async def _child_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, *
     echo = await _held(event, memo)
     # KServe's bookkeeping (other conditions, URLs, revisions) changes nothing a pass reads (the view is noted for
     # every event, echoes included, so the next one is compared with what the operator last saw).
-    moved = (event.get("object") or {}).get("kind") != "InferenceService" or _isvc_moved(event)
+    moved = (event.get("object") or {}).get("kind") != "InferenceService" or _ISVC_VIEWS.changed(event)
     if not owner:
         return
     if echo:  # our own apply coming back (KServe's status updates and anybody's edits get a new resourceVersion)
@@ -372,27 +372,30 @@ def isvc_view(obj: dict[str, Any]) -> tuple[Any, ...]:
     """What a reconcile reads of an InferenceService: KServe's verdict (plan/planner.py isvc_state: Ready, a failed
     load, the message) and what drift is judged on (the spec, by generation, and the metadata the operator applies).
     KServe rewrites its status several times while a predictor comes up; only a change of this view queues a pass."""
-    meta = obj.get("metadata") or {}
+    meta = as_map(obj.get("metadata"))
     return (isvc_state(obj), meta.get("generation"), json.dumps(meta.get("labels"), sort_keys=True),
             json.dumps(meta.get("annotations"), sort_keys=True), json.dumps(meta.get("ownerReferences")),
             meta.get("deletionTimestamp"))
 
 
-_ISVC_VIEW: dict[tuple[str, str], tuple[Any, ...]] = {}  # per InferenceService, as last seen
+class LastSeen:
+    """What a reconcile reads of each object of one kind (`view`), as last seen: an event wakes the DecisionModel
+    only when that changed. A view of None (nothing to report, e.g. a pod without trouble) is not held, and a
+    deletion is the view going to None."""
 
+    def __init__(self, view: Any) -> None:
+        self.view = view
+        self._held: dict[tuple[str, str], Any] = {}
 
-def _isvc_moved(event: dict[str, Any]) -> bool:
-    obj = event.get("object") or {}
-    meta = obj.get("metadata") or {}
-    key = (meta.get("namespace") or "", meta.get("name") or "")
-    if event.get("type") == "DELETED":
-        _ISVC_VIEW.pop(key, None)
-        return True
-    view = isvc_view(obj)
-    if _ISVC_VIEW.get(key) == view:
-        return False
-    _ISVC_VIEW[key] = view
-    return True
+    def changed(self, event: dict[str, Any]) -> bool:
+        obj = as_map(event.get("object"))
+        meta = as_map(obj.get("metadata"))
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        before = self._held.pop(key, None)
+        now = None if event.get("type") == "DELETED" else self.view(obj)
+        if now is not None:
+            self._held[key] = now
+        return bool(now != before)
 
 
 def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
@@ -414,8 +417,9 @@ def _trouble(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
     return None if problem is None else (problem.reason, problem.message, problem.failed)
 
 
-_AVAILABILITY: dict[tuple[str, str], tuple[Any, ...] | None] = {}  # per predictor Deployment, as last seen
-_TROUBLE: dict[tuple[str, str], tuple[Any, ...]] = {}  # per predictor pod in trouble, as last seen
+_ISVC_VIEWS = LastSeen(isvc_view)
+_AVAILABILITY = LastSeen(_availability)  # per predictor Deployment
+_TROUBLE = LastSeen(_trouble)  # per predictor pod in trouble
 
 
 def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str) -> None:
@@ -425,39 +429,24 @@ def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str) -> None:
         memo[QUEUE_KEY].add((namespace, owner))
 
 
-async def _pod_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+async def _pod_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
     """A predictor pod: its DecisionModel is queued only when the pod's trouble changed (it cannot be scheduled, it
     crash-loops, it got better or went away): what a loading version's Serving condition reports, and what the
     promotion machine rolls back on. A pod's other changes (start-up steps, readiness: KServe's status and the
     Deployment say that) queue nothing. This replaces polling while a version loads."""
     isvc = _label_as_held(event, memo, ISVC_LABEL)
     await _held(event, memo)
-    key = (namespace, name)
-    before = _TROUBLE.get(key)
-    now = None if event.get("type") == "DELETED" else _trouble(event.get("object"))
-    if now is None:
-        _TROUBLE.pop(key, None)
-    else:
-        _TROUBLE[key] = now
-    if now != before:
+    if _TROUBLE.changed(event):
         _queue_owner(memo, namespace, isvc)
 
 
-async def _deployment_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+async def _deployment_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
     """A predictor Deployment (KServe's): its DecisionModel is queued only when the Deployment's availability changed
     (a version is ready on KServe's status and an available replica: whichever the operator sees last wakes it)."""
     isvc = _label_as_held(event, memo, ISVC_LABEL)
     await _held(event, memo)
-    key = (namespace, name)
-    before = _AVAILABILITY.get(key)
-    if event.get("type") == "DELETED":
-        _AVAILABILITY.pop(key, None)
-        now: tuple[Any, ...] | None = None
-    else:
-        now = _AVAILABILITY[key] = _availability(event.get("object"))
-    if now == before:
-        return
-    _queue_owner(memo, namespace, isvc)
+    if _AVAILABILITY.changed(event):
+        _queue_owner(memo, namespace, isvc)
 
 
 def _group_version(api_version: str) -> tuple[str, str]:

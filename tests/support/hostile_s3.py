@@ -81,16 +81,6 @@ class HostileS3(LoopbackPeer):
         self.connections = 0
         self.bytes_sent = 0
 
-    async def _serve(self) -> None:
-        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=self.read_limit,
-                                            ssl=self.ssl_context)
-        self._started.set()
-        try:
-            async with server:
-                await server.serve_forever()
-        except asyncio.CancelledError:
-            pass
-
     @property
     def endpoint_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"

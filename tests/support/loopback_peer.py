@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import struct
 import threading
 
@@ -17,6 +18,7 @@ from arbiter_devenv.vllm_standin import free_port
 class LoopbackPeer:
     name = "loopback-peer"
     read_limit = 1 << 22  # the largest request head or line the peer reads
+    ssl_context: ssl.SSLContext | None = None  # set: the peer speaks TLS
 
     def __init__(self) -> None:
         self.port = free_port()
@@ -38,7 +40,8 @@ class LoopbackPeer:
 
     async def _serve(self) -> None:
         self._session = aiohttp.ClientSession()
-        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=self.read_limit)
+        server = await asyncio.start_server(self._handle, "127.0.0.1", self.port, limit=self.read_limit,
+                                            ssl=self.ssl_context)
         self._started.set()
         try:
             async with server:

@@ -30,6 +30,8 @@ from .predictors import (
     FAILED_CREATE,
     UNSCHEDULABLE,
     PredictorProblem,
+    as_map,
+    as_maps,
     deployment_available,
     deployment_problem,
     predictor_problem,
@@ -46,18 +48,21 @@ def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
     """(exists, ready, failed, message) from an InferenceService's KServe status."""
     if isvc is None:
         return False, False, False, ""
-    status = isvc.get("status") or {}
-    ready_cond = next((x for x in status.get("conditions") or [] if x.get("type") == "Ready"), None)
+    # Read as any shape: the status is KServe's (or anybody's) to write, and a field of the wrong type means "not
+    # said", never an exception in the reconcile or in the watch handler that judges the event.
+    status = as_map(isvc.get("status"))
+    ready_cond = next((x for x in as_maps(status.get("conditions")) if x.get("type") == "Ready"), None)
     ready = bool(ready_cond and ready_cond.get("status") == "True")
-    model_status = status.get("modelStatus") or {}
-    failed = model_status.get("transitionStatus") in FAILED_TRANSITIONS
-    message = ""
+    model_status = as_map(status.get("modelStatus"))
+    transition = model_status.get("transitionStatus")
+    failed = isinstance(transition, str) and transition in FAILED_TRANSITIONS
+    message: Any = ""
     if failed:
-        info = model_status.get("lastFailureInfo") or {}
-        message = info.get("message") or info.get("reason") or model_status.get("transitionStatus", "")
+        info = as_map(model_status.get("lastFailureInfo"))
+        message = info.get("message") or info.get("reason") or transition
     elif ready_cond and not ready:
         message = ready_cond.get("message") or ready_cond.get("reason") or ""
-    return True, ready, failed, message
+    return True, ready, failed, message if isinstance(message, str) else str(message)
 
 
 def _workload_state(

@@ -27,20 +27,20 @@ class PredictorProblem:
     failed: bool = False  # will not recover without a change (the promotion machine may roll back)
 
 
-def _map(value: Any) -> Mapping[str, Any]:
+def as_map(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _maps(value: Any) -> list[Mapping[str, Any]]:
+def as_maps(value: Any) -> list[Mapping[str, Any]]:
     return [x for x in value if isinstance(x, Mapping)] if isinstance(value, list) else []
 
 
 def _condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    return next((c for c in _maps(_map(pod.get("status")).get("conditions")) if c.get("type") == type_), None)
+    return next((c for c in as_maps(as_map(pod.get("status")).get("conditions")) if c.get("type") == type_), None)
 
 
 def _name(pod: Mapping[str, Any]) -> str:
-    return str(_map(pod.get("metadata")).get("name", "?"))
+    return str(as_map(pod.get("metadata")).get("name", "?"))
 
 
 def _int(value: Any) -> int:
@@ -54,7 +54,7 @@ def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | N
     """The first reason the pods of one InferenceService do not serve, or None when the pods show none (still
     starting, or ready)."""
     # What the apiserver returns is trusted to be a pod, but read defensively: a malformed one is skipped, not fatal.
-    pods = [p for p in pods if isinstance(p, Mapping) and not _map(p.get("metadata")).get("deletionTimestamp")]
+    pods = [p for p in pods if isinstance(p, Mapping) and not as_map(p.get("metadata")).get("deletionTimestamp")]
     pending = []
     for pod in sorted(pods, key=_name):
         scheduled = _condition(pod, "PodScheduled")
@@ -67,9 +67,9 @@ def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | N
             f"{len(pending)} predictor pod(s) cannot be scheduled ({names}): {pending[0][1]}",
         )
     for pod in sorted(pods, key=_name):
-        for cs in _maps(_map(pod.get("status")).get("containerStatuses")):
-            waiting = _map(_map(cs.get("state")).get("waiting"))
-            last = _map(_map(cs.get("lastState")).get("terminated"))
+        for cs in as_maps(as_map(pod.get("status")).get("containerStatuses")):
+            waiting = as_map(as_map(cs.get("state")).get("waiting"))
+            last = as_map(as_map(cs.get("lastState")).get("terminated"))
             restarts = _int(cs.get("restartCount"))
             if waiting.get("reason") == CRASH_LOOP or (restarts and last and not cs.get("ready")):
                 why = last.get("reason") or "Error"
@@ -88,7 +88,7 @@ def deployment_problem(deployment: Mapping[str, Any] | None) -> PredictorProblem
     """Pods that cannot even be created (Pod Security admission, quota): the Deployment's ReplicaFailure says why."""
     if not isinstance(deployment, Mapping):
         return None
-    failure = next((c for c in _maps(_map(deployment.get("status")).get("conditions"))
+    failure = next((c for c in as_maps(as_map(deployment.get("status")).get("conditions"))
                     if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None)
     if failure is None:
         return None
@@ -102,9 +102,9 @@ def deployment_available(deployment: Mapping[str, Any] | None, current_spec: boo
     from its available replicas while a spec change (a scale, a rolling update) is being picked up."""
     if not deployment:
         return False
-    status = _map(deployment.get("status"))
-    generation = _int(_map(deployment.get("metadata")).get("generation"))
+    status = as_map(deployment.get("status"))
+    generation = _int(as_map(deployment.get("metadata")).get("generation"))
     if current_spec and generation and _int(status.get("observedGeneration")) < generation:
         return False  # a spec change the Deployment controller has not looked at yet: its replicas are of the old one
-    available = next((c for c in _maps(status.get("conditions")) if c.get("type") == "Available"), None)
+    available = next((c for c in as_maps(status.get("conditions")) if c.get("type") == "Available"), None)
     return bool(available and available.get("status") == "True" and _int(status.get("availableReplicas")) > 0)

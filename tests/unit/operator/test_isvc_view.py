@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+from hypothesis import given, settings, strategies as st
+
 from arbiter_operator.handlers import isvc_view
 
 
@@ -72,3 +74,41 @@ def test_the_verdict_and_drift_wake_the_decision_model():
 
     for edit in (ready, failed, new_message, spec_edited, label_removed, annotation_edited, owner_changed, deleting):
         assert _changed(edit), edit.__name__
+
+
+def test_a_view_wakes_once_per_change_and_on_a_deletion_of_what_it_held():
+    from arbiter_operator.handlers import LastSeen
+
+    seen = LastSeen(lambda o: o.get("status", {}).get("trouble"))  # None: nothing to report (a healthy pod)
+
+    def ev(type_, trouble=None):
+        return {"type": type_, "object": {"metadata": {"namespace": "risk", "name": "p"},
+                                          "status": {"trouble": trouble}}}
+
+    assert not seen.changed(ev("ADDED"))  # healthy from the start: nothing to wake for
+    assert seen.changed(ev("MODIFIED", "CrashLoopBackOff"))
+    assert not seen.changed(ev("MODIFIED", "CrashLoopBackOff"))  # the same trouble again
+    assert seen.changed(ev("MODIFIED"))  # recovered
+    assert not seen.changed(ev("DELETED"))  # a healthy pod going away changes nothing read
+    assert seen.changed(ev("ADDED", "Unschedulable"))
+    assert seen.changed(ev("DELETED"))  # a pod in trouble going away does
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                 max_size=3), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(status=_json, metadata=_json, conditions=st.lists(_json, max_size=3), model_status=_json)
+def test_an_inference_service_of_any_shape_gets_a_view(status, metadata, conditions, model_status):
+    """Whatever KServe (or anybody) writes, the watch event is judged, never dropped on an exception: an object
+    whose view cannot be read wakes its DecisionModel, and the reconcile reports what is wrong."""
+    from arbiter_operator.handlers import LastSeen
+
+    obj = {"metadata": metadata, "status": status}
+    if isinstance(status, dict):
+        status["conditions"] = conditions + [{"type": "Ready", "status": status.get("x")}]
+        status["modelStatus"] = model_status
+    isvc_view(obj)
+    assert LastSeen(isvc_view).changed({"type": "MODIFIED", "object": obj}) in (True, False)
