@@ -27,7 +27,7 @@ from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
 from .plan.planner import isvc_state
-from .plan.predictors import as_map, predictor_problem
+from .plan.predictors import as_map, as_maps, predictor_problem
 from .reconcile import Reconciler
 from .settings import runtime_image
 from .render.common import LABEL_DM
@@ -400,11 +400,11 @@ class LastSeen:
 
 def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """What the readiness of a version reads of its predictor Deployment (rollout steps in between change nothing)."""
-    st = (obj or {}).get("status") or {}
-    conds = {c.get("type"): (c.get("status"), c.get("message")) for c in st.get("conditions") or []}
+    st = as_map(as_map(obj).get("status"))
+    conds = {c.get("type"): (c.get("status"), c.get("message")) for c in as_maps(st.get("conditions"))}
     # Whether the Deployment controller has seen the latest spec: a version still proving it loaded counts only then
     # (plan/predictors.py deployment_available), so catching up must wake its DecisionModel too.
-    generation = ((obj or {}).get("metadata") or {}).get("generation")
+    generation = as_map(as_map(obj).get("metadata")).get("generation")
     observed = st.get("observedGeneration")
     seen = not isinstance(generation, int) or (isinstance(observed, int) and observed >= generation)
     return (bool(st.get("availableReplicas")), (conds.get("Available") or (None,))[0], conds.get("ReplicaFailure"),

@@ -112,3 +112,17 @@ def test_an_inference_service_of_any_shape_gets_a_view(status, metadata, conditi
         status["modelStatus"] = model_status
     isvc_view(obj)
     assert LastSeen(isvc_view).changed({"type": "MODIFIED", "object": obj}) in (True, False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(status=_json, metadata=_json, conditions=st.lists(_json, max_size=3))
+def test_a_predictor_deployment_or_pod_of_any_shape_gets_a_view(status, metadata, conditions):
+    """The same for the predictor Deployments and pods: a view of any object, so no watch event is lost."""
+    from arbiter_operator.handlers import _AVAILABILITY, _TROUBLE
+
+    if isinstance(status, dict):
+        status["conditions"] = conditions
+    obj = {"metadata": metadata, "status": status}
+    for seen in (_AVAILABILITY, _TROUBLE):
+        assert seen.changed({"type": "MODIFIED", "object": obj}) in (True, False)
+        assert seen.changed({"type": "DELETED", "object": obj}) in (True, False)
