@@ -27,7 +27,7 @@ from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
 from .plan.planner import isvc_state
-from .plan.predictors import as_map, as_maps, predictor_problem
+from .plan.predictors import as_map, as_maps, deployment_problem, predictor_problem
 from .reconcile import Reconciler
 from .settings import runtime_image
 from .render.common import LABEL_DM
@@ -359,7 +359,7 @@ async def _child_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, *
     # KServe's bookkeeping (other conditions, URLs, revisions) changes nothing a pass reads (the view is noted for
     # every event, echoes included, so the next one is compared with what the operator last saw).
     moved = (event.get("object") or {}).get("kind") != "InferenceService" or _ISVC_VIEWS.changed(event)
-    if not owner:
+    if not owner or _kserves(event):
         return
     if echo:  # our own apply coming back (KServe's status updates and anybody's edits get a new resourceVersion)
         metrics.ECHOES_SKIPPED.inc()
@@ -398,17 +398,31 @@ class LastSeen:
         return bool(now != before)
 
 
+def _kserves(event: dict[str, Any]) -> bool:
+    """Whether the event's object is KServe's (controlled by an InferenceService: the predictor's Service carries the
+    InferenceService's labels, the operator's label among them). A pass reads nothing of it: no wake-up."""
+    meta = as_map(as_map(event.get("object")).get("metadata"))
+    return any(ref.get("controller") is True and ref.get("kind") == "InferenceService"
+               for ref in as_maps(meta.get("ownerReferences")))
+
+
 def _availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
-    """What the readiness of a version reads of its predictor Deployment (rollout steps in between change nothing)."""
+    """What the readiness of a version reads of its predictor Deployment (rollout steps in between change nothing).
+    It counts only while KServe says the InferenceService is Ready (plan/planner.py `_workload_state`)."""
     st = as_map(as_map(obj).get("status"))
-    conds = {c.get("type"): (c.get("status"), c.get("message")) for c in as_maps(st.get("conditions"))}
+    conds = {c.get("type"): c.get("status") for c in as_maps(st.get("conditions"))}
     # Whether the Deployment controller has seen the latest spec: a version still proving it loaded counts only then
     # (plan/predictors.py deployment_available), so catching up must wake its DecisionModel too.
     generation = as_map(as_map(obj).get("metadata")).get("generation")
     observed = st.get("observedGeneration")
     seen = not isinstance(generation, int) or (isinstance(observed, int) and observed >= generation)
-    return (bool(st.get("availableReplicas")), (conds.get("Available") or (None,))[0], conds.get("ReplicaFailure"),
-            seen)
+    return (bool(st.get("availableReplicas")), conds.get("Available"), seen)
+
+
+def _replica_failure(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
+    """Why the predictor's pods cannot be created (plan/predictors.py deployment_problem), read whatever KServe says."""
+    problem = deployment_problem(obj)
+    return None if problem is None else (problem.reason, problem.message)
 
 
 def _trouble(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
@@ -419,11 +433,15 @@ def _trouble(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
 
 _ISVC_VIEWS = LastSeen(isvc_view)
 _AVAILABILITY = LastSeen(_availability)  # per predictor Deployment
+_REPLICA_FAILURE = LastSeen(_replica_failure)  # per predictor Deployment whose pods cannot be created
 _TROUBLE = LastSeen(_trouble)  # per predictor pod in trouble
 
 
-def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str) -> None:
+def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str, only_if_ready: bool = False) -> None:
+    """Queue the DecisionModel of InferenceService `isvc`; only_if_ready: only while KServe says it is Ready."""
     held = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, isvc)
+    if only_if_ready and not isvc_state(held)[1]:
+        return
     owner = (((held or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
     if owner:
         memo[QUEUE_KEY].add((namespace, owner))
@@ -441,12 +459,16 @@ async def _pod_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_
 
 
 async def _deployment_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    """A predictor Deployment (KServe's): its DecisionModel is queued only when the Deployment's availability changed
-    (a version is ready on KServe's status and an available replica: whichever the operator sees last wakes it)."""
+    """A predictor Deployment (KServe's): its DecisionModel is queued when the reason its pods cannot be created
+    changed, or when its availability changed while KServe says the InferenceService is Ready (a version is ready on
+    KServe's Ready and an available replica: whichever the operator sees last wakes it; before KServe's Ready the
+    replicas coming up change nothing a pass reports, and KServe's Ready, when it comes, wakes it)."""
     isvc = _label_as_held(event, memo, ISVC_LABEL)
     await _held(event, memo)
-    if _AVAILABILITY.changed(event):
-        _queue_owner(memo, namespace, isvc)
+    failure = _REPLICA_FAILURE.changed(event)  # both views are noted on every event: no short-circuit
+    availability = _AVAILABILITY.changed(event)
+    if failure or availability:
+        _queue_owner(memo, namespace, isvc, only_if_ready=not failure)
 
 
 def _group_version(api_version: str) -> tuple[str, str]:

@@ -118,11 +118,76 @@ def test_an_inference_service_of_any_shape_gets_a_view(status, metadata, conditi
 @given(status=_json, metadata=_json, conditions=st.lists(_json, max_size=3))
 def test_a_predictor_deployment_or_pod_of_any_shape_gets_a_view(status, metadata, conditions):
     """The same for the predictor Deployments and pods: a view of any object, so no watch event is lost."""
-    from arbiter_operator.handlers import _AVAILABILITY, _TROUBLE
+    from arbiter_operator.handlers import _AVAILABILITY, _REPLICA_FAILURE, _TROUBLE
 
     if isinstance(status, dict):
         status["conditions"] = conditions
     obj = {"metadata": metadata, "status": status}
-    for seen in (_AVAILABILITY, _TROUBLE):
+    for seen in (_AVAILABILITY, _REPLICA_FAILURE, _TROUBLE):
         assert seen.changed({"type": "MODIFIED", "object": obj}) in (True, False)
         assert seen.changed({"type": "DELETED", "object": obj}) in (True, False)
+
+
+def _deployment(available: bool, failure: str | None = None, observed: int = 1) -> dict:
+    conditions = [{"type": "Available", "status": "True" if available else "False"}]
+    if failure:
+        conditions.append({"type": "ReplicaFailure", "status": "True", "message": failure})
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "credit-limit--1-0-0-predictor", "namespace": "risk", "generation": 1,
+                         "resourceVersion": "20", "uid": "d1",
+                         "labels": {"serving.kserve.io/inferenceservice": "credit-limit--1-0-0"}},
+            "status": {"observedGeneration": observed, "availableReplicas": 1 if available else 0,
+                       "conditions": conditions}}
+
+
+def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_report_it():
+    """Replicas coming up before KServe's Ready change nothing a pass reports (KServe's Ready wakes the
+    DecisionModel when it comes); after KServe's Ready they decide readiness, and pods that cannot be created are
+    reported at once."""
+    import asyncio
+
+    from arbiter_operator import handlers
+    from arbiter_operator.cache import WatchCache
+
+    woken: list[tuple[str, str]] = []
+
+    class Queue:
+        def add(self, key):
+            woken.append(key)
+
+    cache = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
+    memo = {handlers.CACHE_KEY: cache, handlers.QUEUE_KEY: Queue()}
+    isvc = _isvc()
+    cache.put(isvc)
+
+    def deployment_event(type_, obj):
+        asyncio.run(handlers._deployment_event({"type": type_, "object": obj}, "risk", memo))
+        return woken.pop() if woken else None
+
+    assert deployment_event("ADDED", _deployment(False, observed=0)) is None
+    assert deployment_event("MODIFIED", _deployment(False)) is None  # the controller caught up: still not Ready
+    assert deployment_event("MODIFIED", _deployment(True)) is None  # available, but KServe has not said Ready
+    assert deployment_event("MODIFIED", _deployment(False, "pods forbidden: violates PodSecurity")) == (
+        "risk", "credit-limit")  # cannot create pods: reported whatever KServe says
+    assert deployment_event("MODIFIED", _deployment(False)) == ("risk", "credit-limit")  # the failure cleared
+    ready = copy.deepcopy(isvc)
+    ready["metadata"]["resourceVersion"] = "11"
+    ready["status"]["conditions"][1] = {"type": "Ready", "status": "True"}
+    cache.put(ready)
+    assert deployment_event("MODIFIED", _deployment(True)) == ("risk", "credit-limit")  # now it decides readiness
+    assert deployment_event("MODIFIED", _deployment(True)) is None  # nothing it reads changed
+    assert deployment_event("DELETED", _deployment(True)) == ("risk", "credit-limit")
+
+
+def test_kserves_own_objects_with_the_operators_label_wake_nothing():
+    """KServe's predictor Service inherits the InferenceService's labels, the operator's among them; it is KServe's,
+    and a pass reads nothing of it. The operator's own Service does wake its DecisionModel when someone edits it."""
+    from arbiter_operator.handlers import _kserves
+
+    def service(owner_kind: str) -> dict:
+        return {"type": "ADDED", "object": {"metadata": {"ownerReferences": [
+            {"kind": owner_kind, "name": "x", "uid": "u", "controller": True}]}}}
+
+    assert _kserves(service("InferenceService"))
+    assert not _kserves(service("DecisionModel"))
+    assert not _kserves({"type": "ADDED", "object": {"metadata": {"ownerReferences": "garbage"}}})

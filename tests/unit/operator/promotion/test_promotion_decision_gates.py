@@ -9,7 +9,7 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from arbiter_operator.api.promotion import (
@@ -207,14 +207,24 @@ HOSTILE_SPEC = spec(maxQueueTimeP95Ms=10, maxKvCacheUsage=0.5, maxFallbackRateBy
                     checks=[MetricCheck(name="c1", query="vector(1)", bound=1)])
 
 
+def _parsed(value):
+    """A sample value as Prometheus writes it (a number in a string, e.g. "100") or a number; None for the rest."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except (ValueError, OverflowError):
+        return None
+
+
 @settings(max_examples=400, deadline=None)
+@example(values={"requests": "100"}, shadow=False)  # Prometheus's wire format: a sample value is a string
 @given(values=st.dictionaries(st.sampled_from(NAMES), garbage), shadow=st.booleans())
 def test_any_answer_gives_a_verdict_never_a_crash_and_bad_numbers_never_pass(values, shadow):
     run = judge(query(HOSTILE_SPEC, shadow=shadow), values)
     assert run.verdict in ("Pass", "Fail", "NoData", "Inconclusive") and run.message
-    requests = values.get("requests")
-    usable = (isinstance(requests, (int, float)) and not isinstance(requests, bool)
-              and math.isfinite(float(requests)) and float(requests) >= 50)
+    requests = _parsed(values.get("requests"))
+    usable = requests is not None and math.isfinite(requests) and requests >= 50
     if not usable:
         assert run.verdict == "NoData" and "minRequests=50" in run.message
     if run.verdict == "Pass":
