@@ -361,7 +361,8 @@ def raw_call(
     content_type: str = "application/json",
     timeout: float = 30.0,
 ) -> Any:
-    """One REST call; returns the decoded JSON body, raises KubeError for a non-2xx answer.
+    """One REST call; returns the decoded JSON object, raises KubeError for a non-2xx answer or one that is not a
+    JSON object.
 
     Straight onto the ApiClient's own urllib3 pool (its TLS, client certificate and proxy settings), with the bearer
     token read per call (an in-cluster token is re-read by the configuration's refresh hook). The generated client's
@@ -391,10 +392,18 @@ def raw_call(
             payload = json.loads(data or b"{}")
             message = payload.get("message", "") if isinstance(payload, dict) else ""
             reason = payload.get("reason", reason) if isinstance(payload, dict) else reason
-        except ValueError:
+        except (ValueError, RecursionError):
             message = (data or b"")[:200].decode(errors="replace")
-        raise KubeError(resp.status, str(reason), str(message))
-    return json.loads(data) if data else None
+        raise KubeError(resp.status, str(reason)[:200], str(message)[:1000])
+    # The apiserver answers every request the operator makes with an object (the object, a list, a Status). Anything
+    # else (a proxy's page, a cut answer, nothing) means the object did not arrive: an error the reconcile retries.
+    try:
+        out = json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeError included; RecursionError: nesting deeper than Python's stack
+        out = None
+    if not isinstance(out, dict):
+        raise KubeError(502, "BadResponse", f"the answer to {method} {path} is not a JSON object: {data[:80]!r}")
+    return out
 
 
 # Connections kept open to the apiserver: one per worker and I/O thread (handlers.DEFAULT_WORKERS + 4) and spare.

@@ -1,0 +1,163 @@
+"""The operator's Kubernetes requests (clients/kube.py raw_call: every write, and the few reads not served from the
+watch cache) against a hostile apiserver or a broken proxy in front of it: a real HTTP server on loopback that answers
+with any status, any body, a lying or missing length, or not at all.
+
+What a user would notice if this broke: a reconcile that dies on an exception nobody can read (AttributeError,
+UnicodeDecodeError) instead of the apiserver's own message, or a worker stuck for good on an answer that never ends.
+Every answer is either the decoded object (2xx with a JSON object), a KubeError naming the status and the apiserver's message, or a transport
+error, within the call's timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+import urllib3
+from hypothesis import HealthCheck, given, settings, strategies as st
+from kubernetes import client as k8s
+
+from arbiter_operator.clients.kube import KubeError, RestKubeClient, raw_call
+from support.loopback_peer import LoopbackPeer
+
+BODIES = (
+    b"", b"not json at all", b"[]", b"null", b'"Status"', b"{}", b"[1, 2]", b"\xff\xfe\x00garbage",
+    b'{"kind": "Status", "code": 409, "reason": "Conflict", "message": "the object has been modified"}',
+    b'{"kind": 5, "code": "410", "message": ["x"], "reason": {"a": 1}}',
+    b'{"metadata": {"name": "x", "resourceVersion": "7"}}', b'{"kind": "Sta', b"[" * 50000,
+    b'{"message": "\\ud800"}', b"<html><body>502 Bad Gateway</body></html>",
+)
+STATUSES = (200, 201, 204, 301, 400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504)
+TRANSPORT = ("answer", "reset", "close", "bad_status_line", "short_body", "hang_after_headers", "hang")
+
+
+class HostileWriteTarget(LoopbackPeer):
+    """Answers each request with the next (how, status, body) of `script`."""
+
+    name = "hostile-write-target"
+
+    def __init__(self, hang_s: float = 1.0) -> None:
+        self.hang_s = hang_s
+        self.script: list[tuple[str, int, bytes]] = []
+        self.seen: list[tuple[str, str, bytes]] = []  # (method, target, body) as received
+        super().__init__()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, target, _ = lines[0].split(" ", 2)
+                length = next((int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")),
+                              0)
+                body = await reader.readexactly(length) if length else b""
+                self.seen.append((method, target, body))
+                how, status, payload = self.script.pop(0) if self.script else ("answer", 200, b"{}")
+                if await self._break_connection(writer, how):
+                    break
+                if how == "hang":
+                    await asyncio.sleep(self.hang_s)
+                    break
+                length_said = len(payload) + (10 if how == "short_body" else 0)
+                writer.write(f"HTTP/1.1 {status} Whatever\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {length_said}\r\n\r\n".encode())
+                if how == "hang_after_headers":
+                    await writer.drain()
+                    await asyncio.sleep(self.hang_s)
+                    break
+                writer.write(payload)
+                await writer.drain()
+                if how == "short_body":
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
+            pass  # the client went away, or the peer is stopping
+        finally:
+            writer.close()
+
+
+@pytest.fixture(scope="module")
+def peer():
+    p = HostileWriteTarget().start()
+    yield p
+    p.stop()
+
+
+def _client(peer: HostileWriteTarget) -> RestKubeClient:
+    config = k8s.Configuration(host=peer.url)
+    config.api_key = {"BearerToken": "a-token"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    return RestKubeClient(k8s.ApiClient(config))
+
+
+def _configmap() -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "risk"},
+            "data": {"decision.json": "{}"}}
+
+
+def test_an_honest_answer_is_the_decoded_object_and_the_request_is_what_the_apiserver_expects(peer):
+    peer.script = [("answer", 200, b'{"metadata": {"name": "cm", "resourceVersion": "7"}}')]
+    out = _client(peer).apply(_configmap())
+    assert out["metadata"]["resourceVersion"] == "7"
+    method, target, body = peer.seen[-1]
+    assert method == "PATCH"
+    assert target == "/api/v1/namespaces/risk/configmaps/cm?fieldManager=arbiter-operator&force=true"
+    assert json.loads(body) == _configmap()
+
+
+def test_an_error_answer_names_the_apiservers_reason_and_message(peer):
+    peer.script = [("answer", 409, BODIES[8])]
+    with pytest.raises(KubeError) as caught:
+        _client(peer).apply(_configmap())
+    assert (caught.value.status, caught.value.reason) == (409, "Conflict")
+    assert "the object has been modified" in str(caught.value)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(how=st.sampled_from(TRANSPORT), status=st.sampled_from(STATUSES), body=st.sampled_from(BODIES),
+       call=st.sampled_from(["apply", "create", "patch_status", "get", "delete", "event"]))
+def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer, how, status, body, call):
+    peer.script = [(how, status, body)] * 5  # every attempt: the client retries a broken connection (urllib3's 3)
+    kube = _client(peer)
+    started = time.monotonic()
+    try:
+        if call == "apply":
+            out = kube.apply(_configmap())
+        elif call == "create":
+            out = kube.create(_configmap())
+        elif call == "patch_status":
+            out = kube.patch_status("arbiter.dev/v1alpha1", "DecisionModel", "risk", "dm", {"status": {"a": 1}})
+        elif call == "get":
+            out = kube.get("v1", "ConfigMap", "risk", "cm")
+        elif call == "delete":
+            out = kube.delete("v1", "ConfigMap", "risk", "cm", uid="u1")
+        else:
+            kube.event(_configmap() | {"metadata": {"name": "cm", "namespace": "risk", "uid": "u"}}, "Normal",
+                       "Tested", "a message")
+            out = None
+    except KubeError as exc:
+        # The apiserver's answer, named: its status code, and no traceback of the client's own.
+        assert 100 <= exc.status < 600 and isinstance(exc.message, str) and isinstance(exc.reason, str)
+        # The status the peer sent (its head arrived, even where its body did not), or 502: no object arrived.
+        assert exc.status in (status, 502) and (how != "answer" or 200 <= status < 300 or exc.status == status)
+    except (urllib3.exceptions.HTTPError, OSError):
+        assert how != "answer"  # the connection broke, or the answer could not be read
+    else:
+        # Only an answer that carried an object counts as done (a get's 404 is "absent", an Event is a courtesy).
+        assert (how == "answer" and 200 <= status < 300 and isinstance(out, dict)
+                or call in ("get", "delete", "event") and out in (None, False, True))
+    # Bounded: a hung peer costs the call's timeout (30 s by default; the peer gives up after 1 s), never more.
+    assert time.monotonic() - started < 35
+    peer.script = []
+
+
+def test_a_hung_apiserver_costs_the_calls_timeout_not_a_worker(peer):
+    peer.script = [("hang", 200, b"")] * 5
+    api = _client(peer).api
+    started = time.monotonic()
+    with pytest.raises((urllib3.exceptions.HTTPError, OSError)):
+        raw_call(api, "GET", "/api/v1/namespaces/risk/configmaps/cm", timeout=0.3)
+    # The timeout per attempt, and urllib3's three retries of a read: the call gives up, the worker is free again.
+    assert time.monotonic() - started < 4 * 0.3 + 1.0
+    peer.script = []
