@@ -4,8 +4,8 @@ with any status, any body, a lying or missing length, or not at all.
 
 What a user would notice if this broke: a reconcile that dies on an exception nobody can read (AttributeError,
 UnicodeDecodeError) instead of the apiserver's own message, or a worker stuck for good on an answer that never ends.
-Every answer is either the decoded object (2xx with a JSON object), a KubeError naming the status and the apiserver's message, or a transport
-error, within the call's timeout."""
+Every answer is either the decoded object (2xx with a JSON object), a KubeError naming the status and the
+apiserver's message, or a transport error, within the call's timeout."""
 
 from __future__ import annotations
 
