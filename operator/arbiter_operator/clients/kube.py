@@ -14,9 +14,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol
-from urllib.parse import urlencode
-
-import urllib3
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -362,30 +359,23 @@ def raw_call(
     timeout: float = 30.0,
 ) -> Any:
     """One REST call; returns the decoded JSON object, raises KubeError for a non-2xx answer or one that is not a
-    JSON object.
-
-    Straight onto the ApiClient's own urllib3 pool (its TLS, client certificate and proxy settings), with the bearer
-    token read per call (an in-cluster token is re-read by the configuration's refresh hook). The generated client's
-    request path walks every body to "sanitize" it and serializes it again: the operator's bodies are JSON already,
-    and that walk was a fifth of its CPU at scale (docs/benchmarks.md)."""
-    config = api.configuration
-    url = config.host + path
-    if query:
-        url += "?" + urlencode(query)
-    headers = {**api.default_headers, "Accept": "application/json", "Content-Type": content_type}
-    token = config.get_api_key_with_prefix("BearerToken", alias="authorization")
-    if token:
-        headers["Authorization"] = token
-    if body is not None and not isinstance(body, (str, bytes)):
-        body = json.dumps(body)
+    JSON object."""
+    method_, url, headers, body_, post = api.param_serialize(
+        method,
+        path,
+        query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
     try:
-        resp = api.rest_client.pool_manager.request(method, url, body=body, headers=headers,
-                                                    timeout=urllib3.Timeout(total=timeout), preload_content=True)
+        resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post,
+                            _request_timeout=timeout)
     except Exception:
         KUBE_REQUESTS.labels(method, code_class(None)).inc()
         raise
     KUBE_REQUESTS.labels(method, code_class(resp.status)).inc()
-    data = resp.data
+    data = resp.read()
     if not 200 <= resp.status < 300:
         reason, message = resp.reason or "", ""
         try:
@@ -407,8 +397,8 @@ def raw_call(
 
 
 # Connections kept open to the apiserver: one per worker and I/O thread (handlers.DEFAULT_WORKERS + 4) and spare.
-# The kubernetes library keeps 5 per CPU; with more threads than that, answers on the surplus connections were
-# closed after use and every later write paid a TLS handshake.
+# The kubernetes library keeps 5 per CPU; with more threads than that, the surplus connections were closed after use
+# ("Connection pool is full, discarding connection") and later requests paid a new TLS handshake.
 CONNECTIONS = 32
 
 
