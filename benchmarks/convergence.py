@@ -103,39 +103,51 @@ class Floor:
         return [[f"{v} {k} {n}" + (f" [{x}]" if x else "") for v, k, n, x in p] for p in self.passes]
 
     def run(self, name: str, timeout: float = 120.0) -> float:
-        custom = self.stack.custom()
-        rename = lambda s: s.replace(TEMPLATE, name).replace(OP_NS, FLOOR_NS)  # noqa: E731
         t0 = time.perf_counter()
-        dm = custom.create_namespaced_custom_object(common.GROUP, common.VERSION, FLOOR_NS, common.PLURAL,
-                                                    common.example_body(name, FLOOR_NS))
-        uid = dm["metadata"]["uid"]
-        status_i = 0
-        isvcs: list[tuple[str, str]] = []
-        for i, p in enumerate(self.passes):
-            if i > 0 and isvcs:  # the operator's next pass waits for KServe to mark them Ready
-                if not self.isvc_watch.wait(isvcs, timeout):
-                    raise TimeoutError(f"floor: InferenceServices of {name} not Ready")
-            for verb, kind, child, extra in p:
-                if verb in ("apply", "create"):
-                    body = json.loads(rename(self.children[(kind, child)]))
-                    for ref in body["metadata"].get("ownerReferences") or []:
-                        ref["uid"] = uid
-                    self.kube.apply(body)
-                    if kind == "InferenceService":
-                        isvcs.append((FLOOR_NS, body["metadata"]["name"]))
-                elif verb == "patch-status":
-                    # The k-th status write of the template; the last one is its final (Ready) status.
-                    snap = self.statuses[len(self.statuses) - self.n_status + status_i]
-                    status_i += 1
-                    fields = extra.split(",") if extra else list(snap)
-                    patch = json.loads(rename(json.dumps({f: snap[f] for f in fields if f in snap})))
-                    self.kube.patch_status(f"{common.GROUP}/{common.VERSION}", "DecisionModel", FLOOR_NS, name,
-                                           {"status": patch})
-                elif verb == "event":
-                    self.kube.event(dm, "Normal", extra, extra)
-        if not self.dm_watch.wait([(FLOOR_NS, name)], timeout):
-            raise TimeoutError(f"floor: {name} not Ready")
+        self.finish(self.start(name), timeout)
         return self.dm_watch.first[(FLOOR_NS, name)] - t0
+
+    def start(self, name: str, namespace: str = FLOOR_NS) -> dict[str, Any]:
+        """Create the DecisionModel and replay the template's first pass; returns what `finish` goes on from."""
+        dm = self.stack.custom().create_namespaced_custom_object(common.GROUP, common.VERSION, namespace,
+                                                                 common.PLURAL, common.example_body(name, namespace))
+        state: dict[str, Any] = {"name": name, "namespace": namespace, "dm": dm, "status_i": 0, "isvcs": []}
+        if self.passes:
+            self._replay(state, self.passes[0])
+        return state
+
+    def finish(self, state: dict[str, Any], timeout: float = 120.0) -> None:
+        """The template's later passes, each after KServe has marked the InferenceServices Ready (as the operator
+        waits), then until the DecisionModel's watch sees it Ready."""
+        for p in self.passes[1:]:
+            if state["isvcs"] and not self.isvc_watch.wait(state["isvcs"], timeout):
+                raise TimeoutError(f"floor: InferenceServices of {state['name']} not Ready")
+            self._replay(state, p)
+        key = (state["namespace"], state["name"])
+        if not self.dm_watch.wait([key], timeout):
+            raise TimeoutError(f"floor: {state['name']} not Ready")
+
+    def _replay(self, state: dict[str, Any], writes: list[tuple[str, str, str, str]]) -> None:
+        name, namespace, dm = state["name"], state["namespace"], state["dm"]
+        rename = lambda s: s.replace(TEMPLATE, name).replace(OP_NS, namespace)  # noqa: E731
+        for verb, kind, child, extra in writes:
+            if verb in ("apply", "create"):
+                body = json.loads(rename(self.children[(kind, child)]))
+                for ref in body["metadata"].get("ownerReferences") or []:
+                    ref["uid"] = dm["metadata"]["uid"]
+                self.kube.apply(body)
+                if kind == "InferenceService":
+                    state["isvcs"].append((namespace, body["metadata"]["name"]))
+            elif verb == "patch-status":
+                # The k-th status write of the template; the last one is its final (Ready) status.
+                snap = self.statuses[len(self.statuses) - self.n_status + state["status_i"]]
+                state["status_i"] += 1
+                fields = extra.split(",") if extra else list(snap)
+                patch = json.loads(rename(json.dumps({f: snap[f] for f in fields if f in snap})))
+                self.kube.patch_status(f"{common.GROUP}/{common.VERSION}", "DecisionModel", namespace, name,
+                                       {"status": patch})
+            elif verb == "event":
+                self.kube.event(dm, "Normal", extra, extra)
 
 
 STEPS = (
