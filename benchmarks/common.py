@@ -543,14 +543,16 @@ class Profiler:
     """py-spy sampling the operator process (all threads, idle frames left out) into collapsed stacks; `top()` sums
     them by function, inclusive, so the summary names where the operator's CPU goes."""
 
-    def __init__(self, pid: int, path: pathlib.Path, rate: int = 50):
+    def __init__(self, pid: int, path: pathlib.Path, rate: int = 50, gil: bool = False):
+        """gil: sample only the thread holding the GIL (py-spy --gil): Python's CPU, without the threads that wait
+        for an answer or for the GIL itself, which py-spy --nonblocking cannot always tell from work."""
         import shutil
         import subprocess
 
         exe = shutil.which("py-spy") or str(pathlib.Path(sys.executable).with_name("py-spy"))
         self.path = path
         self.proc = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate),
-                                      "--output", str(path), "--nonblocking"],
+                                      "--output", str(path), "--nonblocking", *(["--gil"] if gil else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop(self) -> None:

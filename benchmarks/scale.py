@@ -20,7 +20,7 @@ import common  # noqa: E402
 
 
 def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: float, threads: int = 8,
-              profile: bool = False) -> dict:
+              profile: bool = False, profile_gil: bool = False) -> dict:
     """Create `count` DecisionModels spread over `namespaces` and wait until all are Ready (operator running)."""
     custom = stack.custom()
     keys = [(namespaces[i % len(namespaces)], f"dm-{i:04d}") for i in range(count)]
@@ -46,7 +46,7 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    prof = common.Profiler(stats.pid, stack.workdir / "profile.txt") if profile else None
+    prof = common.Profiler(stats.pid, stack.workdir / "profile.txt", gil=profile_gil) if profile else None
     create_s = common.create_many(custom, keys, threads)
     common.log(f"{count} DecisionModels created in {create_s:.1f}s; waiting for Ready")
     last_report = time.monotonic()
@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--namespaces", type=int, default=20)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for all Ready")
     p.add_argument("--profile", action="store_true", help="py-spy the operator while it converges")
+    p.add_argument("--gil", action="store_true",
+                   help="with --profile: sample only the thread holding the GIL (where Python's CPU goes)")
     p.add_argument("--threads", type=int, default=8, help="concurrent creating clients")
     p.add_argument("--shards", type=int, default=0,
                    help="run this many operators, each owning the namespaces labelled with its number "
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=args.count // 8 + 2, shards=args.shards, watch=args.watch) as stack:
         stack.start_operator()
-        r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile)
+        r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile, args.gil)
         r["shards"] = args.shards
     print_scale(r)
     r.pop("_op_counter")
