@@ -520,16 +520,26 @@ class ChildEvents:
         held = {((h.get("metadata") or {}).get("namespace") or "", (h.get("metadata") or {}).get("name") or ""): h
                 for h in self.cache.list(resource.api_version, resource.kind, namespace, [])}
         list_rv = _int(rv)
+
+        def newer_own_write(obj: dict[str, Any]) -> bool:  # the answer to a write made after the list was served
+            held_rv = _int((obj.get("metadata") or {}).get("resourceVersion"))
+            return (held_rv is not None and list_rv is not None and held_rv > list_rv
+                    and self.cache.is_echo(obj))
+
         for key, obj in held.items():
-            if key not in listed:
-                held_rv = _int((obj.get("metadata") or {}).get("resourceVersion"))
-                if held_rv is None or list_rv is None or held_rv <= list_rv:
-                    self.event(resource, "DELETED", obj)
+            if key not in listed and not newer_own_write(obj):
+                self.event(resource, "DELETED", obj)
         for key, obj in listed.items():
             before = held.get(key)
-            if before is None or (before.get("metadata") or {}).get("resourceVersion") != \
+            if before is not None and (before.get("metadata") or {}).get("resourceVersion") == \
                     obj["metadata"].get("resourceVersion"):
-                self.event(resource, "MODIFIED" if before else "ADDED", obj)
+                continue  # unchanged while the watch was away
+            if before is not None and not newer_own_write(before):
+                # The list is the truth: what is held goes even if it claims a later resourceVersion (an event
+                # that claimed one the apiserver never reached would otherwise pin it for good).
+                meta = before.get("metadata") or {}
+                self.cache.discard(resource.api_version, resource.kind, key[0], key[1], uid=meta.get("uid"))
+            self.event(resource, "MODIFIED" if before else "ADDED", obj)
 
     async def stop(self) -> None:
         for task in list(self._tasks):

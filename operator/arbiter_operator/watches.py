@@ -18,7 +18,8 @@ churn). Here a line is decoded once (`json.loads`) and handed to the caller's ca
   resourceVersion of the right types, the selector's label present) is skipped; a list page holding such an item
   fails as a whole (nothing is acted on half of an answer). No exception ends a task but cancellation.
 - A kind the apiserver does not serve (404 on the first list) counts as listed, empty, and is not asked again (as
-  kopf discovered resources once at start-up: restart the operator after installing KServe or the Route API).
+  kopf discovered resources once at start-up: restart the operator after installing KServe or the Route API); a 404
+  once the kind was listed is a fault like any other.
 """
 
 from __future__ import annotations
@@ -247,12 +248,15 @@ class Watches:
                         if obj is not None:
                             self._call(what, self.on_event, resource, type_, obj)
                 except NotServed as exc:
-                    log.warning("%s: the apiserver does not serve %s (%s); not watched until the operator restarts",
-                                what, resource.kind, exc)
-                    if not primed:
+                    if primed:  # served at start-up: a 404 now is a fault (a proxy, a restarting apiserver)
+                        log.warning("watch on %s failed (%s); retrying", what, exc)
+                        failed = True
+                    else:
+                        log.warning("%s: the apiserver does not serve %s (%s); not watched until the operator "
+                                    "restarts", what, resource.kind, exc)
                         self._call(what, self.on_list, resource, namespace, [], "")
                         self._primed()
-                    return
+                        return
                 except Gone as exc:  # list again (at once after a watch that lasted)
                     log.info("watch on %s: %s; listing again", what, exc)
                     rv = ""
