@@ -510,7 +510,10 @@ class ChildEvents:
 
     def _handle(self, event: dict[str, Any]) -> None:
         obj = event["object"]
-        _EVENTS.get(obj["kind"], _child_event)(event, obj["metadata"]["namespace"], self.memo)
+        try:
+            _EVENTS.get(obj["kind"], _child_event)(event, obj["metadata"]["namespace"], self.memo)
+        except Exception:  # a defect: the event is lost, the watch goes on
+            log.exception("handling a %s event of %s %s failed", event["type"], obj["kind"], obj["metadata"]["name"])
 
     def listed(self, resource: Resource, namespace: str | None, objs: list[dict[str, Any]], rv: str) -> None:
         """A full list of one kind in one scope (the first, or after the watch lost its place): what it holds goes

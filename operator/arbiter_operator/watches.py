@@ -181,7 +181,7 @@ class Watches:
             if self.config.username and self.config.password else None
         verify: Any = ssl_context(self.config) if self.config.host.startswith("https") else False
         self._client = httpx.AsyncClient(
-            base_url=self.config.host, verify=verify, auth=auth, trust_env=False,
+            base_url=self.config.host, verify=verify, auth=auth, trust_env=False, proxy=self.config.proxy or None,
             timeout=httpx.Timeout(connect=o.connect_timeout, read=o.read_timeout, write=o.connect_timeout, pool=None),
             limits=httpx.Limits(max_connections=None,
                                 max_keepalive_connections=max(1, len(self.resources) * len(self.scopes))))
@@ -283,7 +283,9 @@ class Watches:
     async def _open(self, resource: Resource, namespace: str | None, params: dict[str, str],
                     stack: list[httpx.Response]) -> httpx.Response:
         assert self._client is not None
-        request = self._client.build_request("GET", resource.path(namespace), params=params, headers=self._headers())
+        server_name = getattr(self.config, "tls_server_name", None)  # a kubeconfig's tls-server-name
+        request = self._client.build_request("GET", resource.path(namespace), params=params, headers=self._headers(),
+                                             extensions={"sni_hostname": server_name} if server_name else None)
         resp = await self._client.send(request, stream=True)
         stack.append(resp)
         if resp.status_code == 200:
