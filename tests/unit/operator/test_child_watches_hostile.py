@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
 from kubernetes import client as k8s
 
 from arbiter_operator import handlers
@@ -152,7 +152,13 @@ async def _converged(cache: WatchCache, peer: HostileApiserver, scopes: list[str
     return False
 
 
+LIE = _line({"type": "MODIFIED", "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {
+    "name": "m1", "namespace": "ns-a", "labels": {ISVC_LABEL: "lie"}, "resourceVersion": "999999999999"}}})
+
+
 @SETTINGS
+@example(start={("pods", "ns-a", "m1"): {ISVC_LABEL: "m1"}}, script=[("events", [LIE], "end")], changes=[],
+         final={("pods", "ns-a", "m1"): {ISVC_LABEL: "m1"}}, scoped=False)  # a lie no later event outranks
 @given(start=truth_st, script=st.lists(behaviour_st, min_size=1, max_size=8), changes=st.lists(change_st, max_size=5),
        final=truth_st, scoped=st.booleans())
 def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, changes, final, scoped):
