@@ -1,5 +1,7 @@
 """Thin kopf glue: every watch event of a DecisionModel or of a child it owns puts the DecisionModel in a work queue;
 workers run the one level-based reconcile (reconcile.Reconciler) and schedule the requeue the plan asks for.
+kopf watches the DecisionModels; the children are listed and watched by watches.py, whose events `ChildEvents` puts
+in the cache and the queue without kopf's per-event machinery.
 
 Why `on.event` and a queue instead of kopf's create/update/resume handlers, daemons or timers: those store progress
 and diff-base annotations on the object and (daemons, timers) add a finalizer, i.e. they write to the DecisionModel
