@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.scanning.disabled = True
         kopf.run(
             settings=settings,
-            memo=_memo(args, handlers),
+            memo=_memo(args, handlers, watched),
             standalone=True,
             clusterwide=not watched,
             namespaces=watched,
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _memo(args: argparse.Namespace, handlers: Any) -> Any:
+def _memo(args: argparse.Namespace, handlers: Any, watched: list[str]) -> Any:
     """A fresh memo for one kopf run. The kubeconfig path travels in it to the login handler and the clients
     (handlers.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library first
     reads it."""
@@ -157,6 +157,7 @@ def _memo(args: argparse.Namespace, handlers: Any) -> Any:
 
     memo = kopf.Memo()
     memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
+    memo[handlers.NAMESPACES_KEY] = list(watched)  # the children's watches follow kopf's scope
     if args.leader_elect:
         from .clients import kube
         from .leader import default_identity

@@ -1,8 +1,9 @@
 """The watch cache: the objects the operator's watches deliver, kept in memory, so that a reconcile reads its
 DecisionModel and children without asking the apiserver (docs/architecture.md, "Reads from the watch cache").
 
-kopf's watches fill it (handlers.py: one `kopf.index` per kind, which kopf lists completely before any other handler
-runs, so no reconcile ever sees a half-filled cache). The operator's own writes go in too (write-through) with the
+The watches fill it: kopf's for DecisionModels (a `kopf.index`, which kopf lists completely before any other handler
+runs), watches.py's for the children (handlers.ChildEvents; no pass runs before their first lists are held), so no
+reconcile ever sees a half-filled cache. The operator's own writes go in too (write-through) with the
 object the apiserver answered, so the next reconcile sees what it just wrote even before the watch echoes it; a
 watch event older than what is held (by resourceVersion) never replaces it. The echo of a write is recognised
 (`is_echo`) so it does not queue another reconcile.
@@ -100,7 +101,7 @@ class _Held(NamedTuple):
 
 class WatchCache:
     """Objects by (apiVersion, kind, namespace, name) for the kinds whose watches fill it. Thread-safe: the watches
-    run on kopf's event loop, reconciles read from worker threads."""
+    run on the operator's event loop, reconciles read from worker threads."""
 
     def __init__(self, kinds: dict[tuple[str, str], str | None] | None = None) -> None:
         # (apiVersion, kind) -> the label every held object of that kind carries (the watch's filter), or None.

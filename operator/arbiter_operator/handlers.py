@@ -1,5 +1,7 @@
 """Thin kopf glue: every watch event of a DecisionModel or of a child it owns puts the DecisionModel in a work queue;
 workers run the one level-based reconcile (reconcile.Reconciler) and schedule the requeue the plan asks for.
+kopf watches the DecisionModels; the children are listed and watched by watches.py, whose events `ChildEvents` puts
+in the cache and the queue without kopf's per-event machinery.
 
 Why `on.event` and a queue instead of kopf's create/update/resume handlers, daemons or timers: those store progress
 and diff-base annotations on the object and (daemons, timers) add a finalizer, i.e. they write to the DecisionModel
@@ -32,6 +34,7 @@ from .reconcile import Reconciler
 from .settings import runtime_image
 from .render.common import LABEL_DM
 from .render.podmonitor import API_VERSION as PODMONITOR_API
+from .watches import Resource, Watches, WatchOptions
 
 log = logging.getLogger("arbiter.handlers")
 
@@ -104,6 +107,8 @@ CACHE_KEY = "arbiter_cache"
 NSWATCH_KEY = "arbiter_nswatch"
 LEADER_KEY = "arbiter_leader"  # set by __main__ with --leader-elect: the Lease settings and this replica's identity
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
+NAMESPACES_KEY = "arbiter_namespaces"  # set by __main__: the namespaces kopf watches ([]: cluster-wide)
+CHILD_WATCHES_KEY = "arbiter_child_watches"
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
 # make no API or S3 requests (docs/benchmarks.md, idle cost). Namespace labels are watched (nswatch.py); set it
@@ -139,21 +144,18 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
     # kopf would post handler log lines as Events (writes on every reconcile); Arbiter posts its own on transitions.
     settings.posting.enabled = False
-    # The apiserver filters each cached kind by its label, so the operator never receives (and kopf never processes
-    # or remembers) the cluster's other pods, Services, ConfigMaps and Deployments. An object whose label is
-    # removed leaves the selection: the watch says DELETED, and the object leaves the cache as if deleted.
-    for api_version, _kind, plural, label in CACHED:
-        if label:
-            group, version = _group_version(api_version)
-            settings.watching.label_selectors[group, version, plural] = label
+    # kopf watches the DecisionModels only; the children's watches are the operator's own (watches.py, CHILDREN).
     settings.watching.server_timeout = 300
     settings.networking.error_backoffs = RECONCILE_ERROR_BACKOFF.schedule(5)
 
 
 async def _worker(queue: WorkQueue, reconciler: Reconciler, failures: dict[Key, int], leading: asyncio.Event,
-                  resync_seconds: float) -> None:
+                  resync_seconds: float, primed: asyncio.Event) -> None:
     while True:
         await leading.wait()  # a standby's queue fills from the watches; it is worked off once this replica leads
+        # Not before every child kind's first list is in the cache: a half-filled cache would look like missing
+        # children, which a pass would create again (and a Ready model would flip to not Ready).
+        await primed.wait()
         key = await queue.get()
         started = time.monotonic()
         try:
@@ -259,6 +261,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
     memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
                                        asyncio.get_running_loop(), cache=cache)
+    children = memo[CHILD_WATCHES_KEY] = start_child_watches(
+        memo, new_api_client(memo.get(KUBECONFIG_KEY)).configuration, memo.get(NAMESPACES_KEY) or [])
     resync = float(os.environ.get(RESYNC_ENV, "0"))
     workers = max(1, int(os.environ.get(WORKERS_ENV, str(DEFAULT_WORKERS))))
     # A pass spends most of its time waiting for the apiserver's answers to its writes, made from threads (the
@@ -266,8 +270,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # a thread (asyncio's default pool has min(32, CPUs + 4)).
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=workers + 4, thread_name_prefix="arbiter-io"))
-    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading, resync))
-                             for _ in range(workers)]
+    memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading, resync,
+                                                         children.primed)) for _ in range(workers)]
 
 
 @kopf.on.cleanup()
@@ -278,11 +282,13 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(memo["arbiter_elector"].stop)
     if memo.get(NSWATCH_KEY) is not None:
         memo[NSWATCH_KEY].stop()
+    if memo.get(CHILD_WATCHES_KEY) is not None:  # a shard's restart starts new ones on the new namespace list
+        await memo[CHILD_WATCHES_KEY].stop()
 
 
 # The kinds held in the watch cache: (apiVersion, kind, plural, the label every held object carries or None).
-# Each is registered below as a kopf index, which kopf lists completely before it calls any other handler: the
-# first reconcile after start-up already sees every child (a half-filled cache would look like missing children).
+# DecisionModels are a kopf index (kopf lists them completely before it calls any other handler); the children are
+# the operator's own watches (watches.py, started in `startup`), and no pass runs before their first lists are held.
 CACHED = (
     (API_VERSION, KIND, PLURAL, None),
     ("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices", LABEL_DM),
@@ -297,7 +303,7 @@ CACHED = (
 
 
 async def _fill(body: Any, memo: kopf.Memo, **_: Any) -> None:
-    """Index handler, for its side effect only: hold the object (kopf keeps no value: the handler returns None).
+    """Index handler of DecisionModels, for its side effect only: hold the object (kopf keeps no value).
     A coroutine although it never awaits: kopf runs a plain function in a worker thread, a hop per watch event."""
     cache: WatchCache | None = memo.get(CACHE_KEY)
     if cache is not None:
@@ -311,15 +317,21 @@ async def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
     resourceVersion known."""
     cache: WatchCache = memo[CACHE_KEY]
     obj = event.get("object") or {}
+    waited = 0.0
+    while event.get("type") != "DELETED" and cache.writing(obj) and waited < ECHO_WAIT:
+        await asyncio.sleep(0.01)
+        waited += 0.01
+    return _settle(event, cache)
+
+
+def _settle(event: dict[str, Any], cache: WatchCache) -> bool:
+    """`_held` once no write to the object is in flight: forget a deleted object; whether the event is an echo."""
+    obj = event.get("object") or {}
     if event.get("type") == "DELETED":
         meta = obj.get("metadata") or {}
         cache.discard(obj.get("apiVersion", ""), obj.get("kind", ""), meta.get("namespace"), meta.get("name", ""),
                       uid=meta.get("uid"))
         return False
-    waited = 0.0
-    while cache.writing(obj) and waited < ECHO_WAIT:
-        await asyncio.sleep(0.01)
-        waited += 0.01
     return cache.is_echo(obj)
 
 
@@ -353,9 +365,9 @@ async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, 
     memo[QUEUE_KEY].add((namespace, name))
 
 
-async def _child_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
+def _child_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) -> None:
     owner = _label_as_held(event, memo, LABEL_DM)  # deleted, or its label removed: the DecisionModel repairs it
-    echo = await _held(event, memo)
+    echo = _settle(event, memo[CACHE_KEY])
     # KServe's bookkeeping (other conditions, URLs, revisions) changes nothing a pass reads (the view is noted for
     # every event, echoes included, so the next one is compared with what the operator last saw).
     moved = (event.get("object") or {}).get("kind") != "InferenceService" or _ISVC_VIEWS.changed(event)
@@ -447,24 +459,24 @@ def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str, only_if_ready: bool
         memo[QUEUE_KEY].add((namespace, owner))
 
 
-async def _pod_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
+def _pod_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) -> None:
     """A predictor pod: its DecisionModel is queued only when the pod's trouble changed (it cannot be scheduled, it
     crash-loops, it got better or went away): what a loading version's Serving condition reports, and what the
     promotion machine rolls back on. A pod's other changes (start-up steps, readiness: KServe's status and the
     Deployment say that) queue nothing. This replaces polling while a version loads."""
     isvc = _label_as_held(event, memo, ISVC_LABEL)
-    await _held(event, memo)
+    _settle(event, memo[CACHE_KEY])
     if _TROUBLE.changed(event):
         _queue_owner(memo, namespace, isvc)
 
 
-async def _deployment_event(event: dict[str, Any], namespace: str, memo: kopf.Memo, **_: Any) -> None:
+def _deployment_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) -> None:
     """A predictor Deployment (KServe's): its DecisionModel is queued when the reason its pods cannot be created
     changed, or when its availability changed while KServe says the InferenceService is Ready (a version is ready on
     KServe's Ready and an available replica: whichever the operator sees last wakes it; before KServe's Ready the
     replicas coming up change nothing a pass reports, and KServe's Ready, when it comes, wakes it)."""
     isvc = _label_as_held(event, memo, ISVC_LABEL)
-    await _held(event, memo)
+    _settle(event, memo[CACHE_KEY])
     failure = _REPLICA_FAILURE.changed(event)  # both views are noted on every event: no short-circuit
     availability = _AVAILABILITY.changed(event)
     if failure or availability:
@@ -476,14 +488,114 @@ def _group_version(api_version: str) -> tuple[str, str]:
     return group, version
 
 
-for _api, _kind, _plural, _label in CACHED:
-    _g, _v = _group_version(_api)
-    # The label filter is the apiserver's (configure: settings.watching.label_selectors); the event handlers have none
-    # of their own, so the DELETED that reports a removed label still reaches them.
-    kopf.index(_g, _v, _plural, id=f"cache-{_plural}")(_fill)
-    if _kind == "Deployment":
-        kopf.on.event(_g, _v, _plural, id=_plural)(_deployment_event)  # type: ignore[arg-type]
-    elif _kind == "Pod":  # queued on a change of its trouble only
-        kopf.on.event(_g, _v, _plural, id=_plural)(_pod_event)  # type: ignore[arg-type]
-    elif _kind != KIND:
-        kopf.on.event(_g, _v, _plural, id=_plural)(_child_event)  # type: ignore[arg-type]
+_g, _v = _group_version(API_VERSION)
+kopf.index(_g, _v, PLURAL, id=f"cache-{PLURAL}")(_fill)
+
+# The children's watches (watches.py): every kind of CACHED but the DecisionModel, with the same label selectors.
+CHILDREN = tuple(Resource(a, k, p, label) for a, k, p, label in CACHED if k != KIND)
+_EVENTS = {"Deployment": _deployment_event, "Pod": _pod_event}  # the rest: _child_event
+
+
+class ChildEvents:
+    """The children's watch events into the cache and the work queue, in the order they arrived per object. An event
+    of an object the operator is writing waits (up to ECHO_WAIT, off the watch's task) for the write's answer, which
+    says whether it is an echo; that object's later events queue up behind it."""
+
+    def __init__(self, memo: kopf.Memo) -> None:
+        self.memo = memo
+        self.cache: WatchCache = memo[CACHE_KEY]
+        self._behind: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def event(self, resource: Resource, type_: str, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        key = (resource.api_version, resource.kind, meta["namespace"], meta["name"])
+        event = {"type": type_, "object": obj}
+        if type_ != "DELETED":
+            self.cache.put(obj)  # held at once (a newer write-through is kept), judged below
+        behind = self._behind.get(key)
+        if behind is not None:
+            behind.append(event)
+        elif type_ != "DELETED" and self.cache.writing(obj):
+            self._behind[key] = [event]
+            task = asyncio.get_running_loop().create_task(self._after_write(key, obj))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            self._handle(event)
+
+    async def _after_write(self, key: tuple[str, str, str, str], obj: dict[str, Any]) -> None:
+        waited = 0.0
+        while self.cache.writing(obj) and waited < ECHO_WAIT:
+            await asyncio.sleep(0.01)
+            waited += 0.01
+        for event in self._behind.pop(key, []):
+            self._handle(event)
+
+    def _handle(self, event: dict[str, Any]) -> None:
+        obj = event["object"]
+        try:
+            _EVENTS.get(obj["kind"], _child_event)(event, obj["metadata"]["namespace"], self.memo)
+        except Exception:  # a defect: the event is lost, the watch goes on
+            log.exception("handling a %s event of %s %s failed", event["type"], obj["kind"], obj["metadata"]["name"])
+
+    def listed(self, resource: Resource, namespace: str | None, objs: list[dict[str, Any]], rv: str) -> None:
+        """A full list of one kind in one scope (the first, or after the watch lost its place): what it holds goes
+        in like a watch event when it is new; what the cache holds and the list does not left meanwhile, and goes
+        as a DELETED would (its DecisionModel repairs it), unless it is newer than the list (a write since)."""
+        listed = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs}
+        held = {((h.get("metadata") or {}).get("namespace") or "", (h.get("metadata") or {}).get("name") or ""): h
+                for h in self.cache.list(resource.api_version, resource.kind, namespace, [])}
+        list_rv = _int(rv)
+
+        def newer_own_write(obj: dict[str, Any]) -> bool:  # the answer to a write made after the list was served
+            held_rv = _int((obj.get("metadata") or {}).get("resourceVersion"))
+            return (held_rv is not None and list_rv is not None and held_rv > list_rv
+                    and self.cache.is_echo(obj))
+
+        for key, obj in held.items():
+            if key not in listed and not newer_own_write(obj):
+                self.event(resource, "DELETED", obj)
+        for key, obj in listed.items():
+            before = held.get(key)
+            if before is not None and (before.get("metadata") or {}).get("resourceVersion") == \
+                    obj["metadata"].get("resourceVersion"):
+                continue  # unchanged while the watch was away
+            if before is not None and not newer_own_write(before):
+                # The list is the truth: what is held goes even if it claims a later resourceVersion (an event
+                # that claimed one the apiserver never reached would otherwise pin it for good).
+                meta = before.get("metadata") or {}
+                self.cache.discard(resource.api_version, resource.kind, key[0], key[1], uid=meta.get("uid"))
+            self.event(resource, "MODIFIED" if before else "ADDED", obj)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class ChildWatches:
+    """The children's watches and their event glue, started and stopped together."""
+
+    def __init__(self, events: ChildEvents, watches: Watches) -> None:
+        self.events, self.watches = events, watches
+        self.primed = watches.primed
+
+    async def stop(self) -> None:
+        await self.watches.stop()
+        await self.events.stop()
+
+
+def start_child_watches(memo: kopf.Memo, config: Any, namespaces: list[str],
+                        options: WatchOptions | None = None) -> ChildWatches:
+    """List and watch every child kind, cluster-wide or in each of `namespaces` (as kopf watches DecisionModels)."""
+    events = ChildEvents(memo)
+    watches = Watches(config, list(CHILDREN), namespaces, events.event, events.listed, options).start()
+    return ChildWatches(events, watches)

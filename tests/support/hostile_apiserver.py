@@ -1,5 +1,12 @@
 """A hostile apiserver: a raw HTTP/1.1 server on loopback that speaks the Kubernetes list/watch wire format for
-Namespaces, honestly or the ways a broken apiserver, proxy or network does. A test peer: it never ships.
+Namespaces and any namespaced kinds it is given (`kinds`), honestly or the ways a broken apiserver, proxy or network
+does. A test peer: it never ships.
+
+Objects are named by a `Ref`: a namespace's name (str), or (plural, namespace, name) of a namespaced kind; each holds
+only its labels (and the resourceVersion of its last change). A namespaced kind is served cluster-wide
+(`/apis/G/V/PLURAL`) and per namespace (`/apis/G/V/namespaces/NS/PLURAL`); a list honours `limit` and `continue`
+(a token from before the last compaction gets 410, as a real apiserver's expired continue does), and serves the
+state at the first page's resourceVersion.
 
 Honest answers: `GET /api/v1/namespaces?labelSelector=k=v` (or `fieldSelector=metadata.name=NS`) is a NamespaceList
 with `metadata.resourceVersion`; with `watch=true&resourceVersion=RV` it is a chunked stream of newline-delimited
@@ -27,6 +34,8 @@ from support.loopback_peer import LoopbackPeer
 
 Behaviour = tuple[Any, ...]
 HONEST: Behaviour = ("honest",)
+Ref = Any  # str (a Namespace's name) or tuple[str, str, str] (plural, namespace, name)
+NAMESPACES: dict[str, tuple[str, str]] = {"namespaces": ("v1", "Namespace")}
 
 GONE_STATUS = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Expired",
                "message": "too old resource version", "code": 410}
@@ -70,15 +79,58 @@ def namespace_object(name: str, labels: dict[str, str], rv: int) -> dict[str, An
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
 
 
-def _matches(query: dict[str, str], name: str, labels: dict[str, str] | None) -> bool:
-    if labels is None:
+def object_for(kinds: dict[str, tuple[str, str]], ref: Ref, labels: dict[str, str], rv: int) -> dict[str, Any]:
+    if isinstance(ref, str):
+        return namespace_object(ref, labels, rv)
+    plural, namespace, name = ref
+    api_version, kind = kinds[plural]
+    return {"kind": kind, "apiVersion": api_version,
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": str(rv), "labels": dict(labels),
+                         "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{plural}.{namespace}.{name}"))},
+            "status": {"observed": rv}}
+
+
+Scope = tuple[str, str | None]  # (plural, namespace or None: all namespaces)
+
+
+def _scope(kinds: dict[str, tuple[str, str]], path: str) -> Scope | None:
+    """The plural and namespace a request's path asks for; None where this peer serves no such path."""
+    parts = path.strip("/").split("/")
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        group_version, rest = parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        group_version, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    else:
+        return None
+    if rest == ["namespaces"]:
+        scope: Scope = ("namespaces", None)
+    elif len(rest) == 1:
+        scope = (rest[0], None)
+    elif len(rest) == 3 and rest[0] == "namespaces":
+        scope = (rest[2], rest[1])
+    else:
+        return None
+    served = kinds.get(scope[0])
+    return scope if served is not None and served[0] == group_version else None
+
+
+def _in_scope(scope: Scope, ref: Ref) -> bool:
+    if isinstance(ref, str):
+        return scope[0] == "namespaces"
+    return ref[0] == scope[0] and scope[1] in (None, ref[1])
+
+
+def _matches(query: dict[str, str], ref: Ref, labels: dict[str, str] | None, scope: Scope = ("namespaces", None)
+             ) -> bool:
+    if labels is None or not _in_scope(scope, ref):
         return False
+    name = ref if isinstance(ref, str) else ref[2]
     field = query.get("fieldSelector", "")
     if field and field != f"metadata.name={name}":
         return False
     for term in filter(None, query.get("labelSelector", "").split(",")):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value.lstrip("="):
+        key, eq, value = term.partition("=")
+        if (labels.get(key) != value.lstrip("=")) if eq else key not in labels:
             return False
     return True
 
@@ -87,14 +139,15 @@ class HostileApiserver(LoopbackPeer):
     name = "hostile-apiserver"
 
     def __init__(self, hang_s: float = 5.0, huge_line_bytes: int = 1 << 20, endless_cap: int = 48 << 20,
-                 poll_s: float = 0.02):
+                 poll_s: float = 0.02, kinds: dict[str, tuple[str, str]] | None = None):
         self.hang_s, self.huge_line_bytes, self.endless_cap, self.poll_s = hang_s, huge_line_bytes, endless_cap, poll_s
-        self.truth: dict[str, dict[str, str]] = {}
-        self.object_rv: dict[str, int] = {}
+        self.kinds = {**NAMESPACES, **(kinds or {})}  # plural -> (apiVersion, kind)
+        self.truth: dict[Ref, dict[str, str]] = {}
+        self.object_rv: dict[Ref, int] = {}
         self.rv = 100
         self.compacted = 0  # watches from a resourceVersion below this get 410
-        # (resourceVersion, name, labels before, labels after): the true changes, for honest watches
-        self.changes: list[tuple[int, str, dict[str, str] | None, dict[str, str] | None]] = []
+        # (resourceVersion, ref, labels before, labels after): the true changes, for honest watches and lists
+        self.changes: list[tuple[int, Ref, dict[str, str] | None, dict[str, str] | None]] = []
         self.script: list[Behaviour] = []
         self.requests: list[tuple[float, str, str]] = []  # (time.monotonic(), "list" | "watch", behaviour)
         self.endless: list[tuple[int, bool]] = []  # bytes written to each endless answer, and whether the cap was hit
@@ -107,12 +160,12 @@ class HostileApiserver(LoopbackPeer):
         self.url = f"http://127.0.0.1:{self.port}"
 
     # -- what the test drives -----------------------------------------------------------------------------------
-    def put(self, name: str, labels: dict[str, str] | None) -> None:
+    def put(self, name: Ref, labels: dict[str, str] | None) -> None:
         """Create, relabel (labels) or delete (None) a namespace: a true change, seen by lists and honest watches."""
         with self._lock:
             self._put(name, labels)
 
-    def _put(self, name: str, labels: dict[str, str] | None) -> None:
+    def _put(self, name: Ref, labels: dict[str, str] | None) -> None:
         before = self.truth.get(name)
         if before == labels:
             return
@@ -125,12 +178,12 @@ class HostileApiserver(LoopbackPeer):
             self.object_rv[name] = self.rv
         self.changes.append((self.rv, name, before, None if labels is None else dict(labels)))
 
-    def set_truth(self, truth: dict[str, dict[str, str]]) -> None:
+    def set_truth(self, truth: dict[Ref, dict[str, str]]) -> None:
         """Make `truth` the state in one step: no list sees half of it."""
         with self._lock:
-            for name in sorted(set(self.truth) - set(truth)):
+            for name in sorted(set(self.truth) - set(truth), key=repr):
                 self._put(name, None)
-            for name, labels in sorted(truth.items()):
+            for name, labels in sorted(truth.items(), key=repr):
                 self._put(name, labels)
 
     def set_script(self, script: list[Behaviour], cycle: bool = True) -> None:
@@ -140,7 +193,7 @@ class HostileApiserver(LoopbackPeer):
             self.script, self._index, self._cycle = list(script), 0, cycle
         self.cut_connections()
 
-    def go_honest(self, truth: dict[str, dict[str, str]] | None = None) -> None:
+    def go_honest(self, truth: dict[Ref, dict[str, str]] | None = None) -> None:
         """Behave from now on: forget every resourceVersion handed out so far (a compaction), make `truth` the state,
         and cut every connection."""
         with self._lock:
@@ -148,9 +201,9 @@ class HostileApiserver(LoopbackPeer):
             self.rv += 1
             self.compacted = self.rv
             if truth is not None:
-                for name in sorted(set(self.truth) - set(truth)):
+                for name in sorted(set(self.truth) - set(truth), key=repr):
                     self._put(name, None)
-                for name, labels in sorted(truth.items()):
+                for name, labels in sorted(truth.items(), key=repr):
                     self._put(name, labels)
         self.cut_connections()
 
@@ -162,6 +215,12 @@ class HostileApiserver(LoopbackPeer):
             for writer in list(self._writers):
                 writer.close()
         asyncio.run_coroutine_threadsafe(cut(), self._loop).result(5)
+
+    def objects(self) -> dict[tuple[str, str, str], str]:
+        """The namespaced objects now: (kind, namespace, name) -> resourceVersion."""
+        with self._lock:
+            return {(self.kinds[ref[0]][1], ref[1], ref[2]): str(self.object_rv[ref]) for ref in self.truth
+                    if not isinstance(ref, str)}
 
     def listed_then_watched(self, since: float) -> bool:
         """Whether a list and then a watch were asked for since `since`: the client has handled a list answered then
@@ -193,13 +252,15 @@ class HostileApiserver(LoopbackPeer):
             url = urlsplit(target)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             watching = query.get("watch") in ("true", "1")
-            behaviour = self._next("watch" if watching else "list")
-            if url.path != "/api/v1/namespaces":
+            scope = _scope(self.kinds, url.path)
+            if scope is None:
                 await self._send(writer, 404, status_body(404))
-            elif watching:
-                await self._watch(writer, query, behaviour)
+                return
+            behaviour = self._next("watch" if watching else "list")
+            if watching:
+                await self._watch(writer, query, behaviour, scope)
             else:
-                await self._list(writer, query, behaviour)
+                await self._list(writer, query, behaviour, scope)
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError, IndexError):
             pass
         except asyncio.CancelledError:
@@ -238,6 +299,9 @@ class HostileApiserver(LoopbackPeer):
         if kind == "hang":
             await asyncio.sleep(self.hang_s)
             return True
+        if kind == "slow":  # an honest answer, late (the caller goes on with it)
+            await asyncio.sleep(behaviour[1])
+            return False
         if kind == "hang_after_headers":
             await self._chunked_head(writer)
             await asyncio.sleep(self.hang_s)
@@ -280,58 +344,88 @@ class HostileApiserver(LoopbackPeer):
         with self._lock:
             self.endless.append((written, written >= self.endless_cap))
 
-    def _list_body(self, query: dict[str, str]) -> bytes:
+    def _list_body(self, query: dict[str, str], scope: Scope = ("namespaces", None)) -> bytes | None:
+        """An honest list page: the state at the list's resourceVersion (replayed from the changes), from the
+        `continue` token's offset, at most `limit` items; None for a token from before the last compaction."""
         with self._lock:
-            items = [namespace_object(n, labels, self.object_rv[n]) for n, labels in sorted(self.truth.items())
-                     if _matches(query, n, labels)]
-            rv = self.rv
-        return json.dumps({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)},
-                           "items": items}).encode()
+            rv, offset = self.rv, 0
+            token = query.get("continue", "")
+            if token:
+                at, _, start = token.partition(":")
+                if not (at.isdigit() and start.isdigit()) or int(at) < self.compacted:
+                    return None
+                rv, offset = int(at), int(start)
+            state: dict[Ref, tuple[dict[str, str], int]] = {}
+            for crv, ref, _before, after in self.changes:
+                if crv > rv:
+                    break
+                if after is None:
+                    state.pop(ref, None)
+                else:
+                    state[ref] = (after, crv)
+            matching = [(ref, labels, orv) for ref, (labels, orv) in sorted(state.items(), key=lambda i: repr(i[0]))
+                        if _matches(query, ref, labels, scope)]
+        limit = int(query["limit"]) if query.get("limit", "").isdigit() and int(query["limit"]) > 0 else None
+        page = matching[offset:offset + limit] if limit else matching[offset:]
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if limit and offset + limit < len(matching):
+            meta["continue"] = f"{rv}:{offset + limit}"
+        api_version, kind = self.kinds[scope[0]]
+        return json.dumps({"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta,
+                           "items": [object_for(self.kinds, ref, labels, orv) for ref, labels, orv in page]}).encode()
 
-    async def _list(self, writer: asyncio.StreamWriter, query: dict[str, str], behaviour: Behaviour) -> None:
+    async def _list(self, writer: asyncio.StreamWriter, query: dict[str, str], behaviour: Behaviour,
+                    scope: Scope = ("namespaces", None)) -> None:
         if await self._common(writer, behaviour):
             return
         kind = behaviour[0]
+        honest = self._list_body(query, scope)
+        if honest is None:  # an expired continue token
+            await self._send(writer, 410, json.dumps(GONE_STATUS).encode())
+            return
         if kind == "list_body":
             await self._send(writer, 200, behaviour[1])
         elif kind == "huge_line":
-            await self._send(writer, 200, b" " * self.huge_line_bytes + self._list_body(query))
+            await self._send(writer, 200, b" " * self.huge_line_bytes + honest)
         elif kind == "truncated":
-            body = self._list_body(query)
-            await self._send(writer, 200, body[: len(body) // 2], length=len(body))
+            await self._send(writer, 200, honest[: len(honest) // 2], length=len(honest))
         elif kind == "empty_200":
             await self._send(writer, 200, b"")
         elif kind == "not_chunked":
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n"
-                         + self._list_body(query))
+                         + honest)
             await writer.drain()
         else:  # honest, and the watch-only behaviours
-            await self._send(writer, 200, self._list_body(query))
+            await self._send(writer, 200, honest)
 
-    def _events_after(self, query: dict[str, str], cursor: int) -> tuple[list[bytes], int]:
+    def _events_after(self, query: dict[str, str], cursor: int, scope: Scope = ("namespaces", None)
+                      ) -> tuple[list[bytes], int]:
         """The honest watch events after `cursor`, as this watch's selector sees them."""
         lines = []
         with self._lock:
             for rv, name, before, after in self.changes:
                 if rv <= cursor:
                     continue
-                was, now = _matches(query, name, before), _matches(query, name, after)
+                was, now = _matches(query, name, before, scope), _matches(query, name, after, scope)
                 kind = "ADDED" if now and not was else "MODIFIED" if now else "DELETED" if was else None
                 if kind is not None:
                     labels = after if after is not None else before or {}
-                    lines.append(json.dumps({"type": kind, "object": namespace_object(name, labels, rv)}).encode())
+                    obj = object_for(self.kinds, name, labels, rv)
+                    lines.append(json.dumps({"type": kind, "object": obj}).encode())
                 cursor = rv
             cursor = max(cursor, self.rv)
         return lines, cursor
 
-    async def _honest_watch(self, writer: asyncio.StreamWriter, query: dict[str, str], head_sent: bool = False) -> None:
+    async def _honest_watch(self, writer: asyncio.StreamWriter, query: dict[str, str], head_sent: bool = False,
+                            scope: Scope = ("namespaces", None)) -> None:
         if not head_sent:
             await self._chunked_head(writer)
         asked = query.get("resourceVersion", "")
         with self._lock:
             now_rv, compacted = self.rv, self.compacted
-            initial = [json.dumps({"type": "ADDED", "object": namespace_object(n, labels, self.object_rv[n])}).encode()
-                       for n, labels in sorted(self.truth.items()) if _matches(query, n, labels)]
+            initial = [json.dumps({"type": "ADDED", "object": object_for(self.kinds, n, labels, self.object_rv[n])})
+                       .encode() for n, labels in sorted(self.truth.items(), key=repr)
+                       if _matches(query, n, labels, scope)]
         if asked in ("", "0"):
             for line in initial:
                 await self._chunk(writer, line + b"\n")
@@ -344,7 +438,7 @@ class HostileApiserver(LoopbackPeer):
             cursor = int(asked)
         deadline = time.monotonic() + float(query.get("timeoutSeconds", "300") or 300)
         while time.monotonic() < deadline:
-            lines, cursor = self._events_after(query, cursor)
+            lines, cursor = self._events_after(query, cursor, scope)
             for line in lines:
                 await self._chunk(writer, line + b"\n")
             if writer.is_closing():
@@ -352,7 +446,8 @@ class HostileApiserver(LoopbackPeer):
             await asyncio.sleep(self.poll_s)
         await self._end(writer)
 
-    async def _watch(self, writer: asyncio.StreamWriter, query: dict[str, str], behaviour: Behaviour) -> None:
+    async def _watch(self, writer: asyncio.StreamWriter, query: dict[str, str], behaviour: Behaviour,
+                     scope: Scope = ("namespaces", None)) -> None:
         if await self._common(writer, behaviour):
             return
         kind = behaviour[0]
@@ -369,7 +464,7 @@ class HostileApiserver(LoopbackPeer):
             for _ in range(self.huge_line_bytes // len(block) + 1):
                 await self._chunk(writer, block)
             await self._chunk(writer, b"\n")
-            await self._honest_watch(writer, query, head_sent=True)
+            await self._honest_watch(writer, query, head_sent=True, scope=scope)
         elif kind == "truncated":  # the honest stream, cut in the middle of a line and of a chunk
             await self._chunked_head(writer)
             writer.write(b"40\r\n" + b'{"type": "MODIFIED", "object": {"metadata": ')
@@ -377,8 +472,9 @@ class HostileApiserver(LoopbackPeer):
         elif kind == "not_chunked":  # honest events on a body without chunks, closed after them
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n")
             with self._lock:
-                lines = [json.dumps({"type": "ADDED", "object": namespace_object(n, labels, self.object_rv[n])})
-                         .encode() + b"\n" for n, labels in sorted(self.truth.items()) if _matches(query, n, labels)]
+                lines = [json.dumps({"type": "ADDED", "object": object_for(self.kinds, n, labels, self.object_rv[n])})
+                         .encode() + b"\n" for n, labels in sorted(self.truth.items(), key=repr)
+                         if _matches(query, n, labels, scope)]
             writer.write(b"".join(lines))
             await writer.drain()
         elif kind == "events":
@@ -394,7 +490,7 @@ class HostileApiserver(LoopbackPeer):
             elif then == "hang":
                 await asyncio.sleep(self.hang_s)
             elif then == "honest":
-                await self._honest_watch(writer, query, head_sent=True)
+                await self._honest_watch(writer, query, head_sent=True, scope=scope)
             # "cut": closed without the last chunk
         else:
-            await self._honest_watch(writer, query)
+            await self._honest_watch(writer, query, scope=scope)

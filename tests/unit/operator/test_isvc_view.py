@@ -144,8 +144,6 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
     """Replicas coming up before KServe's Ready change nothing a pass reports (KServe's Ready wakes the
     DecisionModel when it comes); after KServe's Ready they decide readiness, and pods that cannot be created are
     reported at once."""
-    import asyncio
-
     from arbiter_operator import handlers
     from arbiter_operator.cache import WatchCache
 
@@ -161,7 +159,7 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
     cache.put(isvc)
 
     def deployment_event(type_, obj):
-        asyncio.run(handlers._deployment_event({"type": type_, "object": obj}, "risk", memo))
+        handlers._deployment_event({"type": type_, "object": obj}, "risk", memo)
         return woken.pop() if woken else None
 
     assert deployment_event("ADDED", _deployment(False, observed=0)) is None

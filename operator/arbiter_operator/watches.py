@@ -1,0 +1,404 @@
+"""List and watch the kinds of the operator's children on the apiserver's wire format, outside kopf: one asyncio task
+per kind and watched namespace (or per kind, cluster-wide), on the operator's event loop.
+
+Why not kopf: each child event went through kopf's per-event machinery (a Body and a logger per event, registry
+lookups, index and handler bookkeeping), several times the work of what the operator does with it, and a child kind
+sees about seven times the events of the DecisionModels themselves (KServe's status updates, Deployment and pod status
+churn). Here a line is decoded once (`json.loads`) and handed to the caller's callbacks as a plain dict.
+
+- LIST in pages (`limit`/`continue`), then WATCH from the list's resourceVersion (`allowWatchBookmarks`, the server
+  ending it after `timeout_seconds`), again and again; a BOOKMARK only moves the resourceVersion.
+- 410 Gone (as a status, as an ERROR event, on a list's `continue`) or another ERROR event: list again; the callback
+  `on_list` gets the whole new content of that kind in that scope, so the caller can drop what went away meanwhile.
+- A broken stream, a timeout, an error status: retry after a doubling back-off (at least the answer's Retry-After, up
+  to the cap), watching on from the last resourceVersion; listing again after a few failures in a row, so a
+  resourceVersion the peer does not know never keeps it stuck.
+- Every answer may be hostile: a line or page is bounded in bytes, a list or watch in time; a line that is not JSON,
+  not an event, or whose object is not a well-formed object of the kind (metadata, name, namespace, labels,
+  resourceVersion of the right types, the selector's label present) is skipped; a list page holding such an item
+  fails as a whole (nothing is acted on half of an answer). No exception ends a task but cancellation.
+- A kind the apiserver does not serve (404 on the first list) counts as listed, empty, and is not asked again (as
+  kopf discovered resources once at start-up: restart the operator after installing KServe or the Route API); a 404
+  once the kind was listed is a fault like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import httpx
+
+from .api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
+
+log = logging.getLogger("arbiter.watches")
+
+ERROR_BODY_BYTES = 64 * 1024
+EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
+
+
+@dataclass(frozen=True)
+class Resource:
+    api_version: str
+    kind: str
+    plural: str
+    label: str | None  # the label every object of the watch carries (a server-side `labelSelector=<label>`)
+
+    def path(self, namespace: str | None) -> str:
+        group, _, version = self.api_version.rpartition("/")
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        return f"{base}/namespaces/{namespace}/{self.plural}" if namespace else f"{base}/{self.plural}"
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """How the watches talk to the apiserver; the defaults are the product's, tests shorten them."""
+
+    timeout_seconds: int = 300  # asked of the apiserver for each watch
+    connect_timeout: float = 30.0
+    read_timeout: float = 330.0  # silence on a connection (a watch's longest gap is the apiserver's timeout)
+    list_timeout: float = 120.0  # one list page
+    page_size: int = 500
+    max_page_bytes: int = 256 * 1024 * 1024
+    max_event_bytes: int = 8 * 1024 * 1024  # one watch line; etcd stores objects of at most 1.5 MiB by default
+    # A watch that ended (or failed) sooner than this after it began counts as a failure: the next attempt waits.
+    healthy_after: float = 10.0
+    relist_after: int = 3  # failures in a row after which the next attempt lists again
+    backoff: DoublingBackoff = field(default=WATCH_RESTART_BACKOFF)
+
+
+class Gone(Exception):
+    """The resourceVersion is too old, or the watch ended in an ERROR event: list again."""
+
+
+class NotServed(Exception):
+    """404 on a list: the apiserver does not serve the kind."""
+
+
+class Failed(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+# on_event(resource, type, object): ADDED / MODIFIED / DELETED of a well-formed object.
+OnEvent = Callable[[Resource, str, dict[str, Any]], None]
+# on_list(resource, namespace or None, objects, resourceVersion): the whole content of one scope, after every list.
+OnList = Callable[[Resource, "str | None", list[dict[str, Any]], str], None]
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    return str(value)[:limit]
+
+
+def _resource_version(value: Any) -> str:
+    return value if isinstance(value, str) and 0 < len(value) <= 256 else ""
+
+
+def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool = False) -> dict[str, Any] | None:
+    """`obj` as a well-formed object of `resource` in the watch's scope, apiVersion and kind filled in (list items of
+    built-in kinds carry neither); None where it is not one (pure but for filling in those two fields). A deletion
+    need not carry the label: an object whose label was removed leaves the selection as DELETED."""
+    if not isinstance(obj, dict):
+        return None
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    name, ns = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not 0 < len(name) <= 253 or not isinstance(ns, str) or not 0 < len(ns) <= 63:
+        return None
+    if namespace is not None and ns != namespace:
+        return None
+    labels = meta.get("labels")
+    if labels is None:
+        labels = {}
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        return None
+    if resource.label and resource.label not in labels and not deleted:
+        return None
+    for key in ("resourceVersion", "uid"):
+        if meta.get(key) is not None and not isinstance(meta.get(key), str):
+            return None
+    if obj.get("kind", resource.kind) != resource.kind or obj.get("apiVersion", resource.api_version) != \
+            resource.api_version:
+        return None
+    obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
+    return obj
+
+
+def _status_reason(doc: Any) -> str:
+    if not isinstance(doc, dict):
+        return "no Status"
+    parts = [_short(doc.get(k)) for k in ("code", "reason", "message") if doc.get(k) is not None]
+    return ": ".join(parts) or "an empty Status"
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+
+
+def ssl_context(config: Any) -> ssl.SSLContext:
+    """The TLS settings of a kubernetes.client.Configuration (CA, client certificate, verification) as a context."""
+    ctx = ssl.create_default_context(cafile=config.ssl_ca_cert or None)
+    if config.cert_file:
+        ctx.load_cert_chain(config.cert_file, config.key_file or None)
+    if not config.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+class Watches:
+    """One list/watch task per (resource, scope). `primed` is set once every scope's first list is handed to
+    `on_list`: until then the caller's cache is half-filled."""
+
+    def __init__(self, config: Any, resources: list[Resource], namespaces: list[str], on_event: OnEvent,
+                 on_list: OnList, options: WatchOptions | None = None) -> None:
+        self.config = config  # kubernetes.client.Configuration: host, TLS, the token (and its refresh hook)
+        self.resources = list(resources)
+        self.scopes: list[str | None] = list(namespaces) or [None]
+        self.on_event, self.on_list = on_event, on_list
+        self.options = options or WatchOptions()
+        self.primed = asyncio.Event()
+        self._waiting = len(self.resources) * len(self.scopes)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._client: httpx.AsyncClient | None = None
+        if not self._waiting:
+            self.primed.set()
+
+    def start(self) -> Watches:
+        o = self.options
+        auth = httpx.BasicAuth(self.config.username, self.config.password) \
+            if self.config.username and self.config.password else None
+        verify: Any = ssl_context(self.config) if self.config.host.startswith("https") else False
+        self._client = httpx.AsyncClient(
+            base_url=self.config.host, verify=verify, auth=auth, trust_env=False, proxy=self.config.proxy or None,
+            timeout=httpx.Timeout(connect=o.connect_timeout, read=o.read_timeout, write=o.connect_timeout, pool=None),
+            limits=httpx.Limits(max_connections=None,
+                                max_keepalive_connections=max(1, len(self.resources) * len(self.scopes))))
+        for resource in self.resources:
+            for scope in self.scopes:
+                self._tasks.append(asyncio.get_running_loop().create_task(
+                    self._follow(resource, scope), name=f"watch-{resource.plural}-{scope or 'all'}"))
+        return self
+
+    @property
+    def running(self) -> bool:
+        return any(not t.done() for t in self._tasks)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        # The bearer token; the configuration's refresh hook re-reads a projected in-cluster token on each request.
+        for auth in self.config.auth_settings().values():
+            if auth.get("in") == "header" and auth.get("value"):
+                headers[auth["key"]] = auth["value"]
+        return headers
+
+    def _params(self, resource: Resource, **extra: str) -> dict[str, str]:
+        params = {"labelSelector": resource.label} if resource.label else {}
+        return {**params, **extra}
+
+    def _primed(self) -> None:
+        self._waiting -= 1
+        if self._waiting <= 0:
+            self.primed.set()
+
+    async def _follow(self, resource: Resource, namespace: str | None) -> None:
+        what = f"{resource.plural} in {namespace or 'all namespaces'}"
+        o = self.options
+        rv, failures, retry_after, primed = "", 0, None, False
+        while True:
+            try:
+                if failures:
+                    delay = o.backoff.delay(failures - 1)
+                    if retry_after is not None:  # the peer asked for a pause: grant it, up to the back-off's cap
+                        delay = max(delay, min(retry_after, o.backoff.cap))
+                    await asyncio.sleep(delay)
+                if failures >= o.relist_after:
+                    rv = ""
+                started = time.monotonic()
+                retry_after, failed = None, False
+                try:
+                    if not rv:
+                        objs, rv = await self._list(resource, namespace)
+                        self._call(what, self.on_list, resource, namespace, objs, rv)
+                        if not primed:
+                            primed = True
+                            self._primed()
+                    async for type_, obj, event_rv in self._watch(resource, namespace, rv):
+                        rv = event_rv or rv
+                        if obj is not None:
+                            self._call(what, self.on_event, resource, type_, obj)
+                except NotServed as exc:
+                    if primed:  # served at start-up: a 404 now is a fault (a proxy, a restarting apiserver)
+                        log.warning("watch on %s failed (%s); retrying", what, exc)
+                        failed = True
+                    else:
+                        log.warning("%s: the apiserver does not serve %s (%s); not watched until the operator "
+                                    "restarts", what, resource.kind, exc)
+                        self._call(what, self.on_list, resource, namespace, [], "")
+                        self._primed()
+                        return
+                except Gone as exc:  # list again (at once after a watch that lasted)
+                    log.info("watch on %s: %s; listing again", what, exc)
+                    rv = ""
+                except Failed as exc:
+                    log.warning("watch on %s failed (%s); retrying", what, exc)
+                    retry_after, failed = exc.retry_after, True
+                except (httpx.HTTPError, OSError, TimeoutError, ssl.SSLError) as exc:
+                    log.warning("watch on %s interrupted (%s); retrying", what, _short(exc, 300) or type(exc).__name__)
+                    failed = True
+                healthy = time.monotonic() - started >= o.healthy_after
+                failures = failures + 1 if failed or not healthy else 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a defect: logged, and the watch goes on after a back-off
+                log.exception("watch on %s: unexpected error; retrying", what)
+                failures += 1
+
+    def _call(self, what: str, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # the caller's defect must not end the watch (nor make it list again in a loop)
+            log.exception("watch on %s: handling an event failed", what)
+
+    async def _open(self, resource: Resource, namespace: str | None, params: dict[str, str],
+                    stack: list[httpx.Response]) -> httpx.Response:
+        assert self._client is not None
+        server_name = getattr(self.config, "tls_server_name", None)  # a kubeconfig's tls-server-name
+        request = self._client.build_request("GET", resource.path(namespace), params=params, headers=self._headers(),
+                                             extensions={"sni_hostname": server_name} if server_name else None)
+        resp = await self._client.send(request, stream=True)
+        stack.append(resp)
+        if resp.status_code == 200:
+            return resp
+        body = bytearray()
+        try:
+            async for chunk in resp.aiter_raw():
+                body += chunk
+                if len(body) >= ERROR_BODY_BYTES:
+                    break
+        except (httpx.HTTPError, OSError):
+            pass
+        try:
+            status: Any = json.loads(bytes(body[:ERROR_BODY_BYTES]))
+        except (ValueError, RecursionError):
+            status = None
+        reason = f"HTTP {resp.status_code} ({_status_reason(status) if status is not None else 'no Status body'})"
+        if resp.status_code == 410:
+            raise Gone(reason)
+        if resp.status_code == 404 and "watch" not in params and "continue" not in params:
+            raise NotServed(reason)
+        raise Failed(reason, _retry_after(resp.headers.get("Retry-After")))
+
+    async def _list(self, resource: Resource, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every object of the scope (all pages), and the list's resourceVersion."""
+        o = self.options
+        objs: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            params = self._params(resource, limit=str(o.page_size), **({"continue": token} if token else {}))
+            stack: list[httpx.Response] = []
+            body = bytearray()
+            try:
+                async with asyncio.timeout(o.list_timeout):
+                    resp = await self._open(resource, namespace, params, stack)
+                    async for chunk in resp.aiter_bytes():
+                        body += chunk
+                        if len(body) > o.max_page_bytes:
+                            raise Failed(f"a list page longer than {o.max_page_bytes} bytes")
+            finally:
+                for r in stack:
+                    await r.aclose()
+            try:
+                doc = json.loads(body)
+            except (ValueError, RecursionError):
+                raise Failed("the list is not JSON") from None
+            meta = doc.get("metadata") if isinstance(doc, dict) else None
+            items = doc.get("items") if isinstance(doc, dict) else None
+            if not isinstance(meta, dict) or not isinstance(items, list):
+                raise Failed(f"the answer is not a {resource.kind}List")
+            rv = _resource_version(meta.get("resourceVersion"))
+            if not rv:
+                raise Failed("the list has no resourceVersion")
+            for item in items:
+                obj = object_of(resource, namespace, item)
+                if obj is None:
+                    raise Failed(f"the list holds an item that is not a {resource.kind}")
+                objs.append(obj)
+            token = meta.get("continue") or ""
+            if not isinstance(token, str) or len(token) > 4096:
+                raise Failed("the list's continue token is not a string")
+            if not token:
+                return objs, rv
+
+    async def _watch(self, resource: Resource, namespace: str | None,
+                     rv: str) -> AsyncIterator[tuple[str, dict[str, Any] | None, str]]:
+        """(type, object or None for a BOOKMARK, resourceVersion) of each well-formed event of one watch."""
+        o = self.options
+        params = self._params(resource, watch="true", resourceVersion=rv, allowWatchBookmarks="true",
+                              timeoutSeconds=str(o.timeout_seconds))
+        stack: list[httpx.Response] = []
+        buffer = bytearray()
+        try:
+            async with asyncio.timeout(o.timeout_seconds + o.read_timeout):  # a peer that never ends the watch
+                resp = await self._open(resource, namespace, params, stack)
+                async for chunk in resp.aiter_bytes():
+                    buffer += chunk
+                    start = 0
+                    while (end := buffer.find(b"\n", start)) >= 0:
+                        line = bytes(buffer[start:end])
+                        start = end + 1
+                        if line.strip():
+                            event = self._event(resource, namespace, line)
+                            if event is not None:
+                                yield event
+                    del buffer[:start]
+                    if len(buffer) > o.max_event_bytes:
+                        raise Failed(f"a watch event longer than {o.max_event_bytes} bytes")
+        except TimeoutError:
+            return  # the watch outlived its timeout: watch again from the last resourceVersion
+        finally:
+            for r in stack:
+                await r.aclose()
+
+    @staticmethod
+    def _event(resource: Resource, namespace: str | None,
+               line: bytes) -> tuple[str, dict[str, Any] | None, str] | None:
+        try:
+            doc = json.loads(line)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
+            return None
+        if not isinstance(doc, dict):
+            return None
+        type_, obj = doc.get("type"), doc.get("object")
+        if type_ == "ERROR":  # the apiserver ends a watch after one; 410 or not, a fresh list is the way on
+            raise Gone(f"watch ERROR event ({_status_reason(obj)})")
+        if type_ == "BOOKMARK":
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            rv = _resource_version(meta.get("resourceVersion")) if isinstance(meta, dict) else ""
+            return ("BOOKMARK", None, rv) if rv else None
+        if type_ not in EVENT_TYPES:
+            return None
+        held = object_of(resource, namespace, obj, deleted=type_ == "DELETED")
+        if held is None:
+            return None
+        return type_, held, _resource_version(held["metadata"].get("resourceVersion"))

@@ -1,0 +1,269 @@
+"""The children's watches (watches.py, fed into the cache and the work queue by handlers.ChildEvents) against a
+hostile apiserver (support/hostile_apiserver.py, a real HTTP server on loopback speaking the list/watch wire format
+for InferenceServices and pods).
+
+What a user would notice, whatever the peer does for a while (garbage and truncated lines, events that are not
+objects or whose object has the wrong shape, lying events, ERROR events, 410 on a watch and on a list's continue,
+error statuses, resets and cut streams, hangs, bookmarks, slow answers) and then behaving again: the cache holds
+exactly the peer's objects that the watches select (by kind, namespace, name and resourceVersion), the watches still
+run and no exception escaped. Objects gone while the watch was away leave the cache and wake their DecisionModel.
+No pass runs before every kind's first list is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import kopf
+import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
+from kubernetes import client as k8s
+
+from arbiter_operator import handlers
+from arbiter_operator.api.backoff import DoublingBackoff
+from arbiter_operator.api.names import ISVC_LABEL
+from arbiter_operator.cache import WatchCache
+from arbiter_operator.render.common import LABEL_DM
+from arbiter_operator.watches import Watches, WatchOptions
+from support.hostile_apiserver import ENDS, GARBAGE_LISTS, STATUS_BODIES, TRANSPORT, HostileApiserver
+
+KINDS = {"inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService"), "pods": ("v1", "Pod")}
+RESOURCES = [r for r in handlers.CHILDREN if r.plural in KINDS]
+LABEL = {"inferenceservices": LABEL_DM, "pods": ISVC_LABEL}
+MAX_BYTES = 256 * 1024
+OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0, page_size=2,
+                       max_page_bytes=MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=2,
+                       backoff=DoublingBackoff(0.05, 0.2))
+HOSTILE_S = 1.0
+CONVERGE_S = 20.0
+SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck),
+                    phases=[Phase.explicit, Phase.reuse, Phase.generate])
+NAMESPACES = ("ns-a", "ns-b", "ns-c")
+NAMES = ("m1", "m2", "m3")
+
+
+@pytest.fixture(scope="module")
+def peer():
+    p = HostileApiserver(hang_s=2.0, kinds=KINDS).start()
+    yield p
+    p.stop()
+
+
+def configuration(peer: HostileApiserver) -> k8s.Configuration:
+    config = k8s.Configuration()
+    config.host = peer.url
+    return config
+
+
+ref_st = st.tuples(st.sampled_from(sorted(KINDS)), st.sampled_from(NAMESPACES), st.sampled_from(NAMES))
+owner_st = st.sampled_from(("dm-one", "dm-two"))
+
+
+@st.composite
+def labels_for(draw: Any, plural: str) -> dict[str, str]:
+    labels = {"app": draw(st.sampled_from(("x", "y")))}
+    if draw(st.booleans()) or draw(st.booleans()):  # mostly selected; some not (the watch must not hold them)
+        labels[LABEL[plural]] = draw(owner_st)
+    return labels
+
+
+truth_st = st.lists(ref_st, max_size=8, unique=True).flatmap(
+    lambda refs: st.tuples(*[labels_for(r[0]) for r in refs]).map(lambda ls: dict(zip(refs, ls, strict=True))))
+change_st = ref_st.flatmap(lambda r: st.tuples(st.just(r), st.one_of(st.none(), labels_for(r[0]))))
+
+json_st = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                    max_size=3), max_leaves=8)
+
+
+@st.composite
+def lying_object(draw: Any) -> dict[str, Any]:
+    plural, ns, name = draw(ref_st)
+    api_version, kind = KINDS[plural]
+    return {"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": ns, "labels": draw(labels_for(plural)),
+                         "resourceVersion": str(draw(st.integers(1, 10**12)))}}
+
+
+def _line(doc: Any) -> bytes:
+    return json.dumps(doc).encode()
+
+
+event_line_st = st.one_of(
+    st.binary(max_size=40).filter(lambda b: b"\n" not in b),  # garbage
+    st.sampled_from([b"[]", b"null", b"5", b'"ADDED"', b'{"type": "ADDED"', b"{}"]),  # not an event, truncated
+    json_st.map(lambda o: _line({"type": "ADDED", "object": o})),  # an object of the wrong shape
+    st.builds(lambda t, o: _line({"type": t, "object": o}), st.sampled_from(["ADDED", "MODIFIED", "DELETED", "x", 5]),
+              st.fixed_dictionaries({"metadata": json_st})),
+    st.builds(lambda c: _line({"type": "ERROR", "object": {"kind": "Status", "code": c}}),
+              st.sampled_from([410, 500, 403, "x"])),
+    st.builds(lambda rv: _line({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": rv}}}),
+              st.one_of(st.text(max_size=6), st.integers())),
+    st.builds(lambda t, o: _line({"type": t, "object": o}), st.sampled_from(["ADDED", "MODIFIED", "DELETED"]),
+              lying_object()),  # well-formed lies: the relist must undo them
+)
+STATUS_CODES = (500, 502, 503, 504, 410, 429, 401, 403)  # 404 on a first list means "not served" (watches.py)
+behaviour_st = st.one_of(
+    st.sampled_from(TRANSPORT).map(lambda t: (t,)),
+    st.tuples(st.just("status"), st.sampled_from(STATUS_CODES),
+              st.sampled_from(sorted(STATUS_BODIES)), st.sampled_from([None, "0", "0.1", "x", "-3"])),
+    st.tuples(st.just("list_body"), st.sampled_from(GARBAGE_LISTS)),
+    st.tuples(st.just("slow"), st.sampled_from([0.2, 0.6])),
+    st.tuples(st.just("events"), st.lists(event_line_st, max_size=6), st.sampled_from(ENDS)),
+    st.just(("honest",)),
+)
+
+
+def selected(peer: HostileApiserver, scopes: list[str]) -> dict[tuple[str, str, str], str]:
+    """The peer's objects the watches select: the kind's label present, in a watched namespace (all: [])."""
+    with peer._lock:
+        truth = {ref: dict(labels) for ref, labels in peer.truth.items() if not isinstance(ref, str)}
+    objects = peer.objects()
+    return {(KINDS[p][1], ns, name): objects[(KINDS[p][1], ns, name)] for (p, ns, name), labels in truth.items()
+            if LABEL[p] in labels and (not scopes or ns in scopes)}
+
+
+def held(cache: WatchCache) -> dict[tuple[str, str, str], str]:
+    out = {}
+    for r in RESOURCES:
+        for obj in cache.list(r.api_version, r.kind, None, []):
+            meta = obj["metadata"]
+            out[(r.kind, meta["namespace"], meta["name"])] = meta.get("resourceVersion")
+    return out
+
+
+def new_memo() -> kopf.Memo:
+    memo = kopf.Memo()
+    memo[handlers.CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
+    memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
+    return memo
+
+
+async def _converged(cache: WatchCache, peer: HostileApiserver, scopes: list[str], watches: Watches) -> bool:
+    """Every kind listed once, and the cache holding what the peer selects."""
+    deadline = time.monotonic() + CONVERGE_S
+    while time.monotonic() < deadline:
+        if watches.primed.is_set() and held(cache) == selected(peer, scopes):
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+LIE = _line({"type": "MODIFIED", "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {
+    "name": "m1", "namespace": "ns-a", "labels": {ISVC_LABEL: "lie"}, "resourceVersion": "999999999999"}}})
+
+
+@SETTINGS
+@example(start={("pods", "ns-a", "m1"): {ISVC_LABEL: "m1"}}, script=[("events", [LIE], "end")], changes=[],
+         final={("pods", "ns-a", "m1"): {ISVC_LABEL: "m1"}}, scoped=False)  # a lie no later event outranks
+@given(start=truth_st, script=st.lists(behaviour_st, min_size=1, max_size=8), changes=st.lists(change_st, max_size=5),
+       final=truth_st, scoped=st.booleans())
+def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, changes, final, scoped):
+    scopes = ["ns-a", "ns-b"] if scoped else []
+    errors: list[Any] = []
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
+        memo = new_memo()
+        cache = memo[handlers.CACHE_KEY]
+        events = handlers.ChildEvents(memo)
+        peer.go_honest(start)
+        peer.set_script(script)
+        watches = Watches(configuration(peer), RESOURCES, scopes, events.event, events.listed, OPTIONS).start()
+        try:
+            for ref, labels in changes:
+                await asyncio.sleep(HOSTILE_S / (len(changes) + 1))
+                peer.put(ref, labels)
+            await asyncio.sleep(HOSTILE_S / (len(changes) + 1))
+            peer.go_honest(final)
+            assert await _converged(cache, peer, scopes, watches), (held(cache), selected(peer, scopes))
+            assert watches.running  # every task still follows its kind
+            assert all(not t.done() for t in watches._tasks)
+        finally:
+            await watches.stop()
+            await events.stop()
+
+    asyncio.run(run())
+    assert not errors  # no exception escaped a task
+
+
+def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_model(peer):
+    """A pod and an InferenceService deleted (and one relabelled out) while the watch was cut, with the history
+    compacted: the watch gets 410, lists again, and each DecisionModel that lost a child is queued (a healthy pod that
+    went wakes nobody, as its DELETED would not: pods wake their model when their trouble changes)."""
+    isvc = ("inferenceservices", "ns-a", "m1")
+    pod = ("pods", "ns-b", "m2")
+    relabelled = ("inferenceservices", "ns-a", "m3")
+    kept = ("inferenceservices", "ns-c", "m1")
+
+    async def run() -> None:
+        memo = new_memo()
+        cache = memo[handlers.CACHE_KEY]
+        events = handlers.ChildEvents(memo)
+        peer.go_honest({isvc: {LABEL_DM: "dm-one"}, kept: {LABEL_DM: "dm-kept"}, relabelled: {LABEL_DM: "dm-three"},
+                        pod: {ISVC_LABEL: "m1"}, ("inferenceservices", "ns-b", "m1"): {LABEL_DM: "dm-two"}})
+        watches = Watches(configuration(peer), RESOURCES, [], events.event, events.listed, OPTIONS).start()
+        try:
+            assert await _converged(cache, peer, [], watches)
+            queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()  # from now on: what the outage wakes
+            peer.set_script([("status", 503, "status", None)] * 4)  # away for a while, then 410 on the old version
+            peer.go_honest({kept: {LABEL_DM: "dm-kept"}, relabelled: {"other": "x"},
+                            ("inferenceservices", "ns-b", "m1"): {LABEL_DM: "dm-two"}})
+            assert await _converged(cache, peer, [], watches)
+            assert cache.get("v1", "Pod", "ns-b", "m2") is None
+            assert ("ns-a", "dm-one") in queue._pending  # its InferenceService went
+            assert ("ns-a", "dm-three") in queue._pending  # its InferenceService lost the label: as if deleted
+            assert ("ns-b", "dm-two") not in queue._pending  # its pod went, healthy: a pod wakes on trouble only
+            assert ("ns-c", "dm-kept") not in queue._pending  # nothing of it changed
+        finally:
+            await watches.stop()
+            await events.stop()
+
+    asyncio.run(run())
+
+
+def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
+    """The workers are gated on the first lists: with the peer's list answers slow, a DecisionModel queued at once
+    is reconciled only after every kind's list is in the cache, and then it is."""
+    class Recorder:  # the pass: records what the cache held when it ran
+        def __init__(self, cache: WatchCache) -> None:
+            self.cache, self.saw = cache, []
+
+        async def reconcile(self, namespace: str, name: str) -> None:
+            self.saw.append(held(self.cache))
+            return None
+
+    truth = {("inferenceservices", ns, "m1"): {LABEL_DM: "dm"} for ns in NAMESPACES}
+    truth.update({("pods", ns, "m1"): {ISVC_LABEL: "m1"} for ns in NAMESPACES})
+
+    async def run() -> None:
+        memo = new_memo()
+        cache = memo[handlers.CACHE_KEY]
+        events = handlers.ChildEvents(memo)
+        peer.go_honest(truth)
+        peer.set_script([("slow", 0.6)], cycle=True)  # every list and watch answers late
+        watches = Watches(configuration(peer), RESOURCES, list(NAMESPACES), events.event, events.listed,
+                          OPTIONS).start()
+        recorder = Recorder(cache)
+        leading = asyncio.Event()
+        leading.set()
+        queue = memo[handlers.QUEUE_KEY]
+        queue.add(("ns-a", "dm"))
+        worker = asyncio.create_task(handlers._worker(queue, recorder, {}, leading, 0, watches.primed))
+        try:
+            deadline = time.monotonic() + CONVERGE_S
+            while not recorder.saw and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert recorder.saw, "the pass never ran"
+            assert recorder.saw[0] == selected(peer, list(NAMESPACES))  # the first pass saw every child
+        finally:
+            worker.cancel()
+            await asyncio.gather(worker, return_exceptions=True)
+            await watches.stop()
+            await events.stop()
+            peer.set_script([])
+
+    asyncio.run(run())
