@@ -1,6 +1,7 @@
-"""CI smoke test of the operator benchmarks (benchmarks/convergence.py, scale.py, idle.py): reduced versions run end
-to end against the local cluster (KServe's controller, scheduler, kwok nodes), MinIO and the operator process, and
-must print their table and write their JSON. No timing is asserted here: the figures belong in docs/benchmarks.md."""
+"""CI smoke test of the operator benchmarks (benchmarks/convergence.py, scale.py, idle.py, fleet_floor.py): reduced
+versions run end to end against the local cluster (KServe's controller, scheduler, kwok nodes), MinIO and the
+operator process, and must print their table and write their JSON. No timing is asserted here: the figures belong in
+docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -59,3 +60,11 @@ def test_idle_measures_a_window_after_convergence(tmp_path):
     assert result["setup"]["all_ready"]
     assert 14 <= result["window_seconds"] < 60
     assert "operator_requests_per_minute" in result
+
+
+def test_fleet_floor_brings_every_model_ready_with_no_operator(tmp_path):
+    stdout, result = run("fleet_floor", tmp_path, "--count", "6", "--namespaces", "2")
+    assert "## Fleet floor: 6 DecisionModels in 2 namespaces, no operator" in stdout
+    # Every model Ready from the replayed writes alone (the operator was stopped after the template).
+    assert result["all_ready"] and not result["errors"]
+    assert math.isfinite(result["all_ready_seconds"]) and result["all_ready_seconds"] >= result["ready_seconds_p50"]
