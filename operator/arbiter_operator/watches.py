@@ -35,6 +35,7 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 
 from .api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
+from .clients.namespaces import bookmark_version, resource_version, retry_after, status_reason, watch_line
 
 log = logging.getLogger("arbiter.watches")
 
@@ -96,10 +97,6 @@ def _short(value: Any, limit: int = 200) -> str:
     return str(value)[:limit]
 
 
-def _resource_version(value: Any) -> str:
-    return value if isinstance(value, str) and 0 < len(value) <= 256 else ""
-
-
 def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool = False) -> dict[str, Any] | None:
     """`obj` as a well-formed object of `resource` in the watch's scope, apiVersion and kind filled in (list items of
     built-in kinds carry neither); None where it is not one (pure but for filling in those two fields). A deletion
@@ -129,21 +126,6 @@ def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool
         return None
     obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
     return obj
-
-
-def _status_reason(doc: Any) -> str:
-    if not isinstance(doc, dict):
-        return "no Status"
-    parts = [_short(doc.get(k)) for k in ("code", "reason", "message") if doc.get(k) is not None]
-    return ": ".join(parts) or "an empty Status"
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
 def ssl_context(config: Any) -> ssl.SSLContext:
@@ -302,12 +284,12 @@ class Watches:
             status: Any = json.loads(bytes(body[:ERROR_BODY_BYTES]))
         except (ValueError, RecursionError):
             status = None
-        reason = f"HTTP {resp.status_code} ({_status_reason(status) if status is not None else 'no Status body'})"
+        reason = f"HTTP {resp.status_code} ({status_reason(status) if status is not None else 'no Status body'})"
         if resp.status_code == 410:
             raise Gone(reason)
         if resp.status_code == 404 and "watch" not in params and "continue" not in params:
             raise NotServed(reason)
-        raise Failed(reason, _retry_after(resp.headers.get("Retry-After")))
+        raise Failed(reason, retry_after(resp.headers.get("Retry-After")))
 
     async def _list(self, resource: Resource, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
         """Every object of the scope (all pages), and the list's resourceVersion."""
@@ -336,7 +318,7 @@ class Watches:
             items = doc.get("items") if isinstance(doc, dict) else None
             if not isinstance(meta, dict) or not isinstance(items, list):
                 raise Failed(f"the answer is not a {resource.kind}List")
-            rv = _resource_version(meta.get("resourceVersion"))
+            rv = resource_version(meta.get("resourceVersion"))
             if not rv:
                 raise Failed("the list has no resourceVersion")
             for item in items:
@@ -383,22 +365,18 @@ class Watches:
     @staticmethod
     def _event(resource: Resource, namespace: str | None,
                line: bytes) -> tuple[str, dict[str, Any] | None, str] | None:
-        try:
-            doc = json.loads(line)
-        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
+        decoded = watch_line(line)
+        if decoded is None:
             return None
-        if not isinstance(doc, dict):
-            return None
-        type_, obj = doc.get("type"), doc.get("object")
+        type_, obj = decoded
         if type_ == "ERROR":  # the apiserver ends a watch after one; 410 or not, a fresh list is the way on
-            raise Gone(f"watch ERROR event ({_status_reason(obj)})")
+            raise Gone(f"watch ERROR event ({status_reason(obj)})")
         if type_ == "BOOKMARK":
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            rv = _resource_version(meta.get("resourceVersion")) if isinstance(meta, dict) else ""
+            rv = bookmark_version(obj)
             return ("BOOKMARK", None, rv) if rv else None
         if type_ not in EVENT_TYPES:
             return None
         held = object_of(resource, namespace, obj, deleted=type_ == "DELETED")
         if held is None:
             return None
-        return type_, held, _resource_version(held["metadata"].get("resourceVersion"))
+        return type_, held, resource_version(held["metadata"].get("resourceVersion"))

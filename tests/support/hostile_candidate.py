@@ -61,10 +61,7 @@ class HostileCandidate(LoopbackPeer):
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                _, _, headers, body = await self._read_request(reader)
                 self.requests += 1
                 self.headers_seen = (self.headers_seen + [headers])[-50:]
                 if not await self._respond(body, writer):

@@ -187,11 +187,7 @@ class HostileUpstream(LoopbackPeer):
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                method, path, headers, body = await self._read_request(reader)
                 keep = await self._respond(method, path, body, writer)
                 if not keep:
                     break

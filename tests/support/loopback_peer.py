@@ -65,6 +65,17 @@ class LoopbackPeer:
         raise NotImplementedError
 
     @staticmethod
+    async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes]:
+        """The next request on a keep-alive connection: method, target, headers (lower-case names) and body (by
+        Content-Length). Raises IncompleteReadError when the client hangs up, ValueError on a malformed head."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+        return method, target, headers, body
+
+    @staticmethod
     async def _break_connection(writer: asyncio.StreamWriter, how: str) -> bool:
         """The connection-level misbehaviours every hostile peer shares: `reset` (RST instead of FIN), `close` or
         `close_no_response` (FIN, no answer), `bad_status_line`. True when `how` is one of them; the caller then

@@ -85,7 +85,7 @@ class Failed(Exception):
         self.retry_after = retry_after
 
 
-def _resource_version(value: Any) -> str:
+def resource_version(value: Any) -> str:
     return value if isinstance(value, str) and 0 < len(value) <= 256 else ""
 
 
@@ -104,33 +104,44 @@ def namespace_of(obj: Any) -> Namespace | None:
         labels = {}
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         return None
-    return Namespace(name, dict(labels), _resource_version(meta.get("resourceVersion")))
+    return Namespace(name, dict(labels), resource_version(meta.get("resourceVersion")))
 
 
-def _status_reason(doc: Any) -> str:
+def status_reason(doc: Any) -> str:
     if not isinstance(doc, dict):
         return "no Status"
     parts = [str(doc.get(k))[:200] for k in ("code", "reason", "message") if doc.get(k) is not None]
     return ": ".join(parts) or "an empty Status"
 
 
-def parse_event(line: bytes) -> Event | None:
-    """One line of a watch stream: the event, or None where it is not a well-formed Namespace event (pure). An ERROR
-    event raises: the apiserver ends a watch after one."""
+def watch_line(line: bytes) -> tuple[Any, Any] | None:
+    """(type, object) of one line of a watch stream, or None where the line is not a JSON object (pure)."""
     try:
         doc = json.loads(line)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
         return None
-    if not isinstance(doc, dict):
+    return (doc.get("type"), doc.get("object")) if isinstance(doc, dict) else None
+
+
+def bookmark_version(obj: Any) -> str:
+    """The resourceVersion a BOOKMARK event carries, or "" where it carries none."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return resource_version(meta.get("resourceVersion")) if isinstance(meta, dict) else ""
+
+
+def parse_event(line: bytes) -> Event | None:
+    """One line of a watch stream: the event, or None where it is not a well-formed Namespace event (pure). An ERROR
+    event raises: the apiserver ends a watch after one."""
+    decoded = watch_line(line)
+    if decoded is None:
         return None
-    kind, obj = doc.get("type"), doc.get("object")
+    kind, obj = decoded
     if kind == "ERROR":
         if isinstance(obj, dict) and obj.get("code") == 410:
-            raise Gone(_status_reason(obj))
-        raise Failed(f"watch ERROR event ({_status_reason(obj)})")
+            raise Gone(status_reason(obj))
+        raise Failed(f"watch ERROR event ({status_reason(obj)})")
     if kind == "BOOKMARK":
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        rv = _resource_version(meta.get("resourceVersion")) if isinstance(meta, dict) else ""
+        rv = bookmark_version(obj)
         return Event("BOOKMARK", None, rv) if rv else None
     if kind not in EVENT_TYPES:
         return None
@@ -147,7 +158,7 @@ def parse_list(body: bytes) -> tuple[dict[str, Namespace], str]:
         raise Failed("the namespace list is not JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("items"), list) or not isinstance(doc.get("metadata"), dict):
         raise Failed("the namespace list is not a NamespaceList")
-    rv = _resource_version(doc["metadata"].get("resourceVersion"))
+    rv = resource_version(doc["metadata"].get("resourceVersion"))
     if not rv:
         raise Failed("the namespace list has no resourceVersion")
     found: dict[str, Namespace] = {}
@@ -159,7 +170,7 @@ def parse_list(body: bytes) -> tuple[dict[str, Namespace], str]:
     return found, rv
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after(value: str | None) -> float | None:
     try:
         seconds = float(value) if value is not None else None
     except ValueError:  # an HTTP date, or garbage: the back-off alone decides
@@ -194,10 +205,10 @@ def _open(api: k8s.ApiClient, query: list[tuple[str, str]], read_timeout: float,
         status: Any = json.loads(body)
     except (ValueError, RecursionError):
         status = None
-    reason = f"HTTP {resp.status} ({_status_reason(status) if status is not None else 'no Status body'})"
+    reason = f"HTTP {resp.status} ({status_reason(status) if status is not None else 'no Status body'})"
     if resp.status == 410:
         raise Gone(reason)
-    raise Failed(reason, _retry_after(resp.headers.get("Retry-After")))
+    raise Failed(reason, retry_after(resp.headers.get("Retry-After")))
 
 
 def _close(resp: urllib3.BaseHTTPResponse) -> None:

@@ -47,12 +47,7 @@ class HostileWriteTarget(LoopbackPeer):
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, target, _ = lines[0].split(" ", 2)
-                length = next((int(x.split(":", 1)[1]) for x in lines[1:] if x.lower().startswith("content-length:")),
-                              0)
-                body = await reader.readexactly(length) if length else b""
+                method, target, _, body = await self._read_request(reader)
                 self.seen.append((method, target, body))
                 how, status, payload = self.script.pop(0) if self.script else ("answer", 200, b"{}")
                 if await self._break_connection(writer, how):
@@ -71,7 +66,8 @@ class HostileWriteTarget(LoopbackPeer):
                 await writer.drain()
                 if how == "short_body":
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError,
+                asyncio.CancelledError):
             pass  # the client went away, or the peer is stopping
         finally:
             writer.close()
