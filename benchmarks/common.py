@@ -170,6 +170,11 @@ class ProcStats:
         fields = pathlib.Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / self.TICK  # utime + stime
 
+    def system_cpu_seconds(self) -> float:
+        """The kernel's share of cpu_seconds (stime: socket reads and writes, polling, thread wake-ups)."""
+        fields = pathlib.Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[12]) / self.TICK
+
     def _status(self, key: str) -> int:
         for line in pathlib.Path(f"/proc/{self.pid}/status").read_text().splitlines():
             if line.startswith(key + ":"):
@@ -193,6 +198,9 @@ class GroupStats:
 
     def cpu_seconds(self) -> float:
         return sum(p.cpu_seconds() for p in self.parts)
+
+    def system_cpu_seconds(self) -> float:
+        return sum(p.system_cpu_seconds() for p in self.parts)
 
     def rss(self) -> int:
         return max(p.rss() for p in self.parts)
@@ -258,6 +266,10 @@ def operator_counters(op: Any) -> dict[str, float]:
             out["reconciles"] = out.get("reconciles", 0.0) + float(value)
         elif name.startswith("arbiter_operator_watch_echoes_skipped_total"):
             out["echoes_skipped"] = out.get("echoes_skipped", 0.0) + float(value)
+        elif name.startswith(("arbiter_operator_watch_events_total{", "arbiter_operator_watch_bytes_total{")):
+            kind = re.search(r'kind="(\w+)"', name)
+            key = f"{'watch_events' if 'events' in name else 'watch_bytes'}_{kind.group(1) if kind else '?'}"
+            out[key] = out.get(key, 0.0) + float(value)
         elif name.startswith("arbiter_operator_kube_requests_total{"):
             verb = re.search(r'verb="(\w+)"', name)
             key = f"requests_{verb.group(1) if verb else '?'}"

@@ -13,7 +13,6 @@ writes an annotation to a DecisionModel: no diff base (`NoDiffBase` keeps none),
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import kopf
 
+from .api import jsonfast
 from . import metrics
 from .api.names import API_VERSION, GROUP, ISVC_LABEL, KIND, PLURAL, VERSION
 from .cache import CachedKubeClient, WatchCache
@@ -385,8 +385,8 @@ def isvc_view(obj: dict[str, Any]) -> tuple[Any, ...]:
     load, the message) and what drift is judged on (the spec, by generation, and the metadata the operator applies).
     KServe rewrites its status several times while a predictor comes up; only a change of this view queues a pass."""
     meta = as_map(obj.get("metadata"))
-    return (isvc_state(obj), meta.get("generation"), json.dumps(meta.get("labels"), sort_keys=True),
-            json.dumps(meta.get("annotations"), sort_keys=True), json.dumps(meta.get("ownerReferences")),
+    return (isvc_state(obj), meta.get("generation"), jsonfast.dumps(meta.get("labels"), sort_keys=True),
+            jsonfast.dumps(meta.get("annotations"), sort_keys=True), jsonfast.dumps(meta.get("ownerReferences")),
             meta.get("deletionTimestamp"))
 
 

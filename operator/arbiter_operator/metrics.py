@@ -56,6 +56,18 @@ ECHOES_SKIPPED = Counter(
     "Watch events that carried exactly what the operator's own last write produced, so queued no reconcile.",
 )
 
+WATCH_EVENTS = Counter(
+    "arbiter_operator_watch_events_total",
+    "Events received on the operator's watches of its children's kinds (ADDED, MODIFIED, DELETED; not bookmarks), by "
+    "kind.",
+    ["kind"],
+)
+WATCH_BYTES = Counter(
+    "arbiter_operator_watch_bytes_total",
+    "Bytes of watch events received on the operator's watches of its children's kinds, by kind.",
+    ["kind"],
+)
+
 LEADER = Gauge(
     "arbiter_operator_leader",
     "1 while this replica leads (holds the leader Lease, or runs without leader election), else 0 (standby).",

@@ -42,8 +42,9 @@ REGISTRY_ARCHIVE_BACKOFF = DoublingBackoff(5.0, 300.0)
 WATCH_RESTART_BACKOFF = DoublingBackoff(1.0, 60.0)
 # The registry / S3 asked again while `Registered` or `ArtifactsValid` is Unknown: 5 s ... 60 s.
 OUTSIDE_RECHECK = ElapsedBackoff(5.0, 60.0)
-# A version loading (Deploying, Waiting): a safety net only, every 5 min. Whatever decides the outcome is watched and
+# A version loading (Deploying, Waiting): a safety net only, every 10 min. Whatever decides the outcome is watched and
 # queues the DecisionModel when it changes: KServe's InferenceService status, the predictor Deployment's
 # availability, a predictor pod's trouble (unschedulable, crash loop); the progress deadline has its own timer.
-# (Starting at 60 s, the net cost a fleet of 1,000 loading for ten minutes about three passes per DecisionModel.)
-LOADING_POLL = ElapsedBackoff(300.0, 300.0)
+# (Starting at 60 s, the net cost a fleet of 1,000 loading for ten minutes about three passes per DecisionModel; every
+# 5 min, one more pass each than the watches asked for.)
+LOADING_POLL = ElapsedBackoff(600.0, 600.0)

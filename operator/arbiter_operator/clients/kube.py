@@ -7,7 +7,6 @@ log that a converged reconcile writes nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -18,6 +17,7 @@ from typing import Any, Callable, Protocol
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from ..api import jsonfast, kubejson
 from ..api.names import FIELD_MANAGER
 from ..api.times import format_time
 from ..metrics import KUBE_REQUESTS, code_class
@@ -213,7 +213,7 @@ class RestKubeClient:
         return self._call(
             "PATCH",
             k.path(meta.get("namespace"), meta["name"]),
-            body=json.dumps(obj),
+            body=jsonfast.dumps(obj),
             query=query,
             content_type="application/apply-patch+yaml",
         )
@@ -231,7 +231,7 @@ class RestKubeClient:
         return self._call(
             "PATCH",
             k.path(meta.get("namespace"), meta["name"]),
-            body=json.dumps(body),
+            body=jsonfast.dumps(body),
             query=[("fieldManager", self.field_manager)],
             content_type="application/apply-patch+yaml",
         )
@@ -379,7 +379,7 @@ def raw_call(
     if not 200 <= resp.status < 300:
         reason, message = resp.reason or "", ""
         try:
-            payload = json.loads(data or b"{}")
+            payload = jsonfast.loads(data or b"{}")
             message = payload.get("message", "") if isinstance(payload, dict) else ""
             reason = payload.get("reason", reason) if isinstance(payload, dict) else reason
         except (ValueError, RecursionError):
@@ -388,7 +388,9 @@ def raw_call(
     # The apiserver answers every request the operator makes with an object (the object, a list, a Status). Anything
     # else (a proxy's page, a cut answer, nothing) means the object did not arrive: an error the reconcile retries.
     try:
-        out = json.loads(data)
+        # A write's answer goes to the watch cache, which holds no managedFields: they are not even decoded. A read's
+        # answer comes whole (an object of another owner is described by its field managers).
+        out = jsonfast.loads(data) if method == "GET" else kubejson.loads_object(data)
     except (ValueError, RecursionError):  # UnicodeError included; RecursionError: nesting deeper than Python's stack
         out = None
     if not isinstance(out, dict):

@@ -20,7 +20,6 @@ Here every answer is treated as possibly hostile:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -32,6 +31,7 @@ from urllib.parse import urlencode
 import urllib3
 from kubernetes import client as k8s
 
+from ..api import jsonfast
 from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 
 log = logging.getLogger("arbiter.namespaces")
@@ -117,7 +117,7 @@ def status_reason(doc: Any) -> str:
 def watch_line(line: bytes) -> tuple[Any, Any] | None:
     """(type, object) of one line of a watch stream, or None where the line is not a JSON object (pure)."""
     try:
-        doc = json.loads(line)
+        doc = jsonfast.loads(line)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
         return None
     return (doc.get("type"), doc.get("object")) if isinstance(doc, dict) else None
@@ -153,7 +153,7 @@ def parse_list(body: bytes) -> tuple[dict[str, Namespace], str]:
     """A NamespaceList answer: its namespaces by name and its resourceVersion; Failed unless every part is
     well-formed (pure)."""
     try:
-        doc = json.loads(body)
+        doc = jsonfast.loads(body)
     except (ValueError, RecursionError):
         raise Failed("the namespace list is not JSON") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("items"), list) or not isinstance(doc.get("metadata"), dict):
@@ -202,7 +202,7 @@ def _open(api: k8s.ApiClient, query: list[tuple[str, str]], read_timeout: float,
     finally:
         _close(resp)
     try:
-        status: Any = json.loads(body)
+        status: Any = jsonfast.loads(body)
     except (ValueError, RecursionError):
         status = None
     reason = f"HTTP {resp.status} ({status_reason(status) if status is not None else 'no Status body'})"

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from datetime import datetime
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import threading
 import time
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 from ..clients.kube import KubeError
 from ..clients.s3 import (
     CredentialsInvalid,
+    S3Credentials,
     S3Storage,
     StorageRejected,
     StorageUnreachable,
@@ -130,12 +132,11 @@ class SecretReads:
         return secret
 
 
-async def open_storage(kube: Any, dm: Any, bucket: str,
-                       secrets: SecretReads | None = None) -> S3Storage | ArtifactReport:
-    """S3 access for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the cluster
-    through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when the
-    credentials cannot be had; close the storage with `async with` or `aclose()`. `secrets`: recent Secret reads to
-    share (None: read it)."""
+async def storage_credentials(kube: Any, dm: Any, bucket: str,
+                              secrets: SecretReads | None = None) -> S3Credentials | ArtifactReport:
+    """S3 credentials for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the
+    cluster through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when
+    they cannot be had. `secrets`: recent Secret reads to share (None: read it)."""
     st = dm.spec.storage
     ns = dm.metadata.namespace
     try:
@@ -164,33 +165,106 @@ async def open_storage(kube: Any, dm: Any, bucket: str,
         return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"{exc}{RECHECKED}")
     except KubeError as exc:
         return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"cannot read spec.storage references ({exc})")
-    return S3Storage(creds)
+    return creds
 
 
-async def check_decision_model_in_cluster(kube: Any, dm: Any,
-                                          secrets: SecretReads | None = None) -> dict[str, ArtifactReport]:
-    """`check_decision_model` with credentials resolved from the cluster, one S3Storage per bucket."""
+class StoragePool:
+    """S3 clients shared by the artifact checks that run on one event loop, one per credentials, closed once unused
+    for `idle` seconds (30). A fleet's checks against one endpoint reuse its connections: a new client and a TLS
+    handshake per check were a fifth of the operator's CPU while a fleet was created.
+
+    A client is never closed while a check uses it. Credentials stay in memory as long as their client: seconds after
+    the last check that needed them, not for the process's life."""
+
+    def __init__(self, idle: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.idle = idle
+        self._clock = clock
+        # (event loop, credentials) -> [client, last use, checks using it now]
+        self._held: dict[tuple[asyncio.AbstractEventLoop, S3Credentials], list[Any]] = {}
+        self._reapers: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    @contextlib.asynccontextmanager
+    async def use(self, creds: S3Credentials) -> AsyncIterator[S3Storage]:
+        loop = asyncio.get_running_loop()
+        await self._close_idle(loop)
+        entry = self._held.setdefault((loop, creds), [None, 0.0, 0])
+        if entry[0] is None:
+            entry[0] = S3Storage(creds)
+        entry[2] += 1
+        try:
+            yield entry[0]
+        finally:
+            entry[1] = self._clock()
+            entry[2] -= 1
+            self._reap_later(loop)
+
+    def _reap_later(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Close idle clients even when no further check comes to do it."""
+        if self.idle <= 0 or loop in self._reapers:
+            return
+
+        async def reap() -> None:
+            await self._close_idle(loop)
+            if any(k[0] is loop for k in self._held):
+                self._reap_later(loop)
+
+        def start() -> None:
+            self._reapers.pop(loop, None)
+            task = loop.create_task(reap())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        self._reapers[loop] = loop.call_later(self.idle + 1.0, start)
+
+    async def _close_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = self._clock()
+        for key, (storage, last, users) in list(self._held.items()):
+            if key[0].is_closed():  # a finished loop took its connections with it
+                del self._held[key]
+            elif key[0] is loop and not users and now - last > self.idle:
+                del self._held[key]
+                await storage.aclose()
+
+    async def aclose(self) -> None:
+        """Close the clients of the running loop (shutdown)."""
+        loop = asyncio.get_running_loop()
+        reaper = self._reapers.pop(loop, None)
+        if reaper is not None:
+            reaper.cancel()
+        for key in [k for k in self._held if k[0] is loop]:
+            await self._held.pop(key)[0].aclose()
+
+
+async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretReads | None = None,
+                                          pool: StoragePool | None = None) -> dict[str, ArtifactReport]:
+    """`check_decision_model` with credentials resolved from the cluster, per bucket. `pool`: S3 clients to share
+    (None: a client of its own per bucket, closed at the end)."""
     ask = serving_ask(dm.spec)
     reports: dict[str, ArtifactReport] = {}
-    storages: dict[str, S3Storage | ArtifactReport] = {}
+    creds: dict[str, S3Credentials | ArtifactReport] = {}
+    own = StoragePool(idle=0.0) if pool is None else pool
     try:
         for v in dm.spec.versions:
             scheme, bucket, _ = parse_storage_uri(v.storageUri)
             if scheme != "s3":
                 reports[v.name] = not_checkable(v.storageUri)
                 continue
-            if bucket not in storages:
-                storages[bucket] = await open_storage(kube, dm, bucket, secrets)
-            storage = storages[bucket]
-            if isinstance(storage, ArtifactReport):
-                reports[v.name] = storage
-            else:
+            if bucket not in creds:
+                creds[bucket] = await storage_credentials(kube, dm, bucket, secrets)
+            found = creds[bucket]
+            if isinstance(found, ArtifactReport):
+                reports[v.name] = found
+                continue
+            async with own.use(found) as storage:
                 report = await check_version_artifacts(storage, v.storageUri, ask, decision_to_count(dm, v))
-                reports[v.name] = dataclasses.replace(report, storage_key=storage.entry_key)
+            reports[v.name] = dataclasses.replace(report, storage_key=storage.entry_key)
     finally:
-        for s in storages.values():
-            if isinstance(s, S3Storage):
-                await s.aclose()
+        if pool is None:
+            await own.aclose()
     return reports
 
 
@@ -213,8 +287,10 @@ class VerdictCache:
         self.valid_ttl = max(ttl, valid_ttl) if ttl > 0 else ttl  # ttl=0: check every time (observe_artifacts)
         self._clock = clock
         self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
-        # The storage Secrets the checks read, shared for a few seconds (none kept when ttl is 0: check every time).
+        # The storage Secrets the checks read, shared for a few seconds, and their S3 clients (none kept when ttl is 0:
+        # check every time).
         self.secrets = SecretReads(ttl=10.0 if ttl > 0 else 0.0, clock=clock)
+        self.storages = StoragePool(idle=30.0) if ttl > 0 else None
 
     def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
         if not uid:  # an object without identity (not from the apiserver) is always checked
@@ -245,7 +321,7 @@ async def observe_artifacts(
     spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
     reports = cache.get(uid, spec_digest)
     if reports is None:
-        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets)
+        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets, cache.storages)
         cache.put(uid, spec_digest, reports)
     previous = {v.name: v for v in dm.status.versions}
     return replace(

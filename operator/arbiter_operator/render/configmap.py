@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -57,16 +58,28 @@ def shadow_config(dm: DecisionModel, shadow: Any) -> dict[str, Any]:
     }
 
 
+def readable_json(value: Any) -> str:
+    """Sorted, indented JSON: stable bytes (so the checksum only moves when content does) and readable in `oc get`.
+    Exactly `json.dumps(value, sort_keys=True, indent=2)`, whose bytes must never change (the pods' config checksum
+    is taken over them); the standard library encodes with indentation in pure Python, so each text is made once
+    and found again by the compact form, which it encodes in C."""
+    return _indented(json.dumps(value, sort_keys=True, separators=(",", ":")))
+
+
+@functools.lru_cache(maxsize=2048)
+def _indented(compact: str) -> str:
+    return json.dumps(json.loads(compact), sort_keys=True, indent=2)
+
+
 def render_configmap(
     dm: DecisionModel, version: ModelVersion, diffusion: bool = False, shadow: Any = None
 ) -> dict[str, Any]:
     """shadow: a promotion.ShadowPlan when this (stable) version mirrors traffic to a candidate; without it the
     ConfigMap has no shadow.json, so server-side apply removes the key and mirroring stops."""
     cfg = decision_config(dm, version, diffusion)
-    # Sorted, indented JSON: stable bytes (so the checksum only moves when content does) and readable in `oc get`.
-    data = {CONFIG_FILE: json.dumps(cfg, sort_keys=True, indent=2)}
+    data = {CONFIG_FILE: readable_json(cfg)}
     if shadow is not None:
-        data[SHADOW_FILE] = json.dumps(shadow_config(dm, shadow), sort_keys=True, indent=2)
+        data[SHADOW_FILE] = readable_json(shadow_config(dm, shadow))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -66,6 +66,11 @@ def test_scrape_shows_reconciles_requests_and_queue_after_a_model_converges(
     assert total(page, "arbiter_operator_workqueue_wait_seconds_count") >= passes
     assert total(page, "arbiter_operator_workqueue_depth") == 0
     assert total(page, "arbiter_operator_reconcile_errors_total") == 0
+    # The children's watches saw the InferenceService (created, then KServe's status) and the operator's ConfigMap,
+    # and counted their bytes.
+    assert total(page, "arbiter_operator_watch_events_total", kind="InferenceService") >= 2
+    assert total(page, "arbiter_operator_watch_events_total", kind="ConfigMap") >= 1
+    assert total(page, "arbiter_operator_watch_bytes_total", kind="InferenceService") > 500
 
     # Converged means quiet: the counters settle (no passes, no requests) until something changes.
     def quiet():

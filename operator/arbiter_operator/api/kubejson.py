@@ -1,0 +1,104 @@
+"""Kubernetes objects decoded as the operator holds them: without `metadata.managedFields` and, for the kinds whose
+spec it never reads (Deployments and pods: only their status tells it anything), without the spec.
+
+The decoder skips those parts while it parses (msgspec, typed): they are never built as Python objects. managedFields
+are most of a watched object's bytes, and building them, only for the watch cache to drop them, was the largest
+share of the operator's CPU at fleet scale. The operator reads managedFields only of objects of other owners
+(`apply.describe_owner`), which it GETs from the apiserver whole.
+
+Kept: apiVersion, kind, metadata (every ObjectMeta field but managedFields), spec, status, and a ConfigMap's data,
+binaryData and immutable (of a Deployment or a pod: apiVersion, kind, metadata and status); any other top-level field
+is dropped (no kind the operator watches or writes has one).
+A field that is present is kept exactly as sent (null included), whatever its type: validating it is the caller's
+job, as with a generic decode. Anything the typed decoder refuses (a metadata or an object that is not a JSON
+object, a number out of range) is decoded generically, so the caller's own checks decide, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import orjson
+
+UNSET: Any = msgspec.UNSET
+
+
+class _Meta(msgspec.Struct):
+    name: Any = UNSET
+    generateName: Any = UNSET
+    namespace: Any = UNSET
+    selfLink: Any = UNSET
+    uid: Any = UNSET
+    resourceVersion: Any = UNSET
+    generation: Any = UNSET
+    creationTimestamp: Any = UNSET
+    deletionTimestamp: Any = UNSET
+    deletionGracePeriodSeconds: Any = UNSET
+    labels: Any = UNSET
+    annotations: Any = UNSET
+    ownerReferences: Any = UNSET
+    finalizers: Any = UNSET
+
+
+class _StatusOnly(msgspec.Struct):
+    apiVersion: Any = UNSET
+    kind: Any = UNSET
+    metadata: _Meta | msgspec.UnsetType = UNSET
+    status: Any = UNSET
+
+
+class _Whole(_StatusOnly):
+    spec: Any = UNSET
+    data: Any = UNSET
+    binaryData: Any = UNSET
+    immutable: Any = UNSET
+
+
+class _WatchEvent(msgspec.Struct):
+    type: Any = UNSET
+    object: _Whole | msgspec.UnsetType = UNSET
+
+
+class _StatusOnlyEvent(msgspec.Struct):
+    type: Any = UNSET
+    object: _StatusOnly | msgspec.UnsetType = UNSET
+
+
+# KServe's predictor Deployments and pods: the reconcile reads their metadata and status only (plan/predictors.py),
+# so their spec (the pod template: containers, volumes, env) is neither decoded from a watch nor held in the cache.
+STATUS_ONLY = frozenset({"Deployment", "Pod"})
+
+_OBJECT: dict[bool, msgspec.json.Decoder[Any]] = {
+    True: msgspec.json.Decoder(_StatusOnly), False: msgspec.json.Decoder(_Whole)}
+_EVENT: dict[bool, msgspec.json.Decoder[Any]] = {
+    True: msgspec.json.Decoder(_StatusOnlyEvent), False: msgspec.json.Decoder(_WatchEvent)}
+_to_builtins = msgspec.to_builtins
+
+
+def loads_object(data: bytes, kind: str | None = None) -> Any:
+    """One object (an apiserver's answer to a write) without managedFields (and without the spec for a STATUS_ONLY
+    `kind`). Raises ValueError (or RecursionError) where `data` is not JSON."""
+    try:
+        return _to_builtins(_OBJECT[kind in STATUS_ONLY].decode(data))
+    except msgspec.ValidationError:  # JSON, but not shaped like an object: as a generic decode sees it
+        return orjson.loads(data)
+
+
+def loads_event(line: bytes, kind: str | None = None) -> tuple[Any, Any] | None:
+    """(type, object) of one watch line, the object slimmed as `loads_object` does; None where the line is not a JSON
+    object. An ERROR event's object (a Status) comes whole."""
+    try:
+        event = _EVENT[kind in STATUS_ONLY].decode(line)
+        if event.type != "ERROR":
+            obj = event.object
+            return event.type, None if obj is UNSET else _to_builtins(obj)
+        doc = orjson.loads(line)
+    except msgspec.ValidationError:
+        try:
+            doc = orjson.loads(line)
+        except ValueError:
+            return None
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
+        return None
+    return (doc.get("type"), doc.get("object")) if isinstance(doc, dict) else None

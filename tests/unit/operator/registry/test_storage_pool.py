@@ -1,0 +1,67 @@
+"""The artifact checks' shared S3 clients: one per credentials and event loop, reused while in use, closed once idle
+(also when no further check comes), never closed under a check that uses it."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+from arbiter_operator.clients.s3 import S3Credentials
+from arbiter_operator.observe.storage import StoragePool
+
+A = S3Credentials("AKIA-A", "secret-a", endpoint_url="https://s3.a.example")
+B = S3Credentials("AKIA-B", "secret-b", endpoint_url="https://s3.a.example")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_checks_with_the_same_credentials_share_one_client_and_others_get_their_own():
+    pool = StoragePool(idle=30.0, clock=Clock())
+    async with pool.use(A) as first:
+        pass
+    async with pool.use(A) as again, pool.use(B) as other:
+        assert again is first
+        assert other is not first
+    assert len(pool) == 2
+    await pool.aclose()
+    assert len(pool) == 0
+
+
+async def test_an_idle_client_is_closed_but_never_one_in_use():
+    clock = Clock()
+    pool = StoragePool(idle=30.0, clock=clock)
+    async with pool.use(A) as busy:
+        http = busy._http()
+        clock.now = 100.0
+        async with pool.use(B):  # a later check looks for idle clients: A is in use, so it stays open
+            pass
+        assert not http.is_closed
+    clock.now = 200.0
+    async with pool.use(B) as fresh:
+        pass
+    assert http.is_closed  # A unused for 100 s: closed, its credentials dropped
+    assert busy is not fresh and len(pool) == 1
+    await pool.aclose()
+
+
+async def test_idle_clients_are_closed_even_when_no_further_check_comes():
+    pool = StoragePool(idle=0.05)
+    async with pool.use(A) as storage:
+        http = storage._http()
+    await asyncio.sleep(1.3)  # idle + the reaper's second of slack
+    assert http.is_closed
+    assert len(pool) == 0
+
+
+async def test_a_pool_without_idle_time_keeps_nothing_after_its_owner_closes_it():
+    pool = StoragePool(idle=0.0)
+    async with pool.use(A) as storage:
+        http = storage._http()
+    await pool.aclose()
+    assert http.is_closed and len(pool) == 0
