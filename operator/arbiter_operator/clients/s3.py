@@ -257,7 +257,11 @@ class S3Storage:
     """Read-only S3 access for the artifact check. One instance per credentials; `async with` or `aclose()` when
     done. Its reads reuse one connection pool."""
 
-    def __init__(self, creds: S3Credentials, *, connect_timeout: float = 5, read_timeout: float = 15):
+    def __init__(self, creds: S3Credentials, *, connect_timeout: float = 5, read_timeout: float = 15,
+                 max_connections: int | None = 4):
+        """max_connections: None for a client that checks share (observe/storage.StoragePool): a check never waits
+        for another's connection, as with a client of its own; up to 16 idle ones are kept for the next checks."""
+        self._max_connections = max_connections
         self._creds = creds
         self.entry_key = creds.entry_key
         self._region = creds.region or "us-east-1"
@@ -285,7 +289,8 @@ class S3Storage:
             self._client = httpx.AsyncClient(
                 verify=_ssl_context(self._creds.verify_ssl if secure else False, self._creds.ca_bundle_pem),
                 timeout=self._timeout,
-                limits=httpx.Limits(max_connections=4, max_keepalive_connections=4, keepalive_expiry=30),
+                limits=httpx.Limits(max_connections=self._max_connections, keepalive_expiry=30,
+                                    max_keepalive_connections=min(self._max_connections or 16, 16)),
                 follow_redirects=False,
                 # Raw bytes only: a compressed body could expand past any bound before it is counted.
                 headers={"Accept-Encoding": "identity", "User-Agent": "arbiter-operator"},

@@ -193,7 +193,7 @@ class StoragePool:
         await self._close_idle(loop)
         entry = self._held.setdefault((loop, creds), [None, 0.0, 0])
         if entry[0] is None:
-            entry[0] = S3Storage(creds)
+            entry[0] = S3Storage(creds, max_connections=None)
         entry[2] += 1
         try:
             yield entry[0]

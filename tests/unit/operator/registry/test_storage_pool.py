@@ -65,3 +65,26 @@ async def test_a_pool_without_idle_time_keeps_nothing_after_its_owner_closes_it(
         http = storage._http()
     await pool.aclose()
     assert http.is_closed and len(pool) == 0
+
+
+async def test_checks_sharing_a_client_never_wait_for_each_others_connections():
+    """A fleet's checks run at once (one per worker) against a slow S3: sharing a client must not make them queue for
+    its connections until they time out, which a check with a client of its own never did."""
+    from support.hostile_s3 import Answer, HostileS3
+
+    s3 = HostileS3().start()
+    try:
+        s3.reset(lambda request: Answer(200, b'{"architectures": ["X"]}', stall=2.0))
+        creds = S3Credentials("AKIA-A", "secret-a", endpoint_url=s3.endpoint_url)
+        pool = StoragePool(idle=30.0)
+
+        async def check() -> bytes | None:
+            async with pool.use(creds) as storage:
+                return await storage.get_bytes("models", "credit/config.json")
+
+        answers = await asyncio.gather(*[check() for _ in range(16)])  # 16 workers, each answer 2 s late
+        assert answers == [b'{"architectures": ["X"]}'] * 16
+        assert s3.connections >= 16 and len(pool) == 1
+        await pool.aclose()
+    finally:
+        s3.stop()
