@@ -32,6 +32,7 @@ import urllib3
 from kubernetes import client as k8s
 
 from ..api import jsonfast
+from ..api.kubejson import loads_event
 from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 
 log = logging.getLogger("arbiter.namespaces")
@@ -114,13 +115,6 @@ def status_reason(doc: Any) -> str:
     return ": ".join(parts) or "an empty Status"
 
 
-def watch_line(line: bytes) -> tuple[Any, Any] | None:
-    """(type, object) of one line of a watch stream, or None where the line is not a JSON object (pure)."""
-    try:
-        doc = jsonfast.loads(line)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
-        return None
-    return (doc.get("type"), doc.get("object")) if isinstance(doc, dict) else None
 
 
 def bookmark_version(obj: Any) -> str:
@@ -132,7 +126,7 @@ def bookmark_version(obj: Any) -> str:
 def parse_event(line: bytes) -> Event | None:
     """One line of a watch stream: the event, or None where it is not a well-formed Namespace event (pure). An ERROR
     event raises: the apiserver ends a watch after one."""
-    decoded = watch_line(line)
+    decoded = loads_event(line)
     if decoded is None:
         return None
     kind, obj = decoded

@@ -168,6 +168,13 @@ async def storage_credentials(kube: Any, dm: Any, bucket: str,
     return creds
 
 
+@dataclasses.dataclass
+class _Shared:
+    storage: S3Storage
+    last_use: float = 0.0
+    users: int = 0  # checks using it now
+
+
 class StoragePool:
     """S3 clients shared by the artifact checks that run on one event loop, one per credentials, closed once unused
     for `idle` seconds (30). A fleet's checks against one endpoint reuse its connections: a new client and a TLS
@@ -179,8 +186,7 @@ class StoragePool:
     def __init__(self, idle: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.idle = idle
         self._clock = clock
-        # (event loop, credentials) -> [client, last use, checks using it now]
-        self._held: dict[tuple[asyncio.AbstractEventLoop, S3Credentials], list[Any]] = {}
+        self._held: dict[tuple[asyncio.AbstractEventLoop, S3Credentials], _Shared] = {}
         self._reapers: dict[asyncio.AbstractEventLoop, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -191,15 +197,15 @@ class StoragePool:
     async def use(self, creds: S3Credentials) -> AsyncIterator[S3Storage]:
         loop = asyncio.get_running_loop()
         await self._close_idle(loop)
-        entry = self._held.setdefault((loop, creds), [None, 0.0, 0])
-        if entry[0] is None:
-            entry[0] = S3Storage(creds, max_connections=None)
-        entry[2] += 1
+        entry = self._held.get((loop, creds))
+        if entry is None:
+            entry = self._held[(loop, creds)] = _Shared(S3Storage(creds, max_connections=None))
+        entry.users += 1
         try:
-            yield entry[0]
+            yield entry.storage
         finally:
-            entry[1] = self._clock()
-            entry[2] -= 1
+            entry.last_use = self._clock()
+            entry.users -= 1
             self._reap_later(loop)
 
     def _reap_later(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -222,12 +228,12 @@ class StoragePool:
 
     async def _close_idle(self, loop: asyncio.AbstractEventLoop) -> None:
         now = self._clock()
-        for key, (storage, last, users) in list(self._held.items()):
+        for key, entry in list(self._held.items()):
             if key[0].is_closed():  # a finished loop took its connections with it
                 del self._held[key]
-            elif key[0] is loop and not users and now - last > self.idle:
+            elif key[0] is loop and not entry.users and now - entry.last_use > self.idle:
                 del self._held[key]
-                await storage.aclose()
+                await entry.storage.aclose()
 
     async def aclose(self) -> None:
         """Close the clients of the running loop (shutdown)."""
@@ -236,7 +242,7 @@ class StoragePool:
         if reaper is not None:
             reaper.cancel()
         for key in [k for k in self._held if k[0] is loop]:
-            await self._held.pop(key)[0].aclose()
+            await self._held.pop(key).storage.aclose()
 
 
 async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretReads | None = None,
