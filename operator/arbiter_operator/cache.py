@@ -1,19 +1,18 @@
 """The watch cache: the objects the operator's watches deliver, kept in memory, so that a reconcile reads its
 DecisionModel and children without asking the apiserver (docs/architecture.md, "Reads from the watch cache").
 
-The watches fill it: kopf's for DecisionModels (a `kopf.index`, which kopf lists completely before any other handler
-runs), watches.py's for the children (handlers.ChildEvents; no pass runs before their first lists are held), so no
-reconcile ever sees a half-filled cache. The operator's own writes go in too (write-through) with the
-object the apiserver answered, so the next reconcile sees what it just wrote even before the watch echoes it; a
-watch event older than what is held (by resourceVersion) never replaces it. The echo of a write is recognised
-(`is_echo`) so it does not queue another reconcile.
+The watches fill it: watches.py's for DecisionModels and children (handlers.WatchEvents; no pass runs before every
+kind's first list is held), so no reconcile ever sees a half-filled cache. The operator's own writes go in too
+(write-through) with the object the apiserver answered, so the next reconcile sees what it just wrote even before the
+watch echoes it; a watch event older than what is held (by resourceVersion) never replaces it. The echo of a write
+is recognised (`is_echo`) so it does not queue another reconcile.
 
 `CachedKubeClient` wraps the REST client. A `get` of a cached kind is answered from here when the object is held, and
 (but for DecisionModels, which are watched unfiltered, so a miss is an answer) from the apiserver when it is not
 (the watches of children hold only objects that carry the operator's label, so a
 miss may be another owner's object or a CA bundle ConfigMap: only the apiserver can say). A `list` of a cached kind
-is answered from here when its selector pins the label the watch filters on. Writes, Secrets and Pods always go to
-the apiserver.
+is answered from here when its selector pins the label the watch filters on. Writes and Secrets always go to the
+apiserver.
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ import json
 import re
 import threading
 from typing import Any, NamedTuple
+
+import msgspec
 
 from .api import jsonfast
 from .api.kubejson import STATUS_ONLY
@@ -90,6 +91,20 @@ def matches(labels: dict[str, str], reqs: list[tuple[str, str, set[str]]]) -> bo
     return True
 
 
+_encode = msgspec.json.Encoder().encode
+
+
+def _held_bytes(obj: dict[str, Any]) -> bytes:
+    """Compact JSON of an object to hold. msgspec: about ten times faster than the standard library's encoder (which
+    was a few percent of the operator's CPU at fleet scale), and its bytes are exactly as long as the text (orjson's
+    were measured to hold about 65 MiB more at 1,000 DecisionModels: its output buffers). The standard library for
+    what msgspec refuses (integers beyond 64 bits)."""
+    try:
+        return _encode(obj)
+    except (TypeError, ValueError, OverflowError):
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
 class _Held(NamedTuple):
     rv: int | None
     uid: str | None
@@ -126,10 +141,7 @@ class WatchCache:
             return
         slim = _slim(obj)
         labels = dict((slim.get("metadata") or {}).get("labels") or {})
-        # The standard library's encoder (in C for compact output), not orjson: the held bytes live as long as the
-        # object, and orjson's were measured to hold about 65 MiB more at 1,000 DecisionModels (its output buffers).
-        entry = _Held(rv, (obj.get("metadata") or {}).get("uid"), labels,
-                      json.dumps(slim, separators=(",", ":")).encode())
+        entry = _Held(rv, (obj.get("metadata") or {}).get("uid"), labels, _held_bytes(slim))
         with self._lock:
             held = self._objs.get(key)
             if held is not None and rv is not None and held.rv is not None and rv < held.rv:

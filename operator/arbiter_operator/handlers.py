@@ -1,13 +1,13 @@
-"""Thin kopf glue: every watch event of a DecisionModel or of a child it owns puts the DecisionModel in a work queue;
-workers run the one level-based reconcile (reconcile.Reconciler) and schedule the requeue the plan asks for.
-kopf watches the DecisionModels; the children are listed and watched by watches.py, whose events `ChildEvents` puts
-in the cache and the queue without kopf's per-event machinery.
+"""Thin kopf glue: kopf runs the operator's log-in, start-up and clean-up; the operator's own watches (watches.py) list
+and watch the DecisionModels and their children, and `WatchEvents` puts each event in the watch cache and, where a
+pass must react, the owning DecisionModel in a work queue; workers run the one level-based reconcile
+(reconcile.Reconciler) and schedule the requeue the plan asks for.
 
-Why `on.event` and a queue instead of kopf's create/update/resume handlers, daemons or timers: those store progress
-and diff-base annotations on the object and (daemons, timers) add a finalizer, i.e. they write to the DecisionModel
-on their own. Level-based reconcile needs none of it, and a converged DecisionModel then sees zero writes.
-The registry's delete finalizer is part of that reconcile too (registry_handlers.RegistryFinalizer), so kopf never
-writes an annotation to a DecisionModel: no diff base (`NoDiffBase` keeps none), no progress, however large the spec.
+Why no kopf resource handler: kopf's change handlers store progress and diff-base annotations on the object, its
+daemons and timers add a finalizer, i.e. they write to the DecisionModel on their own, and its per-event machinery
+(a Body, a logger, an index and handler bookkeeping per event) cost more CPU than what the operator does with an
+event. A level-based reconcile needs none of it, and a converged DecisionModel then sees zero writes. The registry's
+delete finalizer is part of that reconcile too (registry_handlers.RegistryFinalizer).
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import kopf
 
 from .api import jsonfast
 from . import metrics
-from .api.names import API_VERSION, GROUP, ISVC_LABEL, KIND, PLURAL, VERSION
+from .api.names import API_VERSION, ISVC_LABEL, KIND, PLURAL
 from .cache import CachedKubeClient, WatchCache
 from .api.backoff import RECONCILE_ERROR_BACKOFF
+from .clients.aiokube import LoopTransport
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
+from .plan import validate
 from .plan.planner import isvc_state
 from .plan.predictors import as_map, as_maps, deployment_problem, predictor_problem
 from .reconcile import Reconciler
@@ -108,7 +110,7 @@ NSWATCH_KEY = "arbiter_nswatch"
 LEADER_KEY = "arbiter_leader"  # set by __main__ with --leader-elect: the Lease settings and this replica's identity
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
 NAMESPACES_KEY = "arbiter_namespaces"  # set by __main__: the namespaces kopf watches ([]: cluster-wide)
-CHILD_WATCHES_KEY = "arbiter_child_watches"
+WATCHES_KEY = "arbiter_watches"
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
 # make no API or S3 requests (docs/benchmarks.md, idle cost). Namespace labels are watched (nswatch.py); set it
@@ -121,31 +123,9 @@ WORKERS_ENV = "ARBITER_WORKERS"
 DEFAULT_WORKERS = 16
 
 
-class NoDiffBase(kopf.DiffBaseStorage):
-    """kopf's diff base, for change handlers (on.create/update/field), of which the operator has none: level-based
-    reconciles compare nothing with a last-handled state. kopf still builds an essence of every watched object on every
-    watch event (a deep copy of the whole body, about 5% of the operator's CPU at scale) before it looks for change
-    handlers; this storage builds, keeps and writes nothing. A change handler added later would see every event as a
-    creation, which the handler test (no change handlers registered) catches first."""
-
-    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
-        return {}
-
-    def fetch(self, *, body: Any) -> Any:
-        return None
-
-    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
-        return None
-
-
 def configure(settings: kopf.OperatorSettings) -> None:
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = NoDiffBase()
-    settings.persistence.finalizer = f"{GROUP}/kopf-finalizer"
-    # kopf would post handler log lines as Events (writes on every reconcile); Arbiter posts its own on transitions.
+    # kopf would post log lines as Events; Arbiter posts its own on transitions.
     settings.posting.enabled = False
-    # kopf watches the DecisionModels only; the children's watches are the operator's own (watches.py, CHILDREN).
-    settings.watching.server_timeout = 300
     settings.networking.error_backoffs = RECONCILE_ERROR_BACKOFF.schedule(5)
 
 
@@ -247,7 +227,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         leading.set()
     # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
     cache = memo[CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in CACHED})
-    kube = CachedKubeClient(RestKubeClient(new_api_client(memo.get(KUBECONFIG_KEY)), fence=fence), cache)
+    api = new_api_client(memo.get(KUBECONFIG_KEY))
+    # The reconcile's requests are made on this event loop (aiohttp), not by the kubernetes client's urllib3.
+    transport = memo["arbiter_transport"] = LoopTransport(api.configuration, asyncio.get_running_loop(),
+                                                          user_agent=api.user_agent)
+    kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=transport), cache)
     try:  # the canary analyses' Prometheus (docs/operations.md, "Promotion metrics")
         prometheus: PrometheusClient | None = PrometheusClient(PrometheusConfig.from_env(os.environ))
     except Exception as exc:  # e.g. an unreadable CA file: serving goes on, promotion steps wait for an analysis
@@ -261,7 +245,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
     memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
                                        asyncio.get_running_loop(), cache=cache)
-    children = memo[CHILD_WATCHES_KEY] = start_child_watches(
+    watched = memo[WATCHES_KEY] = start_watches(
         memo, new_api_client(memo.get(KUBECONFIG_KEY)).configuration, memo.get(NAMESPACES_KEY) or [])
     resync = float(os.environ.get(RESYNC_ENV, "0"))
     workers = max(1, int(os.environ.get(WORKERS_ENV, str(DEFAULT_WORKERS))))
@@ -270,8 +254,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # a thread (asyncio's default pool has min(32, CPUs + 4)).
     asyncio.get_running_loop().set_default_executor(
         ThreadPoolExecutor(max_workers=workers + 4, thread_name_prefix="arbiter-io"))
+    # The CEL parser the spec checks use, built now in a thread rather than by the first reconcile.
+    memo["arbiter_warm_up"] = asyncio.get_running_loop().run_in_executor(None, validate.warm_up)
     memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading, resync,
-                                                         children.primed)) for _ in range(workers)]
+                                                         watched.primed)) for _ in range(workers)]
 
 
 @kopf.on.cleanup()
@@ -282,13 +268,15 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await asyncio.to_thread(memo["arbiter_elector"].stop)
     if memo.get(NSWATCH_KEY) is not None:
         memo[NSWATCH_KEY].stop()
-    if memo.get(CHILD_WATCHES_KEY) is not None:  # a shard's restart starts new ones on the new namespace list
-        await memo[CHILD_WATCHES_KEY].stop()
+    if memo.get(WATCHES_KEY) is not None:  # a shard's restart starts new ones on the new namespace list
+        await memo[WATCHES_KEY].stop()
+    if memo.get("arbiter_transport") is not None:
+        await memo["arbiter_transport"].close()
 
 
-# The kinds held in the watch cache: (apiVersion, kind, plural, the label every held object carries or None).
-# DecisionModels are a kopf index (kopf lists them completely before it calls any other handler); the children are
-# the operator's own watches (watches.py, started in `startup`), and no pass runs before their first lists are held.
+# The kinds held in the watch cache: (apiVersion, kind, plural, the label every held object carries or None), each
+# listed and watched by the operator's watches (watches.py, started in `startup`); no pass runs before every first
+# list is held.
 CACHED = (
     (API_VERSION, KIND, PLURAL, None),
     ("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices", LABEL_DM),
@@ -302,30 +290,9 @@ CACHED = (
 )
 
 
-async def _fill(body: Any, memo: kopf.Memo, **_: Any) -> None:
-    """Index handler of DecisionModels, for its side effect only: hold the object (kopf keeps no value).
-    A coroutine although it never awaits: kopf runs a plain function in a worker thread, a hop per watch event."""
-    cache: WatchCache | None = memo.get(CACHE_KEY)
-    if cache is not None:
-        cache.put(dict(body))
-
-
-async def _held(event: dict[str, Any], memo: kopf.Memo) -> bool:
-    """Bring the cache up to date with one watch event (the index handler already holds what is not a deletion).
-    Returns whether the event is the echo of the operator's own last write to that object. An event that overtook
-    the answer to a write still in flight waits for it (up to ECHO_WAIT seconds): only then is the write's
-    resourceVersion known."""
-    cache: WatchCache = memo[CACHE_KEY]
-    obj = event.get("object") or {}
-    waited = 0.0
-    while event.get("type") != "DELETED" and cache.writing(obj) and waited < ECHO_WAIT:
-        await asyncio.sleep(0.01)
-        waited += 0.01
-    return _settle(event, cache)
-
-
 def _settle(event: dict[str, Any], cache: WatchCache) -> bool:
-    """`_held` once no write to the object is in flight: forget a deleted object; whether the event is an echo."""
+    """Once no write to the object is in flight (WatchEvents waits for its answer): forget a deleted object; whether
+    the event is the echo of the operator's own last write to that object."""
     obj = event.get("object") or {}
     if event.get("type") == "DELETED":
         meta = obj.get("metadata") or {}
@@ -341,7 +308,7 @@ ECHO_WAIT = 2.0
 def _label_as_held(event: dict[str, Any], memo: kopf.Memo, label: str) -> str:
     """The value of `label` on the event's object, or, when the event is a DELETED whose object no longer carries it
     (someone removed the label: the label-selected watch reports the object as gone), on the object as the cache held
-    it. Call it before `_held`, which forgets the object on a deletion."""
+    it. Call it before `_settle`, which forgets the object on a deletion."""
     obj = event.get("object") or {}
     meta = obj.get("metadata") or {}
     value = (meta.get("labels") or {}).get(label)
@@ -352,9 +319,9 @@ def _label_as_held(event: dict[str, Any], memo: kopf.Memo, label: str) -> str:
     return ((held.get("metadata") or {}).get("labels") or {}).get(label) or ""
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)  # type: ignore[arg-type]  # (kopf passes all kwargs; we take a few)
-async def decisionmodel_event(event: dict[str, Any], name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
-    echo = await _held(event, memo)
+def _decisionmodel_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) -> None:
+    echo = _settle(event, memo[CACHE_KEY])
+    name = event["object"]["metadata"]["name"]
     if event.get("type") == "DELETED":
         memo[NSWATCH_KEY].forget(namespace, name)
         return  # children go with it (owner references); a deletion the finalizer holds arrives as MODIFIED
@@ -483,23 +450,16 @@ def _deployment_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) ->
         _queue_owner(memo, namespace, isvc, only_if_ready=not failure)
 
 
-def _group_version(api_version: str) -> tuple[str, str]:
-    group, _, version = api_version.rpartition("/")
-    return group, version
+# The operator's watches (watches.py): every kind of CACHED, with the same label selectors.
+WATCHED = tuple(Resource(a, k, p, label) for a, k, p, label in CACHED)
+CHILDREN = tuple(r for r in WATCHED if r.kind != KIND)
+_EVENTS = {KIND: _decisionmodel_event, "Deployment": _deployment_event, "Pod": _pod_event}  # the rest: _child_event
 
 
-_g, _v = _group_version(API_VERSION)
-kopf.index(_g, _v, PLURAL, id=f"cache-{PLURAL}")(_fill)
-
-# The children's watches (watches.py): every kind of CACHED but the DecisionModel, with the same label selectors.
-CHILDREN = tuple(Resource(a, k, p, label) for a, k, p, label in CACHED if k != KIND)
-_EVENTS = {"Deployment": _deployment_event, "Pod": _pod_event}  # the rest: _child_event
-
-
-class ChildEvents:
-    """The children's watch events into the cache and the work queue, in the order they arrived per object. An event
-    of an object the operator is writing waits (up to ECHO_WAIT, off the watch's task) for the write's answer, which
-    says whether it is an echo; that object's later events queue up behind it."""
+class WatchEvents:
+    """The watch events into the cache and the work queue, in the order they arrived per object. An event of an
+    object the operator is writing waits (up to ECHO_WAIT, off the watch's task) for the write's answer, which says
+    whether it is an echo; that object's later events queue up behind it."""
 
     def __init__(self, memo: kopf.Memo) -> None:
         self.memo = memo
@@ -581,10 +541,10 @@ def _int(value: Any) -> int | None:
         return None
 
 
-class ChildWatches:
-    """The children's watches and their event glue, started and stopped together."""
+class OperatorWatches:
+    """The operator's watches and their event glue, started and stopped together."""
 
-    def __init__(self, events: ChildEvents, watches: Watches) -> None:
+    def __init__(self, events: WatchEvents, watches: Watches) -> None:
         self.events, self.watches = events, watches
         self.primed = watches.primed
 
@@ -593,9 +553,9 @@ class ChildWatches:
         await self.events.stop()
 
 
-def start_child_watches(memo: kopf.Memo, config: Any, namespaces: list[str],
-                        options: WatchOptions | None = None) -> ChildWatches:
-    """List and watch every child kind, cluster-wide or in each of `namespaces` (as kopf watches DecisionModels)."""
-    events = ChildEvents(memo)
-    watches = Watches(config, list(CHILDREN), namespaces, events.event, events.listed, options).start()
-    return ChildWatches(events, watches)
+def start_watches(memo: kopf.Memo, config: Any, namespaces: list[str], options: WatchOptions | None = None,
+                  resources: tuple[Resource, ...] = WATCHED) -> OperatorWatches:
+    """List and watch DecisionModels and every child kind, cluster-wide or in each of `namespaces`."""
+    events = WatchEvents(memo)
+    watches = Watches(config, list(resources), namespaces, events.event, events.listed, options).start()
+    return OperatorWatches(events, watches)

@@ -38,6 +38,7 @@ from .api import jsonfast
 from .api.kubejson import loads_event
 from .api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 from .metrics import WATCH_BYTES, WATCH_EVENTS
+from .clients.aiokube import auth_headers, new_session
 from .clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
 
 log = logging.getLogger("arbiter.watches")
@@ -131,17 +132,6 @@ def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool
     return obj
 
 
-def ssl_context(config: Any) -> ssl.SSLContext:
-    """The TLS settings of a kubernetes.client.Configuration (CA, client certificate, verification) as a context."""
-    ctx = ssl.create_default_context(cafile=config.ssl_ca_cert or None)
-    if config.cert_file:
-        ctx.load_cert_chain(config.cert_file, config.key_file or None)
-    if not config.verify_ssl:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx
-
-
 class Watches:
     """One list/watch task per (resource, scope). `primed` is set once every scope's first list is handed to
     `on_list`: until then the caller's cache is half-filled."""
@@ -164,15 +154,9 @@ class Watches:
         """Start the tasks (on the running event loop). aiohttp, not httpx: its HTTP parser is C, and reading the
         streams through httpx's pure-Python one (h11, anyio) was an eighth of the operator's CPU at fleet scale."""
         o = self.options
-        auth = aiohttp.BasicAuth(self.config.username, self.config.password) \
-            if self.config.username and self.config.password else None
-        verify: Any = ssl_context(self.config) if self.config.host.startswith("https") else False
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(ssl=verify, limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=o.connect_timeout, sock_read=o.read_timeout),
-            auth=auth, trust_env=False,
-            # Raw bytes only: a compressed body could expand past any bound before it is counted.
-            auto_decompress=False, headers={"Accept-Encoding": "identity"})
+        # No sock_read: aiohttp would move a timer on every chunk read; a watch's silence is bounded by _Silence.
+        self._session = new_session(
+            self.config, aiohttp.ClientTimeout(total=None, sock_connect=o.connect_timeout))
         for resource in self.resources:
             for scope in self.scopes:
                 self._tasks.append(asyncio.get_running_loop().create_task(
@@ -193,12 +177,7 @@ class Watches:
             self._session = None
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        # The bearer token; the configuration's refresh hook re-reads a projected in-cluster token on each request.
-        for auth in self.config.auth_settings().values():
-            if auth.get("in") == "header" and auth.get("value"):
-                headers[auth["key"]] = auth["value"]
-        return headers
+        return {"Accept": "application/json", **auth_headers(self.config)}
 
     def _params(self, resource: Resource, **extra: str) -> dict[str, str]:
         params = {"labelSelector": resource.label} if resource.label else {}
@@ -345,10 +324,17 @@ class Watches:
         stack: list[aiohttp.ClientResponse] = []
         buffer = bytearray()
         events, received = WATCH_EVENTS.labels(resource.kind), WATCH_BYTES.labels(resource.kind)
+        silence: _Silence | None = None
         try:
             async with asyncio.timeout(o.timeout_seconds + o.read_timeout):  # a peer that never ends the watch
-                resp = await self._open(resource, namespace, params, stack)
+                try:
+                    async with asyncio.timeout(o.read_timeout):
+                        resp = await self._open(resource, namespace, params, stack)
+                except TimeoutError:
+                    raise aiohttp.ServerTimeoutError(f"no answer to the watch for {o.read_timeout:.0f}s") from None
+                silence = _Silence(resp, o.read_timeout)
                 while chunk := await resp.content.readany():
+                    silence.heard()
                     buffer += chunk
                     start = 0
                     while (end := buffer.find(b"\n", start)) >= 0:
@@ -369,6 +355,8 @@ class Watches:
         except TimeoutError:
             return  # the watch outlived its timeout: watch again from the last resourceVersion
         finally:
+            if silence is not None:
+                silence.stop()
             for r in stack:
                 r.close()
 
@@ -390,3 +378,28 @@ class Watches:
         if held is None:
             return None
         return type_, held, resource_version(held["metadata"].get("resourceVersion"))
+
+
+class _Silence:
+    """Ends a watch whose connection has been silent for `limit` seconds with aiohttp's ServerTimeoutError (a failure,
+    retried with back-off), as a sock_read timeout would, but without moving a timer on every chunk: a chunk only
+    notes the time, and a timer looks every quarter of `limit` (so silence is noticed within 1.25 x `limit`)."""
+
+    def __init__(self, resp: aiohttp.ClientResponse, limit: float) -> None:
+        self._resp, self._limit = resp, limit
+        self._loop = asyncio.get_running_loop()
+        self._last = self._loop.time()
+        self._timer = self._loop.call_later(limit / 4, self._look)
+
+    def heard(self) -> None:
+        self._last = self._loop.time()
+
+    def _look(self) -> None:
+        if self._loop.time() - self._last >= self._limit:
+            self._resp.content.set_exception(
+                aiohttp.ServerTimeoutError(f"no data on the watch for {self._limit:.0f}s"))
+        else:
+            self._timer = self._loop.call_later(self._limit / 4, self._look)
+
+    def stop(self) -> None:
+        self._timer.cancel()

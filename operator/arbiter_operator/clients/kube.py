@@ -21,6 +21,7 @@ from ..api import jsonfast, kubejson
 from ..api.names import FIELD_MANAGER
 from ..api.times import format_time
 from ..metrics import KUBE_REQUESTS, code_class
+from .aiokube import LoopTransport
 
 log = logging.getLogger("arbiter.kube")
 
@@ -96,6 +97,9 @@ def kind_of(api_version: str, kind: str) -> Kind:
         raise ValueError(f"unknown kind {api_version}/{kind}: add it to clients.kube.KINDS") from None
 
 
+# Seconds a request may take (connect, send, answer) before it fails.
+REQUEST_TIMEOUT = 30.0
+
 # The largest resourceVersion the apiserver parses (a uint64 that etcd's int64 revisions never reach): as a
 # precondition it matches no existing object (RestKubeClient.create).
 CREATE_ONLY_RESOURCE_VERSION = str(2**63 - 1)
@@ -135,7 +139,9 @@ class KubeClient(Protocol):
 
 class RestKubeClient:
     def __init__(self, api_client: k8s.ApiClient | None = None, field_manager: str = FIELD_MANAGER,
-                 fence: Callable[[], bool] | None = None):
+                 fence: Callable[[], bool] | None = None, transport: LoopTransport | None = None):
+        """transport: make the requests on the operator's event loop (aiokube); without one, or where it cannot be
+        used (called on the loop's own thread, the loop stopped), through `api_client`."""
         if api_client is None:
             api_client = new_api_client()
         self.api = api_client
@@ -143,6 +149,7 @@ class RestKubeClient:
         # With leader election: whether this replica still holds the leader Lease (leader.LeaderElector.is_leader).
         # Checked before every write, so a replica that lost the Lease (or never had it) writes nothing.
         self.fence = fence
+        self.transport = transport
         self._lock = threading.Lock()
         self._series: dict[tuple[str, str, str, str], EventSeries] = {}  # (namespace, uid, type, reason)
         self.clock: Callable[[], float] = time.monotonic
@@ -156,6 +163,11 @@ class RestKubeClient:
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
     ) -> Any:
+        if self.transport is not None and self.transport.usable():
+            data = body if isinstance(body, (str, bytes)) or body is None else jsonfast.dumps(body)
+            raw = data.encode() if isinstance(data, str) else (data or b"")
+            status, reason, answer = self.transport.call(method, path, raw, query or [], content_type, REQUEST_TIMEOUT)
+            return answer_of(method, path, status, reason, answer)
         return raw_call(self.api, method, path, body, query, content_type)
 
     def _write(self, verb: str, kind: str, ref: str) -> None:
@@ -356,7 +368,7 @@ def raw_call(
     body: Any = None,
     query: list[tuple[str, str]] | None = None,
     content_type: str = "application/json",
-    timeout: float = 30.0,
+    timeout: float = REQUEST_TIMEOUT,
 ) -> Any:
     """One REST call; returns the decoded JSON object, raises KubeError for a non-2xx answer or one that is not a
     JSON object."""
@@ -375,26 +387,31 @@ def raw_call(
         KUBE_REQUESTS.labels(method, code_class(None)).inc()
         raise
     KUBE_REQUESTS.labels(method, code_class(resp.status)).inc()
-    data = resp.read()
-    if not 200 <= resp.status < 300:
-        reason, message = resp.reason or "", ""
+    return answer_of(method, path, resp.status, resp.reason or "", resp.read())
+
+
+def answer_of(method: str, path: str, status: int, reason: str, data: bytes | None) -> Any:
+    """An answer as the decoded object (2xx), else KubeError with the apiserver's reason and message."""
+    if not 200 <= status < 300:
+        message = ""
         try:
             payload = jsonfast.loads(data or b"{}")
             message = payload.get("message", "") if isinstance(payload, dict) else ""
             reason = payload.get("reason", reason) if isinstance(payload, dict) else reason
         except (ValueError, RecursionError):
             message = (data or b"")[:200].decode(errors="replace")
-        raise KubeError(resp.status, str(reason)[:200], str(message)[:1000])
+        raise KubeError(status, str(reason)[:200], str(message)[:1000])
     # The apiserver answers every request the operator makes with an object (the object, a list, a Status). Anything
     # else (a proxy's page, a cut answer, nothing) means the object did not arrive: an error the reconcile retries.
     try:
         # A write's answer goes to the watch cache, which holds no managedFields: they are not even decoded. A read's
         # answer comes whole (an object of another owner is described by its field managers).
-        out = jsonfast.loads(data) if method == "GET" else kubejson.loads_object(data)
+        out = jsonfast.loads(data or b"") if method == "GET" else kubejson.loads_object(data or b"")
     except (ValueError, RecursionError):  # UnicodeError included; RecursionError: nesting deeper than Python's stack
         out = None
     if not isinstance(out, dict):
-        raise KubeError(502, "BadResponse", f"the answer to {method} {path} is not a JSON object: {data[:80]!r}")
+        head = (data or b"")[:80]
+        raise KubeError(502, "BadResponse", f"the answer to {method} {path} is not a JSON object: {head!r}")
     return out
 
 

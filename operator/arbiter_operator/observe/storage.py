@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
+import json
 import threading
 import time
 from dataclasses import replace
@@ -118,13 +119,19 @@ class SecretReads:
         self._held: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
-    def get(self, kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    def held(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Secret read within `ttl`, or None (no read made: callable on the event loop)."""
         now = self._clock()
         with self._lock:
             self._held = {k: v for k, v in self._held.items() if now - v[0] < self.ttl}
             hit = self._held.get((namespace, name))
+        return hit[1] if hit is not None else None
+
+    def get(self, kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        hit = self.held(namespace, name)
         if hit is not None:
-            return hit[1]
+            return hit
+        now = self._clock()
         secret = kube.get("v1", "Secret", namespace, name)
         if secret is not None and self.ttl > 0:
             with self._lock:
@@ -141,7 +148,8 @@ async def storage_credentials(kube: Any, dm: Any, bucket: str,
     ns = dm.metadata.namespace
     try:
         reads = secrets if secrets is not None else SecretReads(ttl=0.0)
-        secret = await asyncio.to_thread(reads.get, kube, ns, st.secretName)
+        # A Secret read moments ago is taken without a thread hop (one per check was a measurable share at scale).
+        secret = reads.held(ns, st.secretName) or await asyncio.to_thread(reads.get, kube, ns, st.secretName)
         if secret is None:
             return ArtifactReport(
                 "Unknown", STORAGE_CREDENTIALS_INVALID,
@@ -166,6 +174,61 @@ async def storage_credentials(kube: Any, dm: Any, bucket: str,
     except KubeError as exc:
         return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"cannot read spec.storage references ({exc})")
     return creds
+
+
+class SharedChecks:
+    """Artifact checks shared by the DecisionModels that check the same storageUri with the same credentials and the
+    same serving settings within `ttl` seconds (10), like the Secret reads: a fleet created at once that serves one
+    model under many decision services (one set of weights, a DecisionModel per product or region) reads that prefix
+    a few times, not once per DecisionModel. A check in flight is joined, not repeated.
+
+    Freshness: a check that starts more than `ttl` after another one reads S3 again, so an upload or a deletion is
+    seen within seconds; an Unknown verdict (S3 unreachable, access denied) is shared only by the checks that joined
+    it in flight. The key holds the credentials as long as its entry (seconds), as the S3 client pool does."""
+
+    def __init__(self, ttl: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self._clock = clock
+        self._held: dict[tuple[Any, ...], tuple[float, asyncio.Future[ArtifactReport]]] = {}
+
+    async def check(self, key: tuple[Any, ...], run: Callable[[], Any]) -> ArtifactReport:
+        """The report of `run()` (a coroutine function) for `key`, shared as the class says."""
+        now = self._clock()
+        self._held = {k: v for k, v in self._held.items()
+                      if not v[1].done() or (now - v[0] < self.ttl and _settled(v[1]))}
+        held = self._held.get(key)
+        if held is not None and held[1].get_loop() is asyncio.get_running_loop():
+            try:
+                return await asyncio.shield(held[1])  # a joiner's cancellation leaves the check to the others
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not held[1].cancelled() or (task is not None and task.cancelling()):
+                    raise
+                # The check it joined was cancelled (its reconcile was stopped): this one checks by itself.
+        future: asyncio.Future[ArtifactReport] = asyncio.get_running_loop().create_future()
+        if self.ttl > 0:
+            self._held[key] = (now, future)
+        try:
+            report = await run()
+        except asyncio.CancelledError:
+            self._forget(key, future)
+            future.cancel()
+            raise
+        except Exception as exc:
+            self._forget(key, future)
+            future.set_exception(exc)
+            future.exception()  # retrieved: a check nobody joined must not log "never retrieved"
+            raise
+        future.set_result(report)
+        return report
+
+    def _forget(self, key: tuple[Any, ...], future: asyncio.Future[ArtifactReport]) -> None:
+        if key in self._held and self._held[key][1] is future:
+            del self._held[key]
+
+
+def _settled(future: asyncio.Future[ArtifactReport]) -> bool:
+    return not future.cancelled() and future.exception() is None and future.result().status != "Unknown"
 
 
 @dataclasses.dataclass
@@ -245,10 +308,16 @@ class StoragePool:
             await self._held.pop(key).storage.aclose()
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
 async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretReads | None = None,
-                                          pool: StoragePool | None = None) -> dict[str, ArtifactReport]:
+                                          pool: StoragePool | None = None,
+                                          shared: SharedChecks | None = None) -> dict[str, ArtifactReport]:
     """`check_decision_model` with credentials resolved from the cluster, per bucket. `pool`: S3 clients to share
-    (None: a client of its own per bucket, closed at the end)."""
+    (None: a client of its own per bucket, closed at the end). `shared`: recent checks of the same artifacts to share
+    (None: check)."""
     ask = serving_ask(dm.spec)
     reports: dict[str, ArtifactReport] = {}
     creds: dict[str, S3Credentials | ArtifactReport] = {}
@@ -265,9 +334,16 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretRea
             if isinstance(found, ArtifactReport):
                 reports[v.name] = found
                 continue
-            async with own.use(found) as storage:
-                report = await check_version_artifacts(storage, v.storageUri, ask, decision_to_count(dm, v))
-            reports[v.name] = dataclasses.replace(report, storage_key=storage.entry_key)
+            decision = decision_to_count(dm, v)
+
+            async def run(creds: S3Credentials = found, uri: str = v.storageUri,
+                          decision: Mapping[str, Any] | None = decision) -> ArtifactReport:
+                async with own.use(creds) as storage:
+                    report = await check_version_artifacts(storage, uri, ask, decision)
+                return dataclasses.replace(report, storage_key=storage.entry_key)
+
+            key = (found, v.storageUri, ask, _canonical(decision))
+            reports[v.name] = await shared.check(key, run) if shared is not None else await run()
     finally:
         if pool is None:
             await own.aclose()
@@ -297,6 +373,7 @@ class VerdictCache:
         # check every time).
         self.secrets = SecretReads(ttl=10.0 if ttl > 0 else 0.0, clock=clock)
         self.storages = StoragePool(idle=30.0) if ttl > 0 else None
+        self.shared = SharedChecks(ttl=10.0, clock=clock) if ttl > 0 else None
 
     def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
         if not uid:  # an object without identity (not from the apiserver) is always checked
@@ -327,7 +404,7 @@ async def observe_artifacts(
     spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
     reports = cache.get(uid, spec_digest)
     if reports is None:
-        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets, cache.storages)
+        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets, cache.storages, cache.shared)
         cache.put(uid, spec_digest, reports)
     previous = {v.name: v for v in dm.status.versions}
     return replace(

@@ -27,6 +27,11 @@ def _cel_environment() -> Any:
     return celpy.Environment()
 
 
+def warm_up() -> None:
+    """Build what the first check would build (the CEL parser), so the first reconciles do not wait for it."""
+    _cel_environment()
+
+
 def _cel_problem(expr: str) -> str | None:
     try:
         _cel_environment().compile(expr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from arbiter_operator.reconcile import utc_now
 
+import asyncio
 import base64
 import json
 import uuid
@@ -241,3 +242,28 @@ async def test_a_fleets_checks_share_the_storage_secret_for_seconds_only(kube, n
                                   Observations(), utc_now(), verdicts)
     [cond] = conditions(obs, "ArtifactsValid")
     assert "Secret storage-config not found" in cond.message
+
+
+async def test_a_fleet_serving_one_model_reads_its_artifacts_once(kube, namespace, s3_server, model_dirs):
+    """Ten DecisionModels of one model (one storageUri, one Secret) checked at once: S3 is read for one of them, and
+    every one gets the verdict; another model's DecisionModel is checked on its own."""
+    from arbiter_operator.observe.storage import StoragePool, VerdictCache
+
+    class CountingPool(StoragePool):
+        checks = 0
+
+        def use(self, creds):
+            CountingPool.checks += 1
+            return super().use(creds)
+
+    verdicts = VerdictCache()
+    verdicts.storages = CountingPool(idle=30.0)
+    storage_config_secret(kube, namespace, s3_server, model_dirs)
+    dms = [make_dm(model=f"m{i}", versions={"1.0.0": f"s3://{model_dirs}/good"}, namespace=namespace,
+                   uid=str(uuid.uuid4())) for i in range(10)]
+    dms.append(make_dm(model="other", versions={"1.0.0": f"s3://{model_dirs}/bad"}, namespace=namespace, gpus=4,
+                       uid=str(uuid.uuid4())))
+    observed = await asyncio.gather(*[observe_artifacts(kube, dm, Observations(), utc_now(), verdicts) for dm in dms])
+    assert [obs.artifacts["1.0.0"].valid for obs in observed] == [True] * 10 + [False]
+    assert CountingPool.checks == 2
+    await verdicts.storages.aclose()

@@ -1,6 +1,6 @@
-"""The children's watches (watches.py, fed into the cache and the work queue by handlers.ChildEvents) against a
+"""The operator's watches (watches.py, fed into the cache and the work queue by handlers.WatchEvents) against a
 hostile apiserver (support/hostile_apiserver.py, a real HTTP server on loopback speaking the list/watch wire format
-for InferenceServices and pods).
+for DecisionModels, InferenceServices and pods, and the Namespaces the namespace watch follows).
 
 What a user would notice, whatever the peer does for a while (garbage and truncated lines, events that are not
 objects or whose object has the wrong shape, lying events, ERROR events, 410 on a watch and on a list's continue,
@@ -24,19 +24,25 @@ from kubernetes import client as k8s
 
 from arbiter_operator import handlers
 from arbiter_operator.api.backoff import DoublingBackoff
-from arbiter_operator.api.names import ISVC_LABEL
+from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
 from arbiter_operator.cache import WatchCache
 from arbiter_operator.render.common import LABEL_DM
+from arbiter_operator.clients.namespaces import WatchOptions as NamespaceWatchOptions
+from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.watches import Watches, WatchOptions
 from support.hostile_apiserver import ENDS, GARBAGE_LISTS, STATUS_BODIES, TRANSPORT, HostileApiserver
 
-KINDS = {"inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService"), "pods": ("v1", "Pod")}
-RESOURCES = [r for r in handlers.CHILDREN if r.plural in KINDS]
-LABEL = {"inferenceservices": LABEL_DM, "pods": ISVC_LABEL}
+KINDS = {"inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService"), "pods": ("v1", "Pod"),
+         "decisionmodels": (API_VERSION, KIND)}
+RESOURCES = [r for r in handlers.WATCHED if r.plural in KINDS]
+LABEL = {"inferenceservices": LABEL_DM, "pods": ISVC_LABEL, "decisionmodels": None}  # None: watched unfiltered
 MAX_BYTES = 256 * 1024
 OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0, page_size=2,
                        max_page_bytes=MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=2,
                        backoff=DoublingBackoff(0.05, 0.2))
+# The namespace watch that DecisionModel events start, on the same peer, as short-lived as the watches above.
+NAMESPACE_OPTIONS = NamespaceWatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
+                                          healthy_after=0.3)
 HOSTILE_S = 1.0
 CONVERGE_S = 20.0
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck),
@@ -65,8 +71,9 @@ owner_st = st.sampled_from(("dm-one", "dm-two"))
 @st.composite
 def labels_for(draw: Any, plural: str) -> dict[str, str]:
     labels = {"app": draw(st.sampled_from(("x", "y")))}
-    if draw(st.booleans()) or draw(st.booleans()):  # mostly selected; some not (the watch must not hold them)
-        labels[LABEL[plural]] = draw(owner_st)
+    label = LABEL[plural]
+    if label and (draw(st.booleans()) or draw(st.booleans())):  # mostly selected; some not (not to be held)
+        labels[label] = draw(owner_st)
     return labels
 
 
@@ -123,7 +130,7 @@ def selected(peer: HostileApiserver, scopes: list[str]) -> dict[tuple[str, str, 
         truth = {ref: dict(labels) for ref, labels in peer.truth.items() if not isinstance(ref, str)}
     objects = peer.objects()
     return {(KINDS[p][1], ns, name): objects[(KINDS[p][1], ns, name)] for (p, ns, name), labels in truth.items()
-            if LABEL[p] in labels and (not scopes or ns in scopes)}
+            if (LABEL[p] is None or LABEL[p] in labels) and (not scopes or ns in scopes)}
 
 
 def held(cache: WatchCache) -> dict[tuple[str, str, str], str]:
@@ -135,11 +142,19 @@ def held(cache: WatchCache) -> dict[tuple[str, str, str], str]:
     return out
 
 
-def new_memo() -> kopf.Memo:
+def new_memo(peer: HostileApiserver) -> kopf.Memo:
+    """What the watch events go into: the cache, the work queue and (DecisionModel events note their namespace) the
+    namespace watch, on the same peer. Stop it with `stop_memo`."""
     memo = kopf.Memo()
-    memo[handlers.CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
-    memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
+    cache = memo[handlers.CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
+    queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
+    memo[handlers.NSWATCH_KEY] = NamespaceWatch(k8s.ApiClient(configuration(peer)), queue.add,
+                                                asyncio.get_running_loop(), cache=cache, options=NAMESPACE_OPTIONS)
     return memo
+
+
+def stop_memo(memo: kopf.Memo) -> None:
+    memo[handlers.NSWATCH_KEY].stop()
 
 
 async def _converged(cache: WatchCache, peer: HostileApiserver, scopes: list[str], watches: Watches) -> bool:
@@ -167,9 +182,9 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
 
     async def run() -> None:
         asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        memo = new_memo()
+        memo = new_memo(peer)
         cache = memo[handlers.CACHE_KEY]
-        events = handlers.ChildEvents(memo)
+        events = handlers.WatchEvents(memo)
         peer.go_honest(start)
         peer.set_script(script)
         watches = Watches(configuration(peer), RESOURCES, scopes, events.event, events.listed, OPTIONS).start()
@@ -185,6 +200,7 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
         finally:
             await watches.stop()
             await events.stop()
+            stop_memo(memo)
 
     asyncio.run(run())
     assert not errors  # no exception escaped a task
@@ -200,9 +216,9 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
     kept = ("inferenceservices", "ns-c", "m1")
 
     async def run() -> None:
-        memo = new_memo()
+        memo = new_memo(peer)
         cache = memo[handlers.CACHE_KEY]
-        events = handlers.ChildEvents(memo)
+        events = handlers.WatchEvents(memo)
         peer.go_honest({isvc: {LABEL_DM: "dm-one"}, kept: {LABEL_DM: "dm-kept"}, relabelled: {LABEL_DM: "dm-three"},
                         pod: {ISVC_LABEL: "m1"}, ("inferenceservices", "ns-b", "m1"): {LABEL_DM: "dm-two"}})
         watches = Watches(configuration(peer), RESOURCES, [], events.event, events.listed, OPTIONS).start()
@@ -221,6 +237,7 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
         finally:
             await watches.stop()
             await events.stop()
+            stop_memo(memo)
 
     asyncio.run(run())
 
@@ -240,9 +257,9 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
     truth.update({("pods", ns, "m1"): {ISVC_LABEL: "m1"} for ns in NAMESPACES})
 
     async def run() -> None:
-        memo = new_memo()
+        memo = new_memo(peer)
         cache = memo[handlers.CACHE_KEY]
-        events = handlers.ChildEvents(memo)
+        events = handlers.WatchEvents(memo)
         peer.go_honest(truth)
         peer.set_script([("slow", 0.6)], cycle=True)  # every list and watch answers late
         watches = Watches(configuration(peer), RESOURCES, list(NAMESPACES), events.event, events.listed,
@@ -264,6 +281,45 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
             await asyncio.gather(worker, return_exceptions=True)
             await watches.stop()
             await events.stop()
+            stop_memo(memo)
             peer.set_script([])
 
     asyncio.run(run())
+
+
+def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
+    """A watch answered with headers and then nothing (a proxy that stalls, a peer that hangs) is abandoned after
+    about `read_timeout` of silence, long before the watch's own deadline, and the next one brings a change made
+    meanwhile."""
+    options = WatchOptions(timeout_seconds=60, connect_timeout=1.0, read_timeout=1.0, list_timeout=2.0,
+                           healthy_after=0.3, relist_after=2, backoff=DoublingBackoff(0.05, 0.2))
+    pod = ("pods", "ns-a", "m1")
+
+    async def run() -> float:
+        memo = new_memo(peer)
+        events = handlers.WatchEvents(memo)
+        peer.go_honest({pod: {ISVC_LABEL: "m1"}})
+        pods = [r for r in RESOURCES if r.plural == "pods"]
+        watches = Watches(configuration(peer), pods, [], events.event, events.listed, options).start()
+        hang = peer.hang_s
+        try:
+            await watches.primed.wait()
+            peer.hang_s = 60.0
+            peer.set_script([("events", [], "hang")], cycle=False)  # cuts the open watch; the next one stalls
+            await asyncio.sleep(0.5)
+            started = time.monotonic()
+            peer.put(("pods", "ns-a", "m2"), {ISVC_LABEL: "m2"})  # made while the watch hears nothing
+            while time.monotonic() - started < 20:
+                if memo[handlers.CACHE_KEY].get("v1", "Pod", "ns-a", "m2") is not None:
+                    return time.monotonic() - started
+                await asyncio.sleep(0.05)
+            return float("inf")
+        finally:
+            peer.hang_s = hang
+            await watches.stop()
+            await events.stop()
+            stop_memo(memo)
+            peer.set_script([])
+
+    seen_after = asyncio.run(run())
+    assert seen_after < 1.0 * 1.25 + 2.0  # the silence noticed (within 1.25 x read_timeout), then a back-off

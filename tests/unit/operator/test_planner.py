@@ -102,15 +102,18 @@ def test_spec_problems_follow_each_edit_of_the_spec():
         assert (p.children is None) is stalls
 
 
-def test_no_change_handlers_are_registered():
-    """The operator keeps no diff base (handlers.NoDiffBase): a kopf change handler would need one."""
+def test_kopf_handles_no_resource_so_it_never_writes_to_a_decisionmodel():
+    """kopf runs the operator's log-in, start-up and clean-up only. Its resource handlers would store progress and a
+    diff base on the DecisionModel (change handlers) or add a finalizer (daemons, timers); the watches are the
+    operator's own (watches.py), DecisionModels included."""
     import kopf
 
     from arbiter_operator import handlers  # noqa: F401  (registers the handlers)
 
     registry = kopf.get_default_registry()
-    assert registry._changing.get_all_handlers() == []
-    assert registry._watching.get_all_handlers()  # the registry inspected is the one the handlers went into
+    for kind in (registry._changing, registry._watching, registry._indexing, registry._spawning, registry._webhooks):
+        assert kind.get_all_handlers() == []
+    assert registry._activities.get_all_handlers()  # the registry inspected is the one the handlers went into
 
 
 def test_invalid_json_schema_stalls():
