@@ -537,13 +537,43 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
     return dict(p.split("=", 1) for p in pairs)
 
 
-def create_many(custom: k8s.CustomObjectsApi, keys: list[tuple[str, str]], threads: int = 8) -> float:
-    """Create one example DecisionModel per (namespace, name), `threads` at a time; returns seconds taken."""
+def own_model_uri(storage_uri: str, name: str) -> str:
+    """The storageUri of a DecisionModel that serves a model of its own: the example's, suffixed with its name."""
+    return f"{storage_uri.rstrip('/')}-{name}"
+
+
+def seed_own_models(s3: S3Server, names: Iterable[str], threads: int = 8) -> None:
+    """A copy of the example model's files under each name's own prefix (own_model_uri)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = s3.client()
+    uris = [v["storageUri"] for v in yaml.safe_load(EXAMPLE.read_text())["spec"]["versions"]]
+
+    def one(name: str) -> None:
+        for uri in uris:
+            bucket, _, prefix = own_model_uri(uri, name).removeprefix("s3://").partition("/")
+            for key in ("config.json", "model.safetensors"):
+                source = f"{uri.removeprefix('s3://').partition('/')[2]}/{key}"
+                client.copy_object(Bucket=bucket, Key=f"{prefix}/{key}", CopySource={"Bucket": bucket, "Key": source})
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, names))
+
+
+def create_many(custom: k8s.CustomObjectsApi, keys: list[tuple[str, str]], threads: int = 8,
+                own_models: bool = False) -> float:
+    """Create one example DecisionModel per (namespace, name), `threads` at a time; returns seconds taken.
+    own_models: each serves a model of its own (own_model_uri, seeded by seed_own_models), so no two DecisionModels
+    read the same artifacts; else all serve the example's."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(key: tuple[str, str]) -> None:
         ns, name = key
-        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, example_body(name, ns))
+        body = example_body(name, ns)
+        if own_models:
+            for version in body["spec"]["versions"]:
+                version["storageUri"] = own_model_uri(version["storageUri"], name)
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body)
 
     t = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:

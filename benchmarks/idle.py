@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the window starts once the operator has made no request (watches aside) for this long")
     p.add_argument("--settle-max", type=float, default=600.0, help="give up waiting for quiet after this long")
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--model-per-dm", action="store_true",
+                   help="each DecisionModel serves a model of its own (its own S3 prefix), as scale.py")
     args = p.parse_args(argv)
     nss = [f"idle-{i:02d}" for i in range(args.namespaces)]
     result = {"benchmark": "idle", "machine": common.machine(), "args": vars(args)}
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=args.count // 8 + 2, watch=args.watch) as stack:
         stack.start_operator()
-        setup = run_scale(stack, args.count, nss, args.timeout)
+        setup = run_scale(stack, args.count, nss, args.timeout, own_models=args.model_per_dm)
         scale.print_scale(setup)
         setup.pop("_op_counter")
         result["setup"] = setup

@@ -20,10 +20,17 @@ import common  # noqa: E402
 
 
 def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: float, threads: int = 8,
-              profile: bool = False, profile_gil: bool = False, profile_rate: int = 50) -> dict:
-    """Create `count` DecisionModels spread over `namespaces` and wait until all are Ready (operator running)."""
+              profile: bool = False, profile_gil: bool = False, profile_rate: int = 50,
+              own_models: bool = False) -> dict:
+    """Create `count` DecisionModels spread over `namespaces` and wait until all are Ready (operator running).
+    own_models: each serves a model of its own (its own S3 prefix), else all serve the example's."""
     custom = stack.custom()
     keys = [(namespaces[i % len(namespaces)], f"dm-{i:04d}") for i in range(count)]
+    if own_models:
+        assert stack.s3 is not None
+        t = time.monotonic()
+        common.seed_own_models(stack.s3, [name for _, name in keys], threads)
+        common.log(f"a model of its own for each DecisionModel on S3 in {time.monotonic() - t:.1f}s")
     watcher = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
     # The operator's share of the wall time: when it had made every InferenceService, and how long after KServe
     # marked one Ready its DecisionModel was Ready (the rest is KServe, the controller-manager, scheduler and kwok).
@@ -48,7 +55,7 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
     sampler.start()
     prof = (common.Profiler(stats.pid, stack.workdir / "profile.txt", rate=profile_rate, gil=profile_gil)
             if profile else None)
-    create_s = common.create_many(custom, keys, threads)
+    create_s = common.create_many(custom, keys, threads, own_models)
     common.log(f"{count} DecisionModels created in {create_s:.1f}s; waiting for Ready")
     last_report = time.monotonic()
     deadline = time.monotonic() + timeout
@@ -177,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --profile: sample only the thread holding the GIL (where Python's CPU goes)")
     p.add_argument("--profile-rate", type=int, default=50, help="with --profile: samples per second")
     p.add_argument("--threads", type=int, default=8, help="concurrent creating clients")
+    p.add_argument("--model-per-dm", action="store_true",
+                   help="each DecisionModel serves a model of its own (its own S3 prefix): no two share an artifact "
+                        "check; by default all serve the example's model")
     p.add_argument("--shards", type=int, default=0,
                    help="run this many operators, each owning the namespaces labelled with its number "
                         "(--namespace-selector); CPU adds up, RSS is the largest shard's")
@@ -187,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=args.count // 8 + 2, shards=args.shards, watch=args.watch) as stack:
         stack.start_operator()
-        r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile, args.gil, args.profile_rate)
+        r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile, args.gil, args.profile_rate,
+                      args.model_per_dm)
         r["shards"] = args.shards
     print_scale(r)
     r.pop("_op_counter")

@@ -6,8 +6,9 @@ KServe's `storage-config` Secret holds one JSON document per key, e.g.
 `credentials_from_secret` picks an entry and applies the DecisionModel's overrides (endpoint, region, CA bundle).
 
 The check makes two read-only calls, a bounded ListObjectsV2 and a ranged GetObject, so `S3Storage` speaks them
-itself over httpx (async: no worker thread), signed with botocore's own SigV4 signer (`botocore.auth.S3SigV4Auth`,
-which loads no service model), and reads S3's XML with `clients.s3_xml` (defusedxml, bounded).
+itself over aiohttp (async: no worker thread; a C HTTP parser, as for the operator's Kubernetes requests), signed
+with botocore's own SigV4 signer (`botocore.auth.S3SigV4Auth`, which loads no service model), and reads S3's XML
+with `clients.s3_xml` (defusedxml, bounded).
 
 Why not a boto3 client (measured with `benchmarks/s3_client_memory.py`, a fresh process that has imported what the
 operator imports anyway, then makes one artifact check's reads against MinIO): boto3 added 20.4 MiB of RSS (5.3
@@ -44,11 +45,12 @@ import re
 import ssl
 import threading
 from dataclasses import dataclass, field
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import quote, urlsplit
+from urllib.request import getproxies, proxy_bypass
 
-import httpx
+import aiohttp
+import yarl
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
@@ -260,17 +262,16 @@ class S3Storage:
     def __init__(self, creds: S3Credentials, *, connect_timeout: float = 5, read_timeout: float = 15,
                  max_connections: int | None = 4):
         """max_connections: None for a client that checks share (observe/storage.StoragePool): a check never waits
-        for another's connection, as with a client of its own; up to 16 idle ones are kept for the next checks."""
+        for another's connection, as with a client of its own; idle ones are kept 30 s for the next checks."""
         self._max_connections = max_connections
         self._creds = creds
         self.entry_key = creds.entry_key
         self._region = creds.region or "us-east-1"
-        self._timeout = httpx.Timeout(connect=connect_timeout, read=read_timeout, write=read_timeout,
-                                      pool=connect_timeout)
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
         # A whole request (connect, answer, body) must end by then: the read timeout alone is per read, and a server
         # sending a byte now and then would hold a check forever.
         self._deadline = connect_timeout + 2 * read_timeout
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
 
     @property
     def _where(self) -> str:
@@ -283,27 +284,29 @@ class S3Storage:
         except ValueError:
             return "the configured endpoint"
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> aiohttp.ClientSession:
         if self._client is None:
             secure = not (self._creds.endpoint_url or "https:").lower().startswith("http:")
-            self._client = httpx.AsyncClient(
-                verify=_ssl_context(self._creds.verify_ssl if secure else False, self._creds.ca_bundle_pem),
+            self._client = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    ssl=_ssl_context(self._creds.verify_ssl if secure else False, self._creds.ca_bundle_pem),
+                    limit=self._max_connections or 0, keepalive_timeout=30),
                 timeout=self._timeout,
-                limits=httpx.Limits(max_connections=self._max_connections, keepalive_expiry=30,
-                                    max_keepalive_connections=min(self._max_connections or 16, 16)),
-                follow_redirects=False,
                 # Raw bytes only: a compressed body could expand past any bound before it is counted.
+                auto_decompress=False,
                 headers={"Accept-Encoding": "identity", "User-Agent": "arbiter-operator"},
                 # No cookies kept: S3 sets none, and a hostile server could fill a jar.
-                cookies=httpx.Cookies(CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))),
-                trust_env=True,  # HTTPS_PROXY / NO_PROXY, as botocore honoured them
+                cookie_jar=aiohttp.DummyCookieJar(),
+                # The proxy comes from HTTPS_PROXY / NO_PROXY (_proxy), as botocore honoured them; aiohttp's
+                # trust_env would also send ~/.netrc credentials, which a signed request must not carry.
+                trust_env=False,
             )
         return self._client
 
     async def aclose(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
-            await client.aclose()
+            await client.close()
 
     async def __aenter__(self) -> "S3Storage":
         return self
@@ -342,25 +345,23 @@ class S3Storage:
         if urlsplit(url).scheme not in ("http", "https"):
             raise StorageRejected("InvalidEndpoint", f"S3 endpoint {self._where!r} is not an http(s) URL")
         client = self._http()
-        request = client.build_request("GET", url, headers=self._signed_headers(url, region, headers))
-        response = await client.send(request, stream=True)
-        try:
-            ok = 200 <= response.status_code < 300
+        target = yarl.URL(url, encoded=True)  # sent byte for byte as signed, not quoted again
+        async with client.get(target, headers=self._signed_headers(url, region, headers), allow_redirects=False,
+                              proxy=_proxy(target)) as response:
+            ok = 200 <= response.status < 300
             limit = max_body if ok else error_body
             chunks: list[bytes] = []
             size = 0
             complete = True
-            async for chunk in response.aiter_raw():
+            async for chunk in response.content.iter_any():
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > limit:
                     complete = False
                     break
             body = b"".join(chunks)[:limit]
-        finally:
-            await response.aclose()
         hint = response.headers.get("x-amz-bucket-region", "").strip()
-        return _Answer(response.status_code, body, complete, hint if _REGION.fullmatch(hint) else None)
+        return _Answer(response.status, body, complete, hint if _REGION.fullmatch(hint) else None)
 
     async def _get(self, what: str, bucket: str, key: str, query: list[tuple[str, str]],
                    headers: dict[str, str], max_body: int) -> _Answer:
@@ -374,11 +375,16 @@ class S3Storage:
                 try:
                     async with asyncio.timeout(self._deadline):
                         answer = await self._once(region, bucket, key, query, headers, max_body, MAX_ERROR_BYTES)
-                except httpx.TransportError as exc:
+                except aiohttp.InvalidURL:
+                    raise StorageRejected("InvalidEndpoint", f"S3 endpoint {self._where!r} is not a valid URL") \
+                        from None
+                except aiohttp.ClientError as exc:  # connection, TLS, silence, a malformed or cut answer
                     raise _Transient(f"cannot reach S3 at {self._where} for {what} ({_why(exc)})") from None
-                except TimeoutError:
+                except TimeoutError:  # the request's deadline (after aiohttp's: its timeouts are TimeoutErrors too)
                     raise _Transient(f"cannot reach S3 at {self._where} for {what} (no complete answer within "
                                      f"{self._deadline:g} s)") from None
+                except OSError as exc:  # the socket itself
+                    raise _Transient(f"cannot reach S3 at {self._where} for {what} ({_why(exc)})") from None
                 if 200 <= answer.status < 300 or answer.status in (404, 416):
                     return answer
                 code = parse_error_code(answer.body) or str(answer.status)
@@ -399,7 +405,7 @@ class S3Storage:
                 raise StorageUnreachable(f"cannot reach S3 at {self._where} for {what}: its CA bundle "
                                          "(spec.storage.caBundleConfigMapRef or the Secret's ca_bundle) is not "
                                          "PEM certificates") from None
-            except (httpx.InvalidURL, ValueError):
+            except ValueError:
                 raise StorageRejected("InvalidEndpoint", f"S3 endpoint {self._where!r} is not a valid URL for "
                                       f"{what}") from None
             except StorageRejected as exc:
@@ -458,11 +464,23 @@ class S3Storage:
         return answer.body
 
 
-def _why(exc: httpx.TransportError) -> str:
+def _why(exc: BaseException) -> str:
     """A transport failure in a few words; a TLS verification failure says what to check."""
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
+        if isinstance(cause, (ssl.SSLCertVerificationError, aiohttp.ClientConnectorCertificateError)):
             return "its TLS certificate is not trusted; check spec.storage's CA bundle or verify_ssl"
         cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return "no connection within the connect timeout"
+    if isinstance(exc, aiohttp.ServerTimeoutError):  # SocketTimeoutError: silence for the read timeout
+        return "no data within the read timeout"
     return type(exc).__name__
+
+
+def _proxy(url: yarl.URL) -> str | None:
+    """The proxy for `url` from HTTPS_PROXY / HTTP_PROXY and NO_PROXY (the standard library reads them as curl does)."""
+    host = url.host or ""
+    if not host or proxy_bypass(host):
+        return None
+    return getproxies().get(url.scheme)

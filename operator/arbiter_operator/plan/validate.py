@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from collections import OrderedDict
 from typing import Any
 
@@ -14,7 +13,7 @@ from arbiter_runtime.contract import DecisionJsonError
 from ..api.models import DecisionModel, DecisionModelSpec
 from ..render.common import CONFIG_FILE
 from ..api.models import effective_decision
-from ..render.configmap import decision_config
+from ..render.configmap import decision_config, readable_json
 from .vllm_args import arg_problems
 from .output_schema import output_schema_clash
 
@@ -126,7 +125,8 @@ def size_problems(dm: DecisionModel) -> list[str]:
         except DecisionJsonError as exc:  # what the CRD's rules cannot see, e.g. across a version's overrides
             problems.append(f"spec.versions[{version.name}]: the runtime would refuse its decision.json: {exc}")
             continue
-        size = len(json.dumps(config, sort_keys=True, indent=2).encode()) + len(CONFIG_FILE)
+        # The very text the ConfigMap will carry (made once per content, so rendering it next costs nothing).
+        size = len(readable_json(config).encode()) + len(CONFIG_FILE)
         if size > CONFIGMAP_MAX_BYTES:
             problems.append(
                 f"spec.versions[{version.name}]: its decision.json (schemas and decision settings) would be {size} "

@@ -41,11 +41,11 @@ async def test_an_idle_client_is_closed_but_never_one_in_use():
         clock.now = 100.0
         async with pool.use(B):  # a later check looks for idle clients: A is in use, so it stays open
             pass
-        assert not http.is_closed
+        assert not http.closed
     clock.now = 200.0
     async with pool.use(B) as fresh:
         pass
-    assert http.is_closed  # A unused for 100 s: closed, its credentials dropped
+    assert http.closed  # A unused for 100 s: closed, its credentials dropped
     assert busy is not fresh and len(pool) == 1
     await pool.aclose()
 
@@ -55,7 +55,7 @@ async def test_idle_clients_are_closed_even_when_no_further_check_comes():
     async with pool.use(A) as storage:
         http = storage._http()
     await asyncio.sleep(1.3)  # idle + the reaper's second of slack
-    assert http.is_closed
+    assert http.closed
     assert len(pool) == 0
 
 
@@ -64,7 +64,7 @@ async def test_a_pool_without_idle_time_keeps_nothing_after_its_owner_closes_it(
     async with pool.use(A) as storage:
         http = storage._http()
     await pool.aclose()
-    assert http.is_closed and len(pool) == 0
+    assert http.closed and len(pool) == 0
 
 
 async def test_checks_sharing_a_client_never_wait_for_each_others_connections():
