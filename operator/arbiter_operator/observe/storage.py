@@ -369,6 +369,7 @@ class VerdictCache:
         self.valid_ttl = max(ttl, valid_ttl) if ttl > 0 else ttl  # ttl=0: check every time (observe_artifacts)
         self._clock = clock
         self._entries: dict[tuple[str, str], tuple[float, dict[str, ArtifactReport]]] = {}
+        self._digests: dict[str, str] = {}  # uid -> the spec digest of its entry (one entry per object)
         # The storage Secrets the checks read, shared for a few seconds, and their S3 clients (none kept when ttl is 0:
         # check every time).
         self.secrets = SecretReads(ttl=10.0 if ttl > 0 else 0.0, clock=clock)
@@ -388,10 +389,12 @@ class VerdictCache:
 
     def put(self, uid: str, spec_digest: str, reports: dict[str, ArtifactReport]) -> None:
         # Verdicts for this object's earlier specs are of no further use.
-        for key in [k for k in self._entries if k[0] == uid]:
-            del self._entries[key]
+        earlier = self._digests.pop(uid, None)
+        if earlier is not None:
+            self._entries.pop((uid, earlier), None)
         if uid and all(r.status != "Unknown" for r in reports.values()):
             self._entries[(uid, spec_digest)] = (self._clock(), reports)
+            self._digests[uid] = spec_digest
 
 
 async def observe_artifacts(

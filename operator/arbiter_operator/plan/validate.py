@@ -50,10 +50,11 @@ def _prefix_clash(names: list[str]) -> tuple[str, str] | None:
 
 
 def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
-    """The problems of one spec, remembered by its digest: every pass of a DecisionModel plans from the same spec until
-    it changes, and checking its schemas and compiling its CEL again each time cost about 7% of the operator's CPU at
-    scale. The checks are pure, so a remembered answer is the answer."""
-    digest = hashlib.sha256(spec.model_dump_json().encode()).digest()
+    """The problems of one spec, remembered by the digest of the parts the checks read (_CHECKED): every pass of a
+    DecisionModel plans from the same spec until it changes, and many DecisionModels share their decision settings;
+    checking the schemas and compiling the CEL again each time cost about 7% of the operator's CPU at scale. The
+    checks are pure, so a remembered answer is the answer."""
+    digest = hashlib.sha256(spec.model_dump_json(include=_CHECKED).encode()).digest()
     found = _PROBLEMS.get(digest)
     if found is None:
         found = _PROBLEMS[digest] = tuple(_check(spec))
@@ -64,7 +65,11 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
     return list(found)
 
 
-_PROBLEMS: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()  # spec digest -> its problems, least recent first
+# What `_check` reads of a spec, and so what its remembered answer is keyed by: a fleet of DecisionModels that differ
+# only in their weights (storageUri), names or serving resources is checked once, not once per DecisionModel.
+_CHECKED: Any = {"decision": True, "versions": {"__all__": {"name", "metadata", "decision"}},
+                 "serving": {"vllm": {"extraArgs"}}}
+_PROBLEMS: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()  # checked parts' digest -> problems, least recent first
 _PROBLEMS_HELD = 4096
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from hypothesis import given, settings, strategies as st
+
 from support.examples import example
 from support.factory import make_dm
 from arbiter_operator.api.models import DecisionModel
@@ -100,6 +102,35 @@ def test_spec_problems_follow_each_edit_of_the_spec():
         p = plan(make_dm(raw), Observations(), T0)
         assert any(c["type"] == "Stalled" and c["status"] == "True" for c in p.status["conditions"]) is stalls
         assert (p.children is None) is stalls
+
+
+# Edits of a spec, each to a part the operator-side checks read or one they do not.
+SPEC_EDITS = {
+    "weights": lambda spec: spec["versions"][0].update(storageUri="s3://models/elsewhere/1.0.0"),
+    "gpus": lambda spec: spec["serving"].update(gpus=2),
+    "broken rule": lambda spec: spec["decision"]["fallbackRules"][0].update(when="input.requestedLimit >"),
+    "broken schema": lambda spec: spec["versions"][0]["metadata"]["inputSchema"].update(type="objekt"),
+    "version name": lambda spec: spec["versions"][0].update(name="1.0.1"),
+    "version override": lambda spec: spec["versions"][0].update(decision={"labels": ["ok", "okay"]}),
+    "labels": lambda spec: spec["decision"].update(labels=["ok", "okay"]),
+    "vllm args": lambda spec: spec["serving"]["vllm"].update(extraArgs=["--port", "1"]),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(edits=st.lists(st.lists(st.sampled_from(sorted(SPEC_EDITS)), max_size=3), min_size=1, max_size=6))
+def test_a_remembered_spec_check_is_the_check_itself(edits):
+    """Checks are remembered by the parts of the spec they read: whatever the edits, the answer is a fresh check's."""
+    from arbiter_operator.plan.validate import _check, operator_side_problems
+
+    for chosen in edits:
+        raw = example()
+        raw["spec"]["promote"] = {"version": raw["spec"]["versions"][0]["name"]}
+        for name in chosen:
+            SPEC_EDITS[name](raw["spec"])
+            raw["spec"]["promote"] = {"version": raw["spec"]["versions"][0]["name"]}
+        spec = make_dm(raw).spec
+        assert operator_side_problems(spec) == _check(spec)
 
 
 def test_kopf_handles_no_resource_so_it_never_writes_to_a_decisionmodel():
