@@ -109,7 +109,7 @@ CACHE_KEY = "arbiter_cache"
 NSWATCH_KEY = "arbiter_nswatch"
 LEADER_KEY = "arbiter_leader"  # set by __main__ with --leader-elect: the Lease settings and this replica's identity
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
-NAMESPACES_KEY = "arbiter_namespaces"  # set by __main__: the namespaces kopf watches ([]: cluster-wide)
+NAMESPACES_KEY = "arbiter_namespaces"  # set by __main__: the namespaces the operator watches ([]: cluster-wide)
 WATCHES_KEY = "arbiter_watches"
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should

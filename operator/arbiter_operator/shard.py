@@ -1,11 +1,11 @@
 """Sharding by namespace label: `--namespace-selector team=risk` makes this operator own exactly the namespaces whose
 labels match, for fleets too large for one process (docs/operations.md, "Sharding").
 
-kopf watches a fixed list of namespaces (cluster-wide scanning is off: docs/security.md), so the selector is resolved
-to a list when the operator starts, and a watch on Namespaces with the same selector tells when the list changed (a
-namespace labelled into or out of the shard, created or deleted). The operator then stops its kopf run cleanly (the
-leader Lease is handed back) and starts again on the new list in the same process: no container restart, and the
-new namespace's DecisionModels are reconciled within seconds.
+The operator watches a fixed list of namespaces (cluster-wide scanning is off: docs/security.md), so the selector is
+resolved to a list when the operator starts, and a watch on Namespaces with the same selector tells when the list
+changed (a namespace labelled into or out of the shard, created or deleted). The operator then stops its kopf run
+cleanly (the leader Lease is handed back) and starts again on the new list in the same process: no container
+restart, and the new namespace's DecisionModels are reconciled within seconds.
 """
 
 from __future__ import annotations
