@@ -131,8 +131,9 @@ class LoopTransport:
                         data = await _read(resp, self.max_body_bytes)
                         status, reason = resp.status, resp.reason or ""
             except aiohttp.ServerDisconnectedError:
-                # A kept-alive connection the apiserver had closed: the request never reached it. Once more on a
-                # fresh one (not a POST: an Event posted twice would be counted twice).
+                # Closed before an answer, most often a kept-alive connection the apiserver had already closed: once
+                # more on a fresh one. Every request the operator makes but a POST may be sent twice (server-side
+                # applies, merge patches, deletes with a uid precondition); an Event posted twice would count twice.
                 if attempt == 2 or method == "POST":
                     KUBE_REQUESTS.labels(method, code_class(None)).inc()
                     raise
