@@ -12,12 +12,12 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import json
 import threading
 import time
 from dataclasses import replace
 from typing import Any, AsyncIterator, Callable, Mapping
 
+from ..api import jsonfast
 from ..clients.kube import KubeError
 from ..clients.s3 import (
     CredentialsInvalid,
@@ -308,10 +308,6 @@ class StoragePool:
             await self._held.pop(key).storage.aclose()
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-
-
 async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretReads | None = None,
                                           pool: StoragePool | None = None,
                                           shared: SharedChecks | None = None) -> dict[str, ArtifactReport]:
@@ -342,7 +338,7 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretRea
                     report = await check_version_artifacts(storage, uri, ask, decision)
                 return dataclasses.replace(report, storage_key=storage.entry_key)
 
-            key = (found, v.storageUri, ask, _canonical(decision))
+            key = (found, v.storageUri, ask, jsonfast.dumps(decision, sort_keys=True))
             reports[v.name] = await shared.check(key, run) if shared is not None else await run()
     finally:
         if pool is None:
