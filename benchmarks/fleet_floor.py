@@ -10,6 +10,12 @@ first pass (children, status, Event) with `--writers` clients at a time (the ope
 KServe marks its InferenceService Ready, replay the later passes (the Ready status). Timed by the same kind of watch
 as benchmarks/scale.py: the DecisionModel's Ready condition. Nothing here computes what to write; what it measures is
 the apiserver and the controllers behind it, so no operator can make the same fleet Ready faster on this machine.
+
+It also prints KServe's own requests from the audit log. KServe's controller reads its ConfigMaps
+(inferenceservice-config and the like) with an uncached clientset several times per reconcile, and that clientset
+is rate-limited on the client side at 20 requests per second (controller-runtime v0.19's default, which KServe
+pins); the ConfigMap reads divided by 20 are a bound below which no fleet can become Ready with that controller,
+however many cores the machine has.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 from convergence import CHILD_API, OP_NS, TEMPLATE, Floor, isvc_ready, run_operator_once  # noqa: E402
+
+# KServe's clientset: controller-runtime v0.19's GetConfig gives it QPS 20 (burst 30); KServe sets none of its own.
+KSERVE_CLIENT_QPS = 20.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                    + " | ".join("; ".join(p) for p in floor.describe()))
         writers = threading.Semaphore(args.writers)
         t0 = time.perf_counter()
+        wall0 = time.time()
         errors: list[str] = []
 
         def one(key: tuple[str, str]) -> None:
@@ -73,12 +83,18 @@ def main(argv: list[str] | None = None) -> int:
         made = sorted(t - t0 for (ns, _), t in isvc_watch.first.items() if ns in nss)
         dm_watch.stop()
         isvc_watch.stop()
+        stack.flush_audit()
+        kserve = common.audit_requests(stack.audit_log, common.KSERVE_USER, wall0)
     all_ready = len(ready) == args.count
     result.update({
         "all_ready": all_ready, "errors": errors[:20],
         "all_ready_seconds": ready[-1] if all_ready else float("nan"),
         "ready_seconds_p50": common.percentile(ready, 50), "ready_seconds_p95": common.percentile(ready, 95),
         "isvc_ready_last_seconds": made[-1] if made else float("nan"),
+        "kserve_requests": common.counter_json(kserve),
+        "kserve_configmap_gets": kserve[("get", "configmaps")],
+        "kserve_configmap_gets_per_model": kserve[("get", "configmaps")] / args.count,
+        "kserve_configmap_bound_seconds": kserve[("get", "configmaps")] / KSERVE_CLIENT_QPS,
     })
     print(f"\n## Fleet floor: {args.count} DecisionModels in {args.namespaces} namespaces, no operator\n")
     print(common.table(["measure", "value"], [
@@ -86,7 +102,15 @@ def main(argv: list[str] | None = None) -> int:
         ("Ready p50 / p95 (s)", f"{result['ready_seconds_p50']:.1f} / {result['ready_seconds_p95']:.1f}"),
         ("last InferenceService Ready by KServe (s)", result["isvc_ready_last_seconds"]),
         ("errors", len(errors)),
+        ("KServe's requests, all", sum(kserve.values())),
+        ("KServe's ConfigMap GETs (per DecisionModel)",
+         f"{result['kserve_configmap_gets']} ({result['kserve_configmap_gets_per_model']:.1f})"),
+        (f"their bound at KServe's {KSERVE_CLIENT_QPS:.0f}/s client limit (s)",
+         result["kserve_configmap_bound_seconds"]),
     ]))
+    print("\nKServe's requests:\n")
+    print(common.table(["verb", "resource", "count", "per DecisionModel"],
+                       common.counter_rows(kserve, per=args.count)[:12]))
     common.write_json(result, args.out, "fleet-floor.json")
     return 0 if all_ready else 1
 

@@ -17,7 +17,7 @@ from datetime import datetime
 
 from .api.models import DecisionModel
 from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
-from .clients.kube import KubeClient, KubeError
+from .clients.kube import KubeError, LoopKubeClient
 from .observe.children import controller_of, owned_by
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .plan.model import Event, Plan
@@ -82,15 +82,16 @@ def describe_owner(obj: dict[str, Any], dm: DecisionModel) -> str:
     return "not controlled by any owner" + (f" (written by {', '.join(managers)})" if managers else "")
 
 
-def apply_plan(
-    client: KubeClient,
+async def apply_plan(
+    client: LoopKubeClient,
     dm_raw: dict[str, Any],
     dm: DecisionModel,
     plan: Plan,
     live_children: dict[tuple[str, str], dict[str, Any]],
     now: datetime,
 ) -> tuple[int, list[str]]:
-    """Returns the number of writes made and the children refused because another owner holds them.
+    """Returns the number of writes made and the children refused because another owner holds them. Awaited on the
+    operator's event loop, where the requests are made: no thread per request.
 
     Ownership is decided here, before any write, never by server-side apply: a child is updated only when its
     controller ownerReference is this DecisionModel (uid); a child not among ours is created with a create-only apply
@@ -108,7 +109,7 @@ def apply_plan(
             live = _live_child(live_children, desired)
             if live is None:  # not among the children we found as ours: create it, if (and only if) the name is free
                 try:
-                    client.create(stamped)
+                    await client.acreate(stamped)
                     writes += 1
                     continue
                 except KubeError as exc:
@@ -116,7 +117,7 @@ def apply_plan(
                         raise
                     # Taken: by another owner, or by our own child the cache does not hold (e.g. its label was
                     # removed). Only now is it read, to tell which.
-                    live = client.get(desired["apiVersion"], kind, ns, name)
+                    live = await client.aget(desired["apiVersion"], kind, ns, name)
                     if live is None:  # deleted in between: the next reconcile creates it
                         raise
             if live is not None and not owned_by(live, dm.metadata.uid):
@@ -124,11 +125,11 @@ def apply_plan(
                 continue
             if needs_apply(stamped, live):
                 # force only on our own object (taking back fields someone edited); a create never forces.
-                client.apply(stamped, force=live is not None)
+                await client.aapply(stamped, force=live is not None)
                 writes += 1
         for api_version, kind, name in plan.deletions:
             live = live_children.get((kind, name)) or {}
-            client.delete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
+            await client.adelete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
             writes += 1
     status = plan.status
     if conflicts:
@@ -136,7 +137,7 @@ def apply_plan(
     patch = merge_patch(dm_raw.get("status") or {}, status)
     if patch is not None:
         try:
-            client.patch_status(API_VERSION, KIND, ns, dm.metadata.name, {"status": patch})
+            await client.apatch_status(API_VERSION, KIND, ns, dm.metadata.name, {"status": patch})
             writes += 1
             for outcome in new_promotion_outcomes(dm_raw.get("status"), status):
                 PROMOTIONS.labels(outcome).inc()
@@ -150,6 +151,6 @@ def apply_plan(
     if conflicts and old_ready.get("reason") != CHILD_CONFLICT:
         events.append(Event("Warning", CHILD_CONFLICT, conflict_message(conflicts)))
     for ev in events:
-        client.event(involved, ev.type, ev.reason, ev.message)
+        await client.aevent(involved, ev.type, ev.reason, ev.message)
         writes += 1
     return writes, conflicts

@@ -20,13 +20,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import Any, NamedTuple
+from typing import Any, Awaitable, NamedTuple
 
 import msgspec
 
 from .api import jsonfast
 from .api.kubejson import STATUS_ONLY
-from .clients.kube import KubeClient
+from .clients.kube import LoopKubeClient, Objects
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
@@ -131,20 +131,22 @@ class WatchCache:
         return len(self._objs)
 
     def put(self, obj: dict[str, Any]) -> None:
-        """Hold `obj` unless what is held is newer. resourceVersions are opaque to clients in general, but every
-        apiserver backed by etcd hands out its revision, an increasing integer; when either is not an integer, the
-        later arrival wins."""
+        """Hold `obj` unless what is held is newer or the same. resourceVersions are opaque to clients in general,
+        but every apiserver backed by etcd hands out its revision, an increasing integer; when either is not an
+        integer, the later arrival wins."""
         key = _key(obj)
         rv = _rv(obj)
         held = self._objs.get(key)
-        if held is not None and rv is not None and held.rv is not None and rv < held.rv:
+        if held is not None and rv is not None and held.rv is not None and rv <= held.rv:
+            # Older, or the very object held: one resourceVersion is one state of one object (the echo of the
+            # operator's own write, whose answer is held already, is most of these; encoding it again is wasted).
             return
         slim = _slim(obj)
         labels = dict((slim.get("metadata") or {}).get("labels") or {})
         entry = _Held(rv, (obj.get("metadata") or {}).get("uid"), labels, _held_bytes(slim))
         with self._lock:
             held = self._objs.get(key)
-            if held is not None and rv is not None and held.rv is not None and rv < held.rv:
+            if held is not None and rv is not None and held.rv is not None and rv <= held.rv:
                 return
             self._objs[key] = entry
             self._by_ns.setdefault(key[:3], set()).add(key[3])
@@ -223,20 +225,25 @@ class WatchCache:
 class CachedKubeClient:
     """A KubeClient whose reads of cached kinds come from the watch cache; writes go through and are written back."""
 
-    def __init__(self, inner: KubeClient, cache: WatchCache) -> None:
+    def __init__(self, inner: LoopKubeClient, cache: WatchCache) -> None:
         self.inner = inner
         self.cache = cache
 
     def __getattr__(self, name: str) -> Any:  # writes, fence, served, ... of the wrapped client
         return getattr(self.inner, name)
 
-    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+    def _answered(self, api_version: str, kind: str, namespace: str | None,
+                  name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(whether the cache answers a GET, its answer)."""
         held = self.cache.get(api_version, kind, namespace, name)
         if held is not None:
-            return held
-        if (api_version, kind) in self.cache.kinds and self.cache.kinds[(api_version, kind)] is None:
-            return None  # a kind watched unfiltered (DecisionModels): the cache holds every one, a miss is an absence
-        return self.inner.get(api_version, kind, namespace, name)
+            return True, held
+        # A kind watched unfiltered (DecisionModels): the cache holds every one, a miss is an absence.
+        return (api_version, kind) in self.cache.kinds and self.cache.kinds[(api_version, kind)] is None, None
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        answered, held = self._answered(api_version, kind, namespace, name)
+        return held if answered else self.inner.get(api_version, kind, namespace, name)
 
     def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """Like `get`, but a miss of a cached kind is an answer (None), not a read: for the operator's own children,
@@ -245,13 +252,22 @@ class CachedKubeClient:
             return self.cache.get(api_version, kind, namespace, name)
         return self.inner.get(api_version, kind, namespace, name)
 
-    def list(self, api_version: str, kind: str, namespace: str | None,
-             label_selector: str | None = None) -> list[dict[str, Any]]:
+    def _list_requirements(self, api_version: str, kind: str,
+                           label_selector: str | None) -> list[tuple[str, str, set[str]]] | None:
+        """The selector's requirements when the cache answers this LIST (its kind is held and the selector pins the
+        label the watch filters on), else None."""
         reqs = _requirements(label_selector or "")
         if (api_version, kind) in self.cache.kinds and reqs is not None:
             label = self.cache.kinds[(api_version, kind)]
             if label is None or any(k == label and op in ("=", "in") for k, op, _ in reqs):
-                return self.cache.list(api_version, kind, namespace, reqs)
+                return reqs
+        return None
+
+    def list(self, api_version: str, kind: str, namespace: str | None,
+             label_selector: str | None = None) -> list[dict[str, Any]]:
+        reqs = self._list_requirements(api_version, kind, label_selector)
+        if reqs is not None:
+            return self.cache.list(api_version, kind, namespace, reqs)
         return self.inner.list(api_version, kind, namespace, label_selector)
 
     def _write(self, key: Key, call: Any) -> dict[str, Any]:
@@ -286,6 +302,53 @@ class CachedKubeClient:
 
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         self.inner.event(involved, type_, reason, message)
+
+    # -- the same, awaited on the operator's loop (the apply step): each is defined here, none reaches the wrapped
+    # client through __getattr__, so every write goes through the cache's bookkeeping either way.
+    async def _awrite(self, key: Key, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        self.cache.begin_write(key)
+        out = None
+        try:
+            out = await call
+            return out
+        finally:
+            self.cache.end_write(key, out)
+
+    async def aget(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        answered, held = self._answered(api_version, kind, namespace, name)
+        return held if answered else await self.inner.aget(api_version, kind, namespace, name)
+
+    async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if (api_version, kind) in self.cache.kinds:
+            return self.cache.get(api_version, kind, namespace, name)
+        return await self.inner.aget(api_version, kind, namespace, name)
+
+    async def alist(self, api_version: str, kind: str, namespace: str | None,
+                    label_selector: str | None = None) -> Objects:
+        reqs = self._list_requirements(api_version, kind, label_selector)
+        if reqs is not None:
+            return self.cache.list(api_version, kind, namespace, reqs)
+        return await self.inner.alist(api_version, kind, namespace, label_selector)
+
+    async def aapply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+        return await self._awrite(_key(obj), self.inner.aapply(obj, force=force))
+
+    async def acreate(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self._awrite(_key(obj), self.inner.acreate(obj))
+
+    async def apatch_status(self, api_version: str, kind: str, namespace: str, name: str,
+                            patch: dict[str, Any]) -> dict[str, Any]:
+        return await self._awrite((api_version, kind, namespace or "", name),
+                                  self.inner.apatch_status(api_version, kind, namespace, name, patch))
+
+    async def adelete(self, api_version: str, kind: str, namespace: str | None, name: str,
+                      uid: str | None = None) -> bool:
+        out = await self.inner.adelete(api_version, kind, namespace, name, uid=uid)
+        self.cache.discard(api_version, kind, namespace, name)
+        return out
+
+    async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        await self.inner.aevent(involved, type_, reason, message)
 
     def served(self, api_version: str, kind: str) -> bool:
         return self.inner.served(api_version, kind)

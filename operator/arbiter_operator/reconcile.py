@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .api.names import API_VERSION, KIND
 from .apply import apply_plan
-from .clients.kube import KubeClient
+from .clients.kube import LoopKubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.children import observe_children, podmonitor_served
 from .observe.storage import VerdictCache, observe_artifacts
@@ -66,7 +66,7 @@ class Finalizer(Protocol):
 class Reconciler:
     def __init__(
         self,
-        client: KubeClient,
+        client: LoopKubeClient,
         clock: Callable[[], datetime] = utc_now,
         finalizer: Finalizer | None = None,
         prometheus: InstantQuerier | None = None,
@@ -114,7 +114,7 @@ class Reconciler:
                 log.info("the PodMonitor API (monitoring.coreos.com/v1) is not served: no PodMonitors are created")
         now = self.clock()
         # observe
-        obs = await asyncio.to_thread(observe_children, self.client, dm, bool(self.podmonitor_api), self.runtime_image)
+        obs = await observe_children(self.client, dm, bool(self.podmonitor_api), self.runtime_image)
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
         obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
         if self.prometheus is not None:
@@ -124,7 +124,7 @@ class Reconciler:
         # plan
         p = make_plan(dm, obs, now)
         # apply
-        writes, conflicts = await asyncio.to_thread(apply_plan, self.client, raw, dm, p, _live_children(obs), now)
+        writes, conflicts = await apply_plan(self.client, raw, dm, p, _live_children(obs), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);
         # the polls in between stay at DEBUG.
         first = (namespace, name) not in self._seen

@@ -7,12 +7,13 @@ log that a converged reconcile writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -105,6 +106,9 @@ REQUEST_TIMEOUT = 30.0
 CREATE_ONLY_RESOURCE_VERSION = str(2**63 - 1)
 
 
+Objects = list[dict[str, Any]]  # a LIST's items, by a name that a class defining `list` can use in its annotations
+
+
 class KubeError(Exception):
     def __init__(self, status: int, reason: str, message: str):
         super().__init__(f"{status} {reason}: {message}")
@@ -137,6 +141,35 @@ class KubeClient(Protocol):
     def served(self, api_version: str, kind: str) -> bool: ...
 
 
+class LoopKubeClient(KubeClient, Protocol):
+    """A KubeClient whose reads and writes may also be awaited on the operator's event loop: the observe and apply
+    steps make their requests there, without a thread per request."""
+
+    async def aget(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    async def alist(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]: ...
+    async def aapply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]: ...
+    async def acreate(self, obj: dict[str, Any]) -> dict[str, Any]: ...
+    async def apatch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]: ...
+    async def adelete(self, api_version: str, kind: str, namespace: str | None, name: str,
+                      uid: str | None = None) -> bool: ...
+    async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+class Request(NamedTuple):
+    """One request, as both the blocking and the awaitable method send it."""
+
+    method: str
+    path: str
+    body: Any = None
+    query: list[tuple[str, str]] | None = None
+    content_type: str = "application/json"
+    write: tuple[str, str, str] | None = None  # (verb, kind, ref) of a write: fenced and logged before it is sent
+
+
 class RestKubeClient:
     def __init__(self, api_client: k8s.ApiClient | None = None, field_manager: str = FIELD_MANAGER,
                  fence: Callable[[], bool] | None = None, transport: LoopTransport | None = None):
@@ -164,8 +197,7 @@ class RestKubeClient:
         content_type: str = "application/json",
     ) -> Any:
         if self.transport is not None and self.transport.usable():
-            data = body if isinstance(body, (str, bytes)) or body is None else jsonfast.dumps(body)
-            raw = data.encode() if isinstance(data, str) else (data or b"")
+            raw = _body_bytes(body)
             status, reason, answer = self.transport.call(method, path, raw, query or [], content_type, REQUEST_TIMEOUT)
             return answer_of(method, path, status, reason, answer)
         return raw_call(self.api, method, path, body, query, content_type)
@@ -176,14 +208,42 @@ class RestKubeClient:
             raise NotLeader(503, "NotLeader", f"{verb} {kind} {ref}: this replica does not hold the leader Lease")
         log.info("kube-write %s %s %s", verb, kind, ref)
 
+    def _send(self, req: Request) -> Any:
+        if req.write is not None:
+            self._write(*req.write)
+        return self._call(req.method, req.path, req.body, req.query, req.content_type)
+
+    async def _asend(self, req: Request) -> Any:
+        """`_send`, awaited: on the transport's own loop the request is made there (no thread); elsewhere (no
+        transport, another loop) the blocking call runs in a thread."""
+        transport = self.transport
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if transport is None or transport.loop is not here:
+            return await asyncio.to_thread(self._send, req)
+        if req.write is not None:
+            self._write(*req.write)
+        data = _body_bytes(req.body)
+        status, reason, answer = await transport.request(req.method, req.path, data, req.query or [],
+                                                         req.content_type, REQUEST_TIMEOUT)
+        return answer_of(req.method, req.path, status, reason, answer)
+
     # -- reads ----------------------------------------------------------------------------------------------------
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         try:
-            return self._call("GET", kind_of(api_version, kind).path(namespace, name))
+            return self._send(Request("GET", kind_of(api_version, kind).path(namespace, name)))
         except KubeError as exc:
-            if exc.status == 404:
-                return None
-            raise
+            _raise_unless_absent(exc)
+            return None
+
+    async def aget(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._asend(Request("GET", kind_of(api_version, kind).path(namespace, name)))
+        except KubeError as exc:
+            _raise_unless_absent(exc)
+            return None
 
     def served(self, api_version: str, kind: str) -> bool:
         """Whether the apiserver serves this kind (API discovery, which every authenticated user may read: no RBAC
@@ -201,36 +261,41 @@ class RestKubeClient:
     def list(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]:
-        query = [("labelSelector", label_selector)] if label_selector else []
         try:
-            out = self._call("GET", kind_of(api_version, kind).path(namespace), query=query)
+            out = self._send(_list_request(api_version, kind, namespace, label_selector))
         except KubeError as exc:
-            if exc.status == 404:  # the kind is not installed (e.g. no Route API outside OpenShift)
-                return []
-            raise
-        items = out.get("items", [])
-        for item in items:  # list items come without apiVersion/kind
-            item.setdefault("apiVersion", api_version)
-            item.setdefault("kind", kind)
-        return items
+            _raise_unless_absent(exc)  # the kind is not installed (e.g. no Route API outside OpenShift)
+            return []
+        return _items(out, api_version, kind)
+
+    async def alist(
+        self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
+    ) -> Objects:
+        try:
+            out = await self._asend(_list_request(api_version, kind, namespace, label_selector))
+        except KubeError as exc:
+            _raise_unless_absent(exc)
+            return []
+        return _items(out, api_version, kind)
 
     # -- writes ---------------------------------------------------------------------------------------------------
-    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+    def _apply_request(self, obj: dict[str, Any], force: bool) -> Request:
         k = kind_of(obj["apiVersion"], obj["kind"])
         meta = obj["metadata"]
         query = [("fieldManager", self.field_manager)]
         if force:
             query.append(("force", "true"))
-        self._write("apply", obj["kind"], f"{meta.get('namespace', '')}/{meta['name']}")
-        return self._call(
-            "PATCH",
-            k.path(meta.get("namespace"), meta["name"]),
-            body=jsonfast.dumps(obj),
-            query=query,
-            content_type="application/apply-patch+yaml",
-        )
+        ref = f"{meta.get('namespace', '')}/{meta['name']}"
+        return Request("PATCH", k.path(meta.get("namespace"), meta["name"]), jsonfast.dumps(obj), query,
+                       "application/apply-patch+yaml", ("apply", obj["kind"], ref))
 
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+        return self._send(self._apply_request(obj, force))
+
+    async def aapply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+        return await self._asend(self._apply_request(obj, force))
+
+    def _create_request(self, obj: dict[str, Any]) -> Request:
         """Server-side apply that only creates: KubeError 409 when an object of that name exists (whoever owns it),
         which is then left exactly as it was. The precondition is a resourceVersion no object can have (newer than
         any revision etcd hands out); the apiserver checks it against an existing object, in the same transaction
@@ -239,27 +304,32 @@ class RestKubeClient:
         k = kind_of(obj["apiVersion"], obj["kind"])
         meta = obj["metadata"]
         body = {**obj, "metadata": {**meta, "resourceVersion": CREATE_ONLY_RESOURCE_VERSION}}
-        self._write("create", obj["kind"], f"{meta.get('namespace', '')}/{meta['name']}")
-        return self._call(
-            "PATCH",
-            k.path(meta.get("namespace"), meta["name"]),
-            body=jsonfast.dumps(body),
-            query=[("fieldManager", self.field_manager)],
-            content_type="application/apply-patch+yaml",
-        )
+        return Request("PATCH", k.path(meta.get("namespace"), meta["name"]), jsonfast.dumps(body),
+                       [("fieldManager", self.field_manager)], "application/apply-patch+yaml",
+                       ("create", obj["kind"], f"{meta.get('namespace', '')}/{meta['name']}"))
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._send(self._create_request(obj))
+
+    async def acreate(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return await self._asend(self._create_request(obj))
+
+    def _patch_status_request(self, api_version: str, kind: str, namespace: str, name: str,
+                              patch: dict[str, Any]) -> Request:
+        fields = ",".join(sorted((patch.get("status") or {}).keys()))
+        return Request("PATCH", kind_of(api_version, kind).path(namespace, name, "status"), patch,
+                       [("fieldManager", self.field_manager)], "application/merge-patch+json",
+                       ("patch-status", kind, f"{namespace}/{name} [{fields}]"))
 
     def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
     ) -> dict[str, Any]:
-        fields = ",".join(sorted((patch.get("status") or {}).keys()))
-        self._write("patch-status", kind, f"{namespace}/{name} [{fields}]")
-        return self._call(
-            "PATCH",
-            kind_of(api_version, kind).path(namespace, name, "status"),
-            body=patch,
-            query=[("fieldManager", self.field_manager)],
-            content_type="application/merge-patch+json",
-        )
+        return self._send(self._patch_status_request(api_version, kind, namespace, name, patch))
+
+    async def apatch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await self._asend(self._patch_status_request(api_version, kind, namespace, name, patch))
 
     def patch(
         self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
@@ -269,21 +339,34 @@ class RestKubeClient:
         return self._call("PATCH", kind_of(api_version, kind).path(namespace, name), body=body,
                           query=[("fieldManager", self.field_manager)], content_type=content_type)
 
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
-        """uid: delete only that very object (a precondition: never one someone re-created under the name)."""
-        self._write("delete", kind, f"{namespace or ''}/{name}")
+    @staticmethod
+    def _delete_request(api_version: str, kind: str, namespace: str | None, name: str, uid: str | None) -> Request:
         body: dict[str, Any] = {"propagationPolicy": "Background"}
         if uid:
             body["preconditions"] = {"uid": uid}
+        return Request("DELETE", kind_of(api_version, kind).path(namespace, name), body,
+                       write=("delete", kind, f"{namespace or ''}/{name}"))
+
+    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
+        """uid: delete only that very object (a precondition: never one someone re-created under the name)."""
         try:
-            self._call("DELETE", kind_of(api_version, kind).path(namespace, name), body=body)
+            self._send(self._delete_request(api_version, kind, namespace, name, uid))
         except KubeError as exc:
-            if exc.status == 404:
-                return False
-            if exc.status == 409 and uid:  # the precondition failed: it is another object now, not ours to delete
-                return False
-            raise
+            return _not_deleted(exc, uid)
         return True
+
+    async def adelete(self, api_version: str, kind: str, namespace: str | None, name: str,
+                      uid: str | None = None) -> bool:
+        try:
+            await self._asend(self._delete_request(api_version, kind, namespace, name, uid))
+        except KubeError as exc:
+            return _not_deleted(exc, uid)
+        return True
+
+    async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """`event`, in a thread: a series is read and written under a lock, and an Event is posted on a transition
+        only, not on every pass."""
+        await asyncio.to_thread(self.event, involved, type_, reason, message)
 
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post an Event on `involved`, or count it into the series of the same reason (see SERIES_WINDOW)."""
@@ -359,6 +442,40 @@ class RestKubeClient:
             log.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
             return None
         return ((out or {}).get("metadata") or {}).get("name")
+
+
+def _body_bytes(body: Any) -> bytes:
+    data = body if isinstance(body, (str, bytes)) or body is None else jsonfast.dumps(body)
+    return data.encode() if isinstance(data, str) else (data or b"")
+
+
+def _list_request(api_version: str, kind: str, namespace: str | None, label_selector: str | None) -> Request:
+    query = [("labelSelector", label_selector)] if label_selector else []
+    return Request("GET", kind_of(api_version, kind).path(namespace), query=query)
+
+
+def _items(out: dict[str, Any], api_version: str, kind: str) -> list[dict[str, Any]]:
+    items = out.get("items") or []
+    if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+        raise KubeError(502, "BadResponse", f"the answer to a LIST of {kind} holds items that are not objects")
+    for item in items:  # list items come without apiVersion/kind
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+    return items
+
+
+def _raise_unless_absent(exc: KubeError) -> None:
+    """A GET's 404 is an answer (no such object); any other error is raised."""
+    if exc.status != 404:
+        raise exc
+
+
+def _not_deleted(exc: KubeError, uid: str | None) -> bool:
+    """A DELETE's 404 (already gone) or failed uid precondition (another object now, not ours to delete) is False;
+    any other error is raised."""
+    if exc.status == 404 or (exc.status == 409 and uid):
+        return False
+    raise exc
 
 
 def raw_call(

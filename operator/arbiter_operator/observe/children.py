@@ -18,7 +18,7 @@ from ..api.names import (
     ROUTE_API,
     SERVINGRUNTIME_API,
 )
-from ..clients.kube import KubeClient, KubeError
+from ..clients.kube import KubeClient, KubeError, LoopKubeClient
 from ..plan.model import Observations
 from ..render.common import runtime_name
 from ..render.service import stable_service_name
@@ -44,20 +44,22 @@ def _owned(obj: dict[str, Any], dm: DecisionModel) -> bool:
     return owned_by(obj, dm.metadata.uid)
 
 
-def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False,
-                     default_runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> Observations:
+async def observe_children(client: LoopKubeClient, dm: DecisionModel, podmonitor_api: bool = False,
+                           default_runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> Observations:
     """podmonitor_api: whether the PodMonitor API is served (see `podmonitor_served`; observed once per process).
-    default_runtime_image: the operator's setting for versions that name no image."""
+    default_runtime_image: the operator's setting for versions that name no image.
+    Awaited on the operator's loop: from the watch cache, what it holds (no request, no thread), the rest from the
+    apiserver."""
     ns, name = dm.metadata.namespace, dm.metadata.name
     selector = f"{LABEL_DM}={name}"
     isvcs = {
         o["metadata"]["name"]: o
-        for o in client.list(ISVC_API, "InferenceService", ns, selector)
+        for o in await client.alist(ISVC_API, "InferenceService", ns, selector)
         if _owned(o, dm)
     }
     cms = {
         o["metadata"]["name"]: o
-        for o in client.list("v1", "ConfigMap", ns, f"{selector},{LABEL_COMPONENT}=decision-config")
+        for o in await client.alist("v1", "ConfigMap", ns, f"{selector},{LABEL_COMPONENT}=decision-config")
         if _owned(o, dm)
     }
     # The shadow phase's grant exists only while status says Shadowing (it is created when the phase starts and
@@ -67,24 +69,24 @@ def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool
     shadow_rbac = {
         (kind, o["metadata"]["name"]): o
         for kind in (("Role", "RoleBinding") if shadowing else ())
-        for o in client.list(RBAC_API, kind, ns, f"{selector},{LABEL_COMPONENT}={SHADOW_COMPONENT}")
+        for o in await client.alist(RBAC_API, kind, ns, f"{selector},{LABEL_COMPONENT}={SHADOW_COMPONENT}")
         if _owned(o, dm)
     }
-    # Children by name: from the watch cache where there is one (`held`: a child of ours carries our label, so the
+    # Children by name: from the watch cache where there is one (`aheld`: a child of ours carries our label, so the
     # cache holds every one; a miss is an absent child, whose name apply_plan checks on the apiserver before creating).
-    read = getattr(client, "held", client.get)
-    runtime = read(SERVINGRUNTIME_API, "ServingRuntime", ns, runtime_name(name))
-    route = read(ROUTE_API, "Route", ns, name)
-    podmonitor = read(PODMONITOR_API, PODMONITOR_KIND, ns, podmonitor_name(name)) if podmonitor_api else None
-    service = read("v1", "Service", ns, stable_service_name(name))
+    read = getattr(client, "aheld", client.aget)
+    runtime = await read(SERVINGRUNTIME_API, "ServingRuntime", ns, runtime_name(name))
+    route = await read(ROUTE_API, "Route", ns, name)
+    podmonitor = await read(PODMONITOR_API, PODMONITOR_KIND, ns, podmonitor_name(name)) if podmonitor_api else None
+    service = await read("v1", "Service", ns, stable_service_name(name))
     try:
-        namespace = client.get("v1", "Namespace", None, ns) or {}
+        namespace = await client.aget("v1", "Namespace", None, ns) or {}
         ns_labels = (namespace.get("metadata") or {}).get("labels") or {}
     except KubeError as exc:
         # Without permission to read namespaces, `mesh.sidecar: auto` cannot see the injection label: say so.
         log.warning("cannot read namespace %s labels (%s); mesh auto mode assumes no injection", ns, exc.reason)
         ns_labels = {}
-    deployments, pods, workloads = _observe_workloads(client, ns, isvcs)
+    deployments, pods, workloads = await _observe_workloads(client, ns, isvcs)
     return Observations(
         workloads_observed=workloads,
         predictor_deployments=deployments,
@@ -107,8 +109,8 @@ def _isvc_ready(isvc: dict[str, Any]) -> bool:
     return any(x.get("type") == "Ready" and x.get("status") == "True" for x in conds)
 
 
-def _observe_workloads(
-    client: KubeClient, ns: str, isvcs: dict[str, dict[str, Any]]
+async def _observe_workloads(
+    client: LoopKubeClient, ns: str, isvcs: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[dict[str, Any], ...]], bool]:
     """The predictor Deployments of these InferenceServices and, for those not ready, their pods. (deployments,
     pods, observed): observed False when the operator may not read them (readiness then rests on KServe alone)."""
@@ -117,14 +119,14 @@ def _observe_workloads(
     selector = f"{ISVC_LABEL} in ({','.join(sorted(isvcs))})"
     try:
         deployments: dict[str, dict[str, Any]] = {}
-        for d in client.list("apps/v1", "Deployment", ns, selector):
+        for d in await client.alist("apps/v1", "Deployment", ns, selector):
             owner = ((d.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
             if owner and d["metadata"]["name"] == f"{owner}-predictor" and _belongs_to(d, isvcs.get(owner)):
                 deployments[owner] = d
         waiting = sorted(n for n, i in isvcs.items() if not _isvc_ready(i) or n not in deployments)
         pods: dict[str, list[dict[str, Any]]] = {}
         if waiting:  # pods are read only while a version is not ready: a converged reconcile lists Deployments only
-            for p in client.list("v1", "Pod", ns, f"{ISVC_LABEL} in ({','.join(waiting)})"):
+            for p in await client.alist("v1", "Pod", ns, f"{ISVC_LABEL} in ({','.join(waiting)})"):
                 owner = ((p.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
                 if owner:
                     pods.setdefault(owner, []).append(p)

@@ -68,3 +68,8 @@ def test_fleet_floor_brings_every_model_ready_with_no_operator(tmp_path):
     # Every model Ready from the replayed writes alone (the operator was stopped after the template).
     assert result["all_ready"] and not result["errors"]
     assert math.isfinite(result["all_ready_seconds"]) and result["all_ready_seconds"] >= result["ready_seconds_p50"]
+    # KServe's own ConfigMap reads are counted from the audit log: it reads them on every reconcile of each of the
+    # six InferenceServices, and that count is what bounds a fleet's Ready time at KServe's client rate limit.
+    assert result["kserve_configmap_gets"] >= 6
+    assert result["kserve_configmap_bound_seconds"] == result["kserve_configmap_gets"] / 20
+    assert "KServe's ConfigMap GETs (per DecisionModel)" in stdout

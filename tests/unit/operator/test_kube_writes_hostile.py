@@ -1,8 +1,9 @@
 """The operator's Kubernetes requests (clients/kube.py: every write, and the few reads not served from the watch
 cache) against a hostile apiserver or a broken proxy in front of it: a real HTTP server on loopback that answers with
 any status, any body, a lying or missing length, or not at all. Both transports: the operator's (aiohttp on an event
-loop, clients/aiokube.LoopTransport, called from a worker thread as the reconcile does) and the kubernetes client's
-(urllib3, raw_call: the leader election's, and the fallback off the loop).
+loop, clients/aiokube.LoopTransport: the awaitable methods on that loop, as the apply step makes its writes, and the
+blocking ones from a worker thread) and the kubernetes client's (urllib3, raw_call: the leader election's, and the
+fallback off the loop).
 
 What a user would notice if this broke: a reconcile that dies on an exception nobody can read (AttributeError,
 UnicodeDecodeError) instead of the apiserver's own message, or a worker stuck for good on an answer that never ends.
@@ -32,6 +33,7 @@ BODIES = (
     b'{"kind": 5, "code": "410", "message": ["x"], "reason": {"a": 1}}',
     b'{"metadata": {"name": "x", "resourceVersion": "7"}}', b'{"kind": "Sta', b"[" * 50000,
     b'{"message": "\\ud800"}', b"<html><body>502 Bad Gateway</body></html>",
+    b'{"items": 5}', b'{"items": [1, "x", null]}', b'{"items": [{"metadata": {"name": "cm"}}]}',
 )
 STATUSES = (200, 201, 204, 301, 400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504)
 TRANSPORT = ("answer", "reset", "close", "bad_status_line", "short_body", "hang_after_headers", "hang")
@@ -129,14 +131,38 @@ def transport(request, operator_loop):
     return operator_loop if request.param == "loop" else None
 
 
+def _arguments(call: str) -> tuple:
+    """The arguments of one RestKubeClient call (blocking `call`, or its awaitable `a<call>`)."""
+    return {
+        "apply": (_configmap(),),
+        "create": (_configmap(),),
+        "patch_status": ("arbiter.dev/v1alpha1", "DecisionModel", "risk", "dm", {"status": {"a": 1}}),
+        "get": ("v1", "ConfigMap", "risk", "cm"),
+        "list": ("v1", "ConfigMap", "risk", "arbiter.dev/decision-model=dm"),
+        "delete": ("v1", "ConfigMap", "risk", "cm", "u1"),
+        "event": (_configmap() | {"metadata": {"name": "cm", "namespace": "risk", "uid": "u"}}, "Normal", "Tested",
+                  "a message"),
+    }[call]
+
+
+def _make(kube: RestKubeClient, call: str, mode: str, loop: asyncio.AbstractEventLoop):
+    """mode "blocking": the method from this thread; "awaited": its awaitable twin, awaited on the operator's loop
+    (the apply step's way)."""
+    if mode == "blocking":
+        return getattr(kube, call)(*_arguments(call))
+    return asyncio.run_coroutine_threadsafe(getattr(kube, "a" + call)(*_arguments(call)), loop).result(60)
+
+
 def _configmap() -> dict:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "risk"},
             "data": {"decision.json": "{}"}}
 
 
-def test_an_honest_answer_is_the_decoded_object_and_the_request_is_what_the_apiserver_expects(peer, transport):
+@pytest.mark.parametrize("mode", ["blocking", "awaited"])
+def test_an_honest_answer_is_the_decoded_object_and_the_request_is_what_the_apiserver_expects(peer, transport, mode,
+                                                                                              operator_loop):
     peer.script = [("answer", 200, b'{"metadata": {"name": "cm", "resourceVersion": "7"}}')]
-    out = _client(peer, transport).apply(_configmap())
+    out = _make(_client(peer, transport), "apply", mode, operator_loop)
     assert out["metadata"]["resourceVersion"] == "7"
     method, target, body = peer.seen[-1]
     assert method == "PATCH"
@@ -159,28 +185,15 @@ def test_an_error_answer_names_the_apiservers_reason_and_message(peer, transport
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(how=st.sampled_from(TRANSPORT), status=st.sampled_from(STATUSES), body=st.sampled_from(BODIES),
-       call=st.sampled_from(["apply", "create", "patch_status", "get", "delete", "event"]),
-       on_loop=st.booleans())
+       call=st.sampled_from(["apply", "create", "patch_status", "get", "list", "delete", "event"]),
+       on_loop=st.booleans(), mode=st.sampled_from(["blocking", "awaited"]))
 def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer, operator_loop, how, status, body,
-                                                                           call, on_loop):
+                                                                           call, on_loop, mode):
     peer.script = [(how, status, body)] * 5  # every attempt: the client retries a broken connection (urllib3's 3)
     kube = _client(peer, operator_loop if on_loop else None)
     started = time.monotonic()
     try:
-        if call == "apply":
-            out = kube.apply(_configmap())
-        elif call == "create":
-            out = kube.create(_configmap())
-        elif call == "patch_status":
-            out = kube.patch_status("arbiter.dev/v1alpha1", "DecisionModel", "risk", "dm", {"status": {"a": 1}})
-        elif call == "get":
-            out = kube.get("v1", "ConfigMap", "risk", "cm")
-        elif call == "delete":
-            out = kube.delete("v1", "ConfigMap", "risk", "cm", uid="u1")
-        else:
-            kube.event(_configmap() | {"metadata": {"name": "cm", "namespace": "risk", "uid": "u"}}, "Normal",
-                       "Tested", "a message")
-            out = None
+        out = _make(kube, call, mode, operator_loop)
     except KubeError as exc:
         # The apiserver's answer, named: its status code, and no traceback of the client's own.
         assert 100 <= exc.status < 600 and isinstance(exc.message, str) and isinstance(exc.reason, str)
@@ -193,7 +206,8 @@ def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer,
     else:
         # Only an answer that carried an object counts as done (a get's 404 is "absent", an Event is a courtesy).
         assert (how == "answer" and 200 <= status < 300 and isinstance(out, dict)
-                or call in ("get", "delete", "event") and out in (None, False, True))
+                or call in ("get", "delete", "event") and out in (None, False, True)
+                or call == "list" and isinstance(out, list) and all(isinstance(o, dict) for o in out))
     # Bounded: a hung peer costs the call's timeout (30 s by default; the peer gives up after 1 s), never more.
     assert time.monotonic() - started < 35
     peer.script = []
@@ -241,4 +255,15 @@ def test_a_request_made_on_the_loops_own_thread_is_made_without_it_not_deadlocke
     out = asyncio.run_coroutine_threadsafe(on_the_loop(), operator_loop).result(10)
     assert out["metadata"]["resourceVersion"] == "9"
     assert peer.headers[-1]["user-agent"] != "arbiter-operator/test"  # the kubernetes client's own request
+    peer.script = []
+
+
+@pytest.mark.parametrize("body", [b'{"items": 5}', b'{"items": [1, "x", null]}', b'{"items": {"a": 1}}'])
+@pytest.mark.parametrize("mode", ["blocking", "awaited"])
+def test_a_list_whose_items_are_not_objects_is_a_bad_response_named_not_a_crash(peer, operator_loop, body, mode):
+    peer.script = [("answer", 200, body)]
+    with pytest.raises(KubeError) as caught:
+        _make(_client(peer, operator_loop), "list", mode, operator_loop)
+    assert (caught.value.status, caught.value.reason) == (502, "BadResponse")
+    assert "LIST of ConfigMap" in caught.value.message
     peer.script = []
