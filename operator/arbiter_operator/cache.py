@@ -232,14 +232,16 @@ class CachedKubeClient:
     def __getattr__(self, name: str) -> Any:  # writes, fence, served, ... of the wrapped client
         return getattr(self.inner, name)
 
-    def _answered(self, api_version: str, kind: str, namespace: str | None,
-                  name: str) -> tuple[bool, dict[str, Any] | None]:
-        """(whether the cache answers a GET, its answer)."""
+    def _answered(self, api_version: str, kind: str, namespace: str | None, name: str,
+                  own_child: bool = False) -> tuple[bool, dict[str, Any] | None]:
+        """(whether the cache answers a GET, its answer). A miss is an absence for a kind watched unfiltered
+        (DecisionModels: the cache holds every one) and, with `own_child`, for every cached kind (the operator's own
+        children all carry the label its watches filter on)."""
         held = self.cache.get(api_version, kind, namespace, name)
         if held is not None:
             return True, held
-        # A kind watched unfiltered (DecisionModels): the cache holds every one, a miss is an absence.
-        return (api_version, kind) in self.cache.kinds and self.cache.kinds[(api_version, kind)] is None, None
+        cached = (api_version, kind) in self.cache.kinds
+        return cached and (own_child or self.cache.kinds[(api_version, kind)] is None), None
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         answered, held = self._answered(api_version, kind, namespace, name)
@@ -248,9 +250,8 @@ class CachedKubeClient:
     def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """Like `get`, but a miss of a cached kind is an answer (None), not a read: for the operator's own children,
         which all carry the label the watch filters on."""
-        if (api_version, kind) in self.cache.kinds:
-            return self.cache.get(api_version, kind, namespace, name)
-        return self.inner.get(api_version, kind, namespace, name)
+        answered, held = self._answered(api_version, kind, namespace, name, own_child=True)
+        return held if answered else self.inner.get(api_version, kind, namespace, name)
 
     def _list_requirements(self, api_version: str, kind: str,
                            label_selector: str | None) -> list[tuple[str, str, set[str]]] | None:
@@ -319,9 +320,8 @@ class CachedKubeClient:
         return held if answered else await self.inner.aget(api_version, kind, namespace, name)
 
     async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        if (api_version, kind) in self.cache.kinds:
-            return self.cache.get(api_version, kind, namespace, name)
-        return await self.inner.aget(api_version, kind, namespace, name)
+        answered, held = self._answered(api_version, kind, namespace, name, own_child=True)
+        return held if answered else await self.inner.aget(api_version, kind, namespace, name)
 
     async def alist(self, api_version: str, kind: str, namespace: str | None,
                     label_selector: str | None = None) -> Objects:
