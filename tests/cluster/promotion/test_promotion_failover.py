@@ -55,7 +55,10 @@ def test_standby_finishes_a_canary_after_the_leader_is_killed(control_plane, nam
         e.patch_promote(version=V2)
         e.wait(lambda: V2 in e.isvcs(), "candidate InferenceService")
         e.set_state(V2, "ready")
-        e.wait(lambda: e.route_weights() == {V1: 90, V2: 10}, "step 1: 10% on the candidate", timeout=60)
+        # The Route is written before the status that records the step (children first, then status), so the
+        # phase is awaited with the weights rather than read in the instant between the two writes.
+        e.wait(lambda: e.route_weights() == {V1: 90, V2: 10} and e.promotion().get("phase") == "Progressing",
+               "step 1: 10% on the candidate, phase Progressing", timeout=60)
         assert e.promotion()["phase"] == "Progressing"
         assert not second.writes(), "the standby wrote"
 
