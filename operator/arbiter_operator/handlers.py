@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -44,24 +45,43 @@ Key = tuple[str, str]
 
 
 class WorkQueue:
-    """Deduplicating queue with delayed adds; one key is never reconciled by two workers at once."""
+    """Deduplicating queue with delayed adds; one key is never reconciled by two workers at once.
+
+    Two lanes: a wake-up marked `urgent` (KServe's verdict on a version changed: it became ready, failed, or its
+    pods got into trouble) is served before the ordinary ones (a DecisionModel created or edited, a child drifted).
+    When a fleet is created at once, a thousand first passes queue up in minutes while KServe brings the versions
+    up over many; in one line, a version KServe has just made ready would wait behind all of them for the pass that
+    routes traffic to it. The urgent lane cannot starve the other: it fills at KServe's pace, a few per second.
+    """
 
     def __init__(self) -> None:
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._pending: set[Key] = set()
+        self._lanes: tuple[deque[Key], deque[Key]] = (deque(), deque())  # (urgent, ordinary)
+        # One count per entry in the lanes; an entry whose key was taken by another entry (a key made urgent while
+        # it waited in the ordinary lane sits in both) is skipped when it comes up.
+        self._entries = asyncio.Semaphore(0)
+        self._pending: dict[Key, bool] = {}  # key -> urgent
         self._active: set[Key] = set()
-        self._dirty: set[Key] = set()
+        self._dirty: dict[Key, bool] = {}  # changed while a pass ran: key -> urgent
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._since: dict[Key, float] = {}  # when each pending key became due (queue wait metric)
 
-    def add(self, key: Key) -> None:
+    def add(self, key: Key, urgent: bool = False) -> None:
         if key in self._active:
-            self._dirty.add(key)  # reconcile again right after the running one
-        elif key not in self._pending:
-            self._pending.add(key)
+            self._dirty[key] = self._dirty.get(key, False) or urgent  # reconcile again right after the running one
+            return
+        waiting = self._pending.get(key)
+        if waiting is None:
             self._since[key] = time.monotonic()
-            self._queue.put_nowait(key)
-            metrics.QUEUE_DEPTH.set(len(self._pending))
+        elif waiting or not urgent:
+            return  # already waiting in a lane at least as fast
+        self._pending[key] = urgent
+        self._lanes[0 if urgent else 1].append(key)
+        self._entries.release()
+        metrics.QUEUE_DEPTH.set(len(self._pending))
+
+    def empty(self) -> bool:
+        """No key waits (keys being reconciled and timers not yet due do not count)."""
+        return not self._pending
 
     def add_after(self, key: Key, delay: float) -> None:
         old = self._timers.get(key)
@@ -88,8 +108,12 @@ class WorkQueue:
         self.add(key)
 
     async def get(self) -> Key:
-        key = await self._queue.get()
-        self._pending.discard(key)
+        while True:
+            await self._entries.acquire()
+            lane = self._lanes[0] if self._lanes[0] else self._lanes[1]
+            key = lane.popleft()
+            if self._pending.pop(key, None) is not None:
+                break
         self._active.add(key)
         metrics.QUEUE_DEPTH.set(len(self._pending))
         since = self._since.pop(key, None)
@@ -99,9 +123,9 @@ class WorkQueue:
 
     def done(self, key: Key) -> None:
         self._active.discard(key)
-        if key in self._dirty:
-            self._dirty.discard(key)
-            self.add(key)
+        urgent = self._dirty.pop(key, None)
+        if urgent is not None:
+            self.add(key, urgent)
 
 
 QUEUE_KEY = "arbiter_queue"
@@ -337,14 +361,17 @@ def _child_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) -> None
     echo = _settle(event, memo[CACHE_KEY])
     # KServe's bookkeeping (other conditions, URLs, revisions) changes nothing a pass reads (the view is noted for
     # every event, echoes included, so the next one is compared with what the operator last saw).
-    moved = (event.get("object") or {}).get("kind") != "InferenceService" or _ISVC_VIEWS.changed(event)
+    isvc = (event.get("object") or {}).get("kind") == "InferenceService"
+    moved = not isvc or _ISVC_VIEWS.changed(event)
     if not owner or _kserves(event):
         return
     if echo:  # our own apply coming back (KServe's status updates and anybody's edits get a new resourceVersion)
         metrics.ECHOES_SKIPPED.inc()
         return
     if moved:
-        memo[QUEUE_KEY].add((namespace, owner))
+        # An InferenceService's view moves when KServe's verdict on the version does (or someone edited it): the
+        # pass that routes traffic to a version just made ready goes ahead of a fleet's first passes.
+        memo[QUEUE_KEY].add((namespace, owner), urgent=isvc)
 
 
 def isvc_view(obj: dict[str, Any]) -> tuple[Any, ...]:
@@ -417,13 +444,14 @@ _TROUBLE = LastSeen(_trouble)  # per predictor pod in trouble
 
 
 def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str, only_if_ready: bool = False) -> None:
-    """Queue the DecisionModel of InferenceService `isvc`; only_if_ready: only while KServe says it is Ready."""
+    """Queue the DecisionModel of InferenceService `isvc` in the urgent lane; only_if_ready: only while KServe says
+    it is Ready."""
     held = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, isvc)
     if only_if_ready and not isvc_state(held)[1]:
         return
     owner = (((held or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
     if owner:
-        memo[QUEUE_KEY].add((namespace, owner))
+        memo[QUEUE_KEY].add((namespace, owner), urgent=True)  # the version's serving state moved (WorkQueue)
 
 
 def _pod_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) -> None:

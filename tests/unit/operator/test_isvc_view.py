@@ -150,7 +150,8 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
     woken: list[tuple[str, str]] = []
 
     class Queue:
-        def add(self, key):
+        def add(self, key, urgent=False):
+            assert urgent, "a predictor's serving state moved: the urgent lane"
             woken.append(key)
 
     cache = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
@@ -189,3 +190,31 @@ def test_kserves_own_objects_with_the_operators_label_wake_nothing():
     assert _kserves(service("InferenceService"))
     assert not _kserves(service("DecisionModel"))
     assert not _kserves({"type": "ADDED", "object": {"metadata": {"ownerReferences": "garbage"}}})
+
+
+def test_kserves_verdict_wakes_its_decision_model_in_the_urgent_lane_and_other_drift_in_the_ordinary_one():
+    """A version KServe has just made ready (or failed) is reconciled ahead of a fleet's first passes
+    (handlers.WorkQueue); an edit of the operator's Route waits its turn."""
+    from arbiter_operator import handlers
+    from arbiter_operator.cache import WatchCache
+
+    memo = {handlers.CACHE_KEY: WatchCache({(a, k): label for a, k, _, label in handlers.CACHED}),
+            handlers.QUEUE_KEY: handlers.WorkQueue()}
+    queue = memo[handlers.QUEUE_KEY]
+    isvc = _isvc()
+    isvc["metadata"]["namespace"] = "risk-urgent"  # the views of other tests are module state: a key of its own
+    handlers._child_event({"type": "ADDED", "object": isvc}, "risk-urgent", memo)
+    assert queue._pending == {("risk-urgent", "credit-limit"): True}
+    queue._pending.clear()
+
+    route = {"apiVersion": "route.openshift.io/v1", "kind": "Route",
+             "metadata": {"name": "credit-limit", "namespace": "risk-urgent", "resourceVersion": "30",
+                          "labels": {"arbiter.dev/decision-model": "credit-limit"}}, "spec": {"to": {"name": "x"}}}
+    handlers._child_event({"type": "MODIFIED", "object": route}, "risk-urgent", memo)
+    assert queue._pending == {("risk-urgent", "credit-limit"): False}
+
+    ready = copy.deepcopy(isvc)
+    ready["metadata"]["resourceVersion"] = "11"
+    ready["status"]["conditions"][1] = {"type": "Ready", "status": "True"}
+    handlers._child_event({"type": "MODIFIED", "object": ready}, "risk-urgent", memo)
+    assert queue._pending == {("risk-urgent", "credit-limit"): True}  # moved ahead

@@ -1,8 +1,11 @@
-"""The operator's work queue (no cluster): deduplication, no double processing, earliest requeue wins."""
+"""The operator's work queue (no cluster): deduplication, no double processing, earliest requeue wins, urgent
+wake-ups first."""
 
 from __future__ import annotations
 
 import asyncio
+
+from hypothesis import given, settings, strategies as st
 
 from arbiter_operator.handlers import WorkQueue
 
@@ -21,7 +24,7 @@ async def test_duplicates_collapse_and_active_keys_rerun_once():
     q.done(first)
     assert await asyncio.wait_for(q.get(), 1) == ("ns", "a")
     q.done(("ns", "a"))
-    assert q._queue.empty()
+    assert q.empty()
 
 
 async def test_earliest_requeue_wins():
@@ -41,4 +44,80 @@ async def test_a_finished_pass_replaces_the_wake_up_an_older_pass_asked_for():
     assert await asyncio.wait_for(q.get(), 2) == ("ns", "b")
     q.done(("ns", "b"))
     await asyncio.sleep(0.2)
-    assert q._queue.empty(), "the converged key woke up on a stale timer"
+    assert q.empty(), "the converged key woke up on a stale timer"
+
+
+async def test_a_version_made_ready_is_reconciled_before_a_fleets_first_passes():
+    q = WorkQueue()
+    for i in range(50):  # a fleet created at once: first passes, in order
+        q.add(("ns", f"new-{i}"))
+    q.add(("ns", "loaded"), urgent=True)  # KServe says an earlier one's version is ready
+    assert await q.get() == ("ns", "loaded")
+    assert await q.get() == ("ns", "new-0")
+
+
+async def test_a_waiting_key_made_urgent_moves_ahead_and_runs_once():
+    q = WorkQueue()
+    q.add(("ns", "a"))
+    q.add(("ns", "b"))
+    q.add(("ns", "b"), urgent=True)
+    q.add(("ns", "b"))  # an ordinary wake-up does not move it back
+    got = [await q.get() for _ in range(2)]
+    assert got == [("ns", "b"), ("ns", "a")]
+    assert q.empty()
+    for key in got:
+        q.done(key)
+    await asyncio.sleep(0)
+    assert q.empty(), "a key made urgent ran twice"
+
+
+async def test_an_urgent_wake_up_during_a_pass_runs_next_in_the_urgent_lane():
+    q = WorkQueue()
+    q.add(("ns", "a"))
+    running = await q.get()
+    q.add(("ns", "b"))
+    q.add(running, urgent=True)  # KServe's verdict moved while the pass ran
+    q.done(running)
+    assert await q.get() == running
+    assert await q.get() == ("ns", "b")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["add", "get", "done"]), st.integers(0, 4), st.booleans()), max_size=60))
+def test_any_sequence_runs_every_key_once_per_wake_up_urgent_first(ops):
+    """Against a model: a key is never handed out while it runs, every wake-up is served, urgent keys come before
+    ordinary ones."""
+
+    async def run() -> None:
+        q = WorkQueue()
+        waiting: dict[int, bool] = {}  # model: key -> urgent
+        active: set[int] = set()
+        dirty: dict[int, bool] = {}
+        for op, k, urgent in ops:
+            if op == "add":
+                q.add(("ns", str(k)), urgent)
+                if k in active:
+                    dirty[k] = dirty.get(k, False) or urgent
+                else:
+                    waiting[k] = waiting.get(k, False) or urgent
+            elif op == "get" and waiting:
+                key = await asyncio.wait_for(q.get(), 1)
+                got = int(key[1])
+                assert got in waiting and got not in active
+                if any(waiting.values()):
+                    assert waiting[got], "an ordinary key was served before an urgent one"
+                del waiting[got]
+                active.add(got)
+            elif op == "done" and k in active:
+                q.done(("ns", str(k)))
+                active.discard(k)
+                if k in dirty:
+                    waiting[k] = waiting.get(k, False) or dirty.pop(k)
+        assert q.empty() == (not waiting)
+        while waiting:  # everything still waiting is served, each key once
+            got = int((await asyncio.wait_for(q.get(), 1))[1])
+            assert got in waiting
+            del waiting[got]
+        assert q.empty()
+
+    asyncio.run(run())
