@@ -7,6 +7,8 @@ the fleet can be thousands of DecisionModels, and a label per model would make t
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # Reconcile passes end in one of these results.
@@ -75,6 +77,19 @@ LEADER = Gauge(
 
 def code_class(status: int | None) -> str:
     return "error" if status is None else f"{status // 100}xx"
+
+
+_KUBE_REQUEST_SERIES: dict[tuple[str, str], Any] = {}
+
+
+def count_request(method: str, status: int | None) -> None:
+    """One request to the apiserver in KUBE_REQUESTS. Its few series are kept here once made: `labels()` checks and
+    locks on every call, and every request of the operator counts."""
+    key = (method, code_class(status))
+    series = _KUBE_REQUEST_SERIES.get(key)
+    if series is None:
+        series = _KUBE_REQUEST_SERIES[key] = KUBE_REQUESTS.labels(*key)
+    series.inc()
 
 
 def new_promotion_outcomes(old_status: dict | None, new_status: dict | None) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from ..metrics import KUBE_REQUESTS, code_class
+from ..metrics import count_request
 
 # Time allowed for a request on top of its own timeout before the waiting thread gives up on the loop itself (a
 # loop that stopped or is starved must not hold a worker thread for good).
@@ -48,9 +48,10 @@ def new_session(config: Any, timeout: aiohttp.ClientTimeout, user_agent: str | N
     headers = {"Accept-Encoding": "identity"}
     if user_agent:
         headers["User-Agent"] = user_agent
+    # No cookie jar: the apiserver sets no cookies, and a jar filters every request's cookies for nothing.
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(ssl=verify, limit=0), timeout=timeout, auth=auth, trust_env=False,
-        auto_decompress=False, headers=headers)
+        auto_decompress=False, headers=headers, cookie_jar=aiohttp.DummyCookieJar())
 
 
 def auth_headers(config: Any) -> dict[str, str]:
@@ -79,6 +80,8 @@ class LoopTransport:
         self.user_agent = user_agent
         self.max_body_bytes = max_body_bytes  # an answer longer than this is refused (etcd keeps 1.5 MiB objects)
         self._session: aiohttp.ClientSession | None = None
+        self._base = ""  # the apiserver's URL, and the TLS server name: read with the session
+        self._server_name: str | None = None
         self._auth: tuple[float, dict[str, str]] = (float("-inf"), {})  # (read at, headers)
 
     def _auth_headers(self) -> dict[str, str]:
@@ -119,15 +122,18 @@ class LoopTransport:
                       timeout: float) -> tuple[int, str, bytes]:
         if self._session is None:
             self._session = new_session(self.config, aiohttp.ClientTimeout(total=None), self.user_agent)
+            # Read once: the configuration's `host` is a property that computes it (and may log) on every read.
+            self._base = self.config.host.rstrip("/")
+            self._server_name = getattr(self.config, "tls_server_name", None) or None  # a kubeconfig's
         headers = {"Accept": "application/json", "Content-Type": content_type, **self._auth_headers()}
-        server_name = getattr(self.config, "tls_server_name", None)  # a kubeconfig's tls-server-name
-        url = self.config.host.rstrip("/") + path
+        server_name = self._server_name
+        url = self._base + path
         for attempt in (1, 2):
             try:
                 async with asyncio.timeout(timeout):
                     async with self._session.request(
                             method, url, params=query, data=body, headers=headers, allow_redirects=False,
-                            proxy=self.config.proxy or None, server_hostname=server_name or None) as resp:
+                            proxy=self.config.proxy or None, server_hostname=server_name) as resp:
                         data = await _read(resp, self.max_body_bytes)
                         status, reason = resp.status, resp.reason or ""
             except aiohttp.ServerDisconnectedError:
@@ -135,13 +141,13 @@ class LoopTransport:
                 # more on a fresh one. Every request the operator makes but a POST may be sent twice (server-side
                 # applies, merge patches, deletes with a uid precondition); an Event posted twice would count twice.
                 if attempt == 2 or method == "POST":
-                    KUBE_REQUESTS.labels(method, code_class(None)).inc()
+                    count_request(method, None)
                     raise
                 continue
             except BaseException:
-                KUBE_REQUESTS.labels(method, code_class(None)).inc()
+                count_request(method, None)
                 raise
-            KUBE_REQUESTS.labels(method, code_class(status)).inc()
+            count_request(method, status)
             return status, reason, data
         raise AssertionError("unreachable")
 

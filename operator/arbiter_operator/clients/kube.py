@@ -21,7 +21,7 @@ from kubernetes import config as k8s_config
 from ..api import jsonfast, kubejson
 from ..api.names import FIELD_MANAGER
 from ..api.times import format_time
-from ..metrics import KUBE_REQUESTS, code_class
+from ..metrics import count_request
 from .aiokube import LoopTransport
 
 log = logging.getLogger("arbiter.kube")
@@ -501,9 +501,9 @@ def raw_call(
         resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post,
                             _request_timeout=timeout)
     except Exception:
-        KUBE_REQUESTS.labels(method, code_class(None)).inc()
+        count_request(method, None)
         raise
-    KUBE_REQUESTS.labels(method, code_class(resp.status)).inc()
+    count_request(method, resp.status)
     return answer_of(method, path, resp.status, resp.reason or "", resp.read())
 
 
