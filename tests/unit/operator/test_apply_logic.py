@@ -36,3 +36,19 @@ def test_merge_patch():
     assert merge_patch({"a": 1, "url": "x"}, {"a": 2}) == {"a": 2, "url": None}
     assert merge_patch({"b": {"c": 2, "d": 3}}, {"b": {"c": 2}}) == {"b": {"d": None}}
     assert merge_patch({"l": [1, 2]}, {"l": [1]}) == {"l": [1]}
+
+
+def test_the_hash_stamp_keeps_the_manifest_and_its_annotations_and_changes_nothing_of_it():
+    """The stamp is the hash of the manifest as planned (the same as every earlier release wrote, so an upgrade
+    re-applies nothing), beside the annotations the plan set; the planned manifest itself stays as it was."""
+    from arbiter_operator.render.common import checksum
+
+    desired = {"kind": "Route", "metadata": {"name": "r", "annotations": {"team": "risk"}},
+               "spec": {"to": {"name": "a", "weight": 100}}}
+    before = checksum(desired)
+    stamped = with_hash(desired)
+    assert stamped["metadata"]["annotations"] == {"team": "risk", ANN_APPLIED_HASH: before[:16]}
+    assert stamped["spec"] == desired["spec"] and stamped["metadata"]["name"] == "r"
+    assert checksum(desired) == before and ANN_APPLIED_HASH not in desired["metadata"]["annotations"]
+    bare = with_hash({"kind": "Route", "metadata": {"name": "r"}, "spec": {}})
+    assert list(bare["metadata"]["annotations"]) == [ANN_APPLIED_HASH]

@@ -65,7 +65,8 @@ class HostileWriteTarget(LoopbackPeer):
                     await asyncio.sleep(self.hang_s)
                     break
                 length_said = len(payload) + (10 if how == "short_body" else 0)
-                writer.write(f"HTTP/1.1 {status} Whatever\r\nContent-Type: application/json\r\n"
+                cookie = "Set-Cookie: session=planted; Path=/\r\n" if how == "set_cookie" else ""
+                writer.write(f"HTTP/1.1 {status} Whatever\r\nContent-Type: application/json\r\n{cookie}"
                              f"Content-Length: {length_said}\r\n\r\n".encode())
                 if how == "hang_after_headers":
                     await writer.drain()
@@ -241,6 +242,21 @@ def test_an_answer_longer_than_the_transport_accepts_is_refused_not_held(peer, o
                           transport=_transport(peer, operator_loop, max_body_bytes=100_000))
     with pytest.raises(aiohttp.ClientPayloadError, match="longer than 100000 bytes"):
         kube.apply(_configmap())
+    peer.script = []
+
+
+def test_a_cookie_the_apiserver_sets_is_never_sent_back(peer, operator_loop):
+    """A peer (or a proxy in front of the apiserver) that sets a cookie gets no cookie from the operator's later
+    requests: nothing it plants rides along with the operator's credentials. By host name, since a cookie jar would
+    refuse cookies of an IP address anyway."""
+    config = _config(peer)
+    config.host = peer.url.replace("127.0.0.1", "localhost")
+    transport = LoopTransport(config, operator_loop)
+    TRANSPORTS.setdefault(operator_loop, []).append(transport)
+    peer.script = [("set_cookie", 200, b"{}"), ("answer", 200, b"{}")]
+    for _ in range(2):
+        transport.call("GET", "/api/v1/namespaces/risk/configmaps/cm", b"", [], "application/json", 5)
+    assert "cookie" not in peer.headers[-1]
     peer.script = []
 
 
