@@ -79,10 +79,6 @@ class WorkQueue:
         self._entries.release()
         metrics.QUEUE_DEPTH.set(len(self._pending))
 
-    def empty(self) -> bool:
-        """No key waits (keys being reconciled and timers not yet due do not count)."""
-        return not self._pending
-
     def add_after(self, key: Key, delay: float) -> None:
         old = self._timers.get(key)
         loop = asyncio.get_running_loop()

@@ -7,8 +7,6 @@ the fleet can be thousands of DecisionModels, and a label per model would make t
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import Counter, Gauge, Histogram
 
 # Reconcile passes end in one of these results.
@@ -79,7 +77,7 @@ def code_class(status: int | None) -> str:
     return "error" if status is None else f"{status // 100}xx"
 
 
-_KUBE_REQUEST_SERIES: dict[tuple[str, str], Any] = {}
+_KUBE_REQUEST_SERIES: dict[tuple[str, str], Counter] = {}
 
 
 def count_request(method: str, status: int | None) -> None:

@@ -80,8 +80,9 @@ class LoopTransport:
         self.user_agent = user_agent
         self.max_body_bytes = max_body_bytes  # an answer longer than this is refused (etcd keeps 1.5 MiB objects)
         self._session: aiohttp.ClientSession | None = None
-        self._base = ""  # the apiserver's URL, and the TLS server name: read with the session
-        self._server_name: str | None = None
+        # Read once: the configuration's `host` is a property that computes it (and may log) on every read.
+        self._base = config.host.rstrip("/")
+        self._server_name: str | None = getattr(config, "tls_server_name", None) or None  # a kubeconfig's
         self._auth: tuple[float, dict[str, str]] = (float("-inf"), {})  # (read at, headers)
 
     def _auth_headers(self) -> dict[str, str]:
@@ -122,18 +123,14 @@ class LoopTransport:
                       timeout: float) -> tuple[int, str, bytes]:
         if self._session is None:
             self._session = new_session(self.config, aiohttp.ClientTimeout(total=None), self.user_agent)
-            # Read once: the configuration's `host` is a property that computes it (and may log) on every read.
-            self._base = self.config.host.rstrip("/")
-            self._server_name = getattr(self.config, "tls_server_name", None) or None  # a kubeconfig's
         headers = {"Accept": "application/json", "Content-Type": content_type, **self._auth_headers()}
-        server_name = self._server_name
         url = self._base + path
         for attempt in (1, 2):
             try:
                 async with asyncio.timeout(timeout):
                     async with self._session.request(
                             method, url, params=query, data=body, headers=headers, allow_redirects=False,
-                            proxy=self.config.proxy or None, server_hostname=server_name) as resp:
+                            proxy=self.config.proxy or None, server_hostname=self._server_name) as resp:
                         data = await _read(resp, self.max_body_bytes)
                         status, reason = resp.status, resp.reason or ""
             except aiohttp.ServerDisconnectedError:

@@ -24,7 +24,7 @@ async def test_duplicates_collapse_and_active_keys_rerun_once():
     q.done(first)
     assert await asyncio.wait_for(q.get(), 1) == ("ns", "a")
     q.done(("ns", "a"))
-    assert q.empty()
+    assert not q._pending
 
 
 async def test_earliest_requeue_wins():
@@ -44,7 +44,7 @@ async def test_a_finished_pass_replaces_the_wake_up_an_older_pass_asked_for():
     assert await asyncio.wait_for(q.get(), 2) == ("ns", "b")
     q.done(("ns", "b"))
     await asyncio.sleep(0.2)
-    assert q.empty(), "the converged key woke up on a stale timer"
+    assert not q._pending, "the converged key woke up on a stale timer"
 
 
 async def test_a_version_made_ready_is_reconciled_before_a_fleets_first_passes():
@@ -64,11 +64,11 @@ async def test_a_waiting_key_made_urgent_moves_ahead_and_runs_once():
     q.add(("ns", "b"))  # an ordinary wake-up does not move it back
     got = [await q.get() for _ in range(2)]
     assert got == [("ns", "b"), ("ns", "a")]
-    assert q.empty()
+    assert not q._pending
     for key in got:
         q.done(key)
     await asyncio.sleep(0)
-    assert q.empty(), "a key made urgent ran twice"
+    assert not q._pending, "a key made urgent ran twice"
 
 
 async def test_an_urgent_wake_up_during_a_pass_runs_next_in_the_urgent_lane():
@@ -113,11 +113,11 @@ def test_any_sequence_runs_every_key_once_per_wake_up_urgent_first(ops):
                 active.discard(k)
                 if k in dirty:
                     waiting[k] = waiting.get(k, False) or dirty.pop(k)
-        assert q.empty() == (not waiting)
+        assert not q._pending == (not waiting)
         while waiting:  # everything still waiting is served, each key once
             got = int((await asyncio.wait_for(q.get(), 1))[1])
             assert got in waiting
             del waiting[got]
-        assert q.empty()
+        assert not q._pending
 
     asyncio.run(run())
