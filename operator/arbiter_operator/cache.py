@@ -204,8 +204,23 @@ class WatchCache:
         with self._lock:
             return rv is not None and self._written.get(_key(obj)) == rv
 
+    def holds_version(self, api_version: str, kind: str, namespace: str, name: str, resource_version: str) -> bool:
+        """Whether the object held under that key is at exactly that resourceVersion."""
+        held = self._objs.get((api_version, kind, namespace, name))
+        return held is not None and held.rv is not None and str(held.rv) == resource_version
+
+    def wrote_version(self, api_version: str, kind: str, namespace: str, name: str, resource_version: str) -> bool:
+        """Whether the operator's last write to that object produced exactly that resourceVersion."""
+        written = self._written.get((api_version, kind, namespace, name))
+        return written is not None and str(written) == resource_version
+
     def holds(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
         return (api_version, kind, namespace or "", name) in self._objs
+
+    def labels(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, str] | None:
+        """The labels of a held object (None: not held), without decoding it."""
+        held = self._objs.get((api_version, kind, namespace or "", name))
+        return dict(held.labels) if held is not None else None
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         held = self._objs.get((api_version, kind, namespace or "", name))

@@ -399,6 +399,10 @@ class LastSeen:
             self._held[key] = now
         return bool(now != before)
 
+    def seen(self, namespace: str, name: str) -> Any:
+        """The view last seen of that object (None: none held)."""
+        return self._held.get((namespace, name))
+
 
 def _kserves(event: dict[str, Any]) -> bool:
     """Whether the event's object is KServe's (controlled by an InferenceService: the predictor's Service carries the
@@ -442,10 +446,16 @@ _TROUBLE = LastSeen(_trouble)  # per predictor pod in trouble
 def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str, only_if_ready: bool = False) -> None:
     """Queue the DecisionModel of InferenceService `isvc` in the urgent lane; only_if_ready: only while KServe says
     it is Ready."""
-    held = memo[CACHE_KEY].get("serving.kserve.io/v1beta1", "InferenceService", namespace, isvc)
-    if only_if_ready and not isvc_state(held)[1]:
+    # Read without decoding the InferenceService (this runs for a fleet's Deployment and pod events): its labels as
+    # the cache holds them, KServe's verdict as its last event showed it (noted for every event, in order).
+    labels = memo[CACHE_KEY].labels("serving.kserve.io/v1beta1", "InferenceService", namespace, isvc)
+    if labels is None:
         return
-    owner = (((held or {}).get("metadata") or {}).get("labels") or {}).get(LABEL_DM)
+    if only_if_ready:
+        view = _ISVC_VIEWS.seen(namespace, isvc)
+        if view is None or not view[0][1]:  # isvc_view's first part is isvc_state: (exists, ready, ...)
+            return
+    owner = labels.get(LABEL_DM)
     if owner:
         memo[QUEUE_KEY].add((namespace, owner), urgent=True)  # the version's serving state moved (WorkQueue)
 
@@ -507,6 +517,17 @@ class WatchEvents:
             task.add_done_callback(self._tasks.discard)
         else:
             self._handle(event)
+
+    def known(self, resource: Resource, namespace: str, name: str, resource_version: str) -> bool:
+        """Whether the cache holds that object at exactly that resourceVersion: its ADDED or MODIFIED then carries
+        nothing new (most often the echo of the operator's own write, whose answer is held already). For the kinds
+        in ECHOING only (watches.py reads their events' names and resourceVersions first): an InferenceService's
+        echo still goes through, since its view is noted for every event (`_child_event`)."""
+        if not self.cache.holds_version(resource.api_version, resource.kind, namespace, name, resource_version):
+            return False
+        if self.cache.wrote_version(resource.api_version, resource.kind, namespace, name, resource_version):
+            metrics.ECHOES_SKIPPED.inc()
+        return True
 
     async def _after_write(self, key: tuple[str, str, str, str], obj: dict[str, Any]) -> None:
         waited = 0.0
@@ -577,9 +598,22 @@ class OperatorWatches:
         await self.events.stop()
 
 
+# The kinds whose watch events are mostly echoes of the operator's own writes (its status patches, its applies of
+# children nobody else writes): each event's name and resourceVersion are read first, and one the cache holds as it is
+# goes no further (WatchEvents.known). Not InferenceServices (KServe writes their status; the view of each event is
+# noted), nor KServe's Deployments and pods (the operator never writes them).
+ECHOING = frozenset({KIND, "ServingRuntime", "Route", "ConfigMap", "Service", "PodMonitor"})
+
+
+def watches_for(events: WatchEvents, config: Any, resources: list[Resource], namespaces: list[str],
+                options: WatchOptions | None = None) -> Watches:
+    """The watches of `resources` feeding `events` (not started)."""
+    return Watches(config, resources, namespaces, events.event, events.listed, options, known=events.known,
+                   skim=ECHOING)
+
+
 def start_watches(memo: kopf.Memo, config: Any, namespaces: list[str], options: WatchOptions | None = None,
                   resources: tuple[Resource, ...] = WATCHED) -> OperatorWatches:
     """List and watch DecisionModels and every child kind, cluster-wide or in each of `namespaces`."""
     events = WatchEvents(memo)
-    watches = Watches(config, list(resources), namespaces, events.event, events.listed, options).start()
-    return OperatorWatches(events, watches)
+    return OperatorWatches(events, watches_for(events, config, list(resources), namespaces, options).start())

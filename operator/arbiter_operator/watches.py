@@ -35,7 +35,7 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 from .api import jsonfast
-from .api.kubejson import loads_event
+from .api.kubejson import event_head, loads_event
 from .api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 from .metrics import WATCH_BYTES, WATCH_EVENTS
 from .clients.aiokube import auth_headers, new_session
@@ -95,6 +95,9 @@ class Failed(Exception):
 OnEvent = Callable[[Resource, str, dict[str, Any]], None]
 # on_list(resource, namespace or None, objects, resourceVersion): the whole content of one scope, after every list.
 OnList = Callable[[Resource, "str | None", list[dict[str, Any]], str], None]
+# known(resource, namespace, name, resourceVersion): whether the caller already holds that very object (an ADDED or
+# MODIFIED of it then carries nothing new, and is not decoded whole nor handed to on_event).
+Known = Callable[[Resource, str, str, str], bool]
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -137,11 +140,16 @@ class Watches:
     `on_list`: until then the caller's cache is half-filled."""
 
     def __init__(self, config: Any, resources: list[Resource], namespaces: list[str], on_event: OnEvent,
-                 on_list: OnList, options: WatchOptions | None = None) -> None:
+                 on_list: OnList, options: WatchOptions | None = None, known: Known | None = None,
+                 skim: frozenset[str] = frozenset()) -> None:
+        """known, skim: for the kinds in `skim` (those whose events are mostly echoes of the caller's own writes),
+        each event's kind of object, name and resourceVersion are read first, and an object `known` says is held
+        as it is goes no further."""
         self.config = config  # kubernetes.client.Configuration: host, TLS, the token (and its refresh hook)
         self.resources = list(resources)
         self.scopes: list[str | None] = list(namespaces) or [None]
         self.on_event, self.on_list = on_event, on_list
+        self.known, self.skim = known, skim
         self.options = options or WatchOptions()
         self.primed = asyncio.Event()
         self._waiting = len(self.resources) * len(self.scopes)
@@ -241,11 +249,12 @@ class Watches:
                 log.exception("watch on %s: unexpected error; retrying", what)
                 failures += 1
 
-    def _call(self, what: str, fn: Callable[..., None], *args: Any) -> None:
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         try:
-            fn(*args)
+            return fn(*args)
         except Exception:  # the caller's defect must not end the watch (nor make it list again in a loop)
             log.exception("watch on %s: handling an event failed", what)
+            return None
 
     async def _open(self, resource: Resource, namespace: str | None, params: dict[str, str],
                     stack: list[aiohttp.ClientResponse]) -> aiohttp.ClientResponse:
@@ -343,7 +352,7 @@ class Watches:
                         if line.strip():
                             event = self._event(resource, namespace, line)
                             if event is not None:
-                                if event[1] is not None:
+                                if event[0] != "BOOKMARK":
                                     events.inc()
                                     received.inc(len(line))
                                 yield event
@@ -360,9 +369,15 @@ class Watches:
             for r in stack:
                 r.close()
 
-    @staticmethod
-    def _event(resource: Resource, namespace: str | None,
+    def _event(self, resource: Resource, namespace: str | None,
                line: bytes) -> tuple[str, dict[str, Any] | None, str] | None:
+        """(type, the object, or None where there is nothing to hand on, resourceVersion) of one line."""
+        if self.known is not None and resource.kind in self.skim:
+            head = event_head(line)
+            if head is not None and head[0] in ("ADDED", "MODIFIED") and namespace in (None, head[1]) and \
+                    self._call(f"{resource.plural} in {namespace or 'all namespaces'}", self.known, resource,
+                               head[1], head[2], head[3]):
+                return head[0], None, head[3]  # held as it is: only the resourceVersion moves on
         decoded = loads_event(line, resource.kind)
         if decoded is None:
             return None

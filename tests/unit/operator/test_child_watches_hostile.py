@@ -187,7 +187,7 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
         events = handlers.WatchEvents(memo)
         peer.go_honest(start)
         peer.set_script(script)
-        watches = Watches(configuration(peer), RESOURCES, scopes, events.event, events.listed, OPTIONS).start()
+        watches = handlers.watches_for(events, configuration(peer), RESOURCES, scopes, OPTIONS).start()
         try:
             for ref, labels in changes:
                 await asyncio.sleep(HOSTILE_S / (len(changes) + 1))
@@ -221,7 +221,7 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
         events = handlers.WatchEvents(memo)
         peer.go_honest({isvc: {LABEL_DM: "dm-one"}, kept: {LABEL_DM: "dm-kept"}, relabelled: {LABEL_DM: "dm-three"},
                         pod: {ISVC_LABEL: "m1"}, ("inferenceservices", "ns-b", "m1"): {LABEL_DM: "dm-two"}})
-        watches = Watches(configuration(peer), RESOURCES, [], events.event, events.listed, OPTIONS).start()
+        watches = handlers.watches_for(events, configuration(peer), RESOURCES, [], OPTIONS).start()
         try:
             assert await _converged(cache, peer, [], watches)
             queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()  # from now on: what the outage wakes
@@ -262,8 +262,8 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
         events = handlers.WatchEvents(memo)
         peer.go_honest(truth)
         peer.set_script([("slow", 0.6)], cycle=True)  # every list and watch answers late
-        watches = Watches(configuration(peer), RESOURCES, list(NAMESPACES), events.event, events.listed,
-                          OPTIONS).start()
+        watches = handlers.watches_for(events, configuration(peer), RESOURCES, list(NAMESPACES),
+                                       OPTIONS).start()
         recorder = Recorder(cache)
         leading = asyncio.Event()
         leading.set()
@@ -300,7 +300,7 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
         events = handlers.WatchEvents(memo)
         peer.go_honest({pod: {ISVC_LABEL: "m1"}})
         pods = [r for r in RESOURCES if r.plural == "pods"]
-        watches = Watches(configuration(peer), pods, [], events.event, events.listed, options).start()
+        watches = handlers.watches_for(events, configuration(peer), pods, [], options).start()
         hang = peer.hang_s
         try:
             await watches.primed.wait()
@@ -323,3 +323,82 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
 
     seen_after = asyncio.run(run())
     assert seen_after < 1.0 * 1.25 + 2.0  # the silence noticed (within 1.25 x read_timeout), then a back-off
+
+
+def test_an_event_of_an_object_held_as_it_is_goes_no_further(peer):
+    """For the kinds whose events are mostly the echoes of the operator's own writes, an ADDED or MODIFIED of an
+    object the caller holds at exactly that resourceVersion is not decoded nor handed on (whatever else the line
+    holds); the same object at another resourceVersion, a deletion, and other objects are."""
+    dms = [r for r in RESOURCES if r.kind == KIND]
+    seen: list[tuple[str, str, str]] = []
+
+    def on_event(_resource: Any, type_: str, obj: dict[str, Any]) -> None:
+        seen.append((type_, obj["metadata"]["name"], obj["metadata"]["resourceVersion"]))
+
+    def dm_line(type_: str, name: str, rv: str, **extra: Any) -> bytes:
+        return _line({"type": type_, "object": {"apiVersion": API_VERSION, "kind": KIND, "metadata": {
+            "name": name, "namespace": "ns-a", "resourceVersion": rv}, **extra}})
+
+    held_as_it_is = {("ns-a", "m1", "500")}
+    script = [dm_line("MODIFIED", "m1", "500", status={"phase": "x" * 100}),  # held: goes no further
+              _line({"type": "MODIFIED", "object": {"metadata": {"name": "m1", "namespace": "ns-a",
+                                                                 "resourceVersion": "500"}, "spec": "garbage"}}),
+              dm_line("MODIFIED", "m1", "501"),  # the same object, changed since
+              dm_line("MODIFIED", "m2", "500"),  # another object
+              dm_line("DELETED", "m1", "500")]  # a deletion always goes on
+
+    async def run() -> None:
+        peer.go_honest({})
+        peer.set_script([("honest",), ("events", script, "hang")], cycle=False)  # the list, then the watch
+        watches = Watches(configuration(peer), dms, [], on_event, lambda *_: None, OPTIONS,
+                          known=lambda _r, ns, name, rv: (ns, name, rv) in held_as_it_is, skim=handlers.ECHOING)
+        watches.start()
+        try:
+            deadline = time.monotonic() + CONVERGE_S
+            while len(seen) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        finally:
+            await watches.stop()
+
+    asyncio.run(run())
+    assert seen[:3] == [("MODIFIED", "m1", "501"), ("MODIFIED", "m2", "500"), ("DELETED", "m1", "500")]
+
+
+def test_the_echo_of_the_operators_own_write_is_counted_and_wakes_nothing(peer):
+    """Through the product's wiring (handlers.watches_for): the watch event of a DecisionModel's status write, held
+    already from the write's answer, queues no pass and counts as an echo; someone else's change after it queues one."""
+    from arbiter_operator import metrics
+
+    ref = ("decisionmodels", "ns-a", "m1")
+
+    async def run() -> None:
+        memo = new_memo(peer)
+        cache = memo[handlers.CACHE_KEY]
+        events = handlers.WatchEvents(memo)
+        peer.go_honest({ref: {"app": "x"}})
+        watches = handlers.watches_for(events, configuration(peer), [r for r in RESOURCES if r.kind == KIND], [],
+                                       OPTIONS).start()
+        try:
+            assert await _converged(cache, peer, [], watches)
+            queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
+            held_dm = cache.get(API_VERSION, KIND, "ns-a", "m1")
+            assert held_dm is not None
+            answer = {**held_dm, "metadata": {**held_dm["metadata"], "resourceVersion": str(peer.rv + 1)}}
+            cache.wrote(answer)  # the answer to a status write, resourceVersion rv + 1
+            echoes = metrics.ECHOES_SKIPPED._value.get()
+            peer.put(ref, {"app": "x", "status": "written"})  # the peer's next change: rv + 1, the write's echo
+            deadline = time.monotonic() + CONVERGE_S
+            while metrics.ECHOES_SKIPPED._value.get() == echoes and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert metrics.ECHOES_SKIPPED._value.get() == echoes + 1
+            assert not queue._pending  # the echo woke nothing
+            peer.put(ref, {"app": "y"})  # someone else's change
+            while not queue._pending and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            assert queue._pending == {("ns-a", "m1"): False}
+        finally:
+            await watches.stop()
+            await events.stop()
+            stop_memo(memo)
+
+    asyncio.run(run())

@@ -157,25 +157,34 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
     cache = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
     memo = {handlers.CACHE_KEY: cache, handlers.QUEUE_KEY: Queue()}
     isvc = _isvc()
-    cache.put(isvc)
+    isvc["metadata"]["namespace"] = "risk-deployments"  # the views of other tests are module state: a key of its own
+
+    def isvc_event(type_, obj):  # as the watch delivers it: into the cache, then judged
+        cache.put(obj)
+        handlers._child_event({"type": type_, "object": obj}, "risk-deployments", memo)
+        woken.clear()  # what KServe's verdict wakes is another test's; here: what the Deployment wakes
 
     def deployment_event(type_, obj):
-        handlers._deployment_event({"type": type_, "object": obj}, "risk", memo)
+        obj["metadata"]["namespace"] = "risk-deployments"
+        handlers._deployment_event({"type": type_, "object": obj}, "risk-deployments", memo)
         return woken.pop() if woken else None
+
+    isvc_event("ADDED", isvc)
 
     assert deployment_event("ADDED", _deployment(False, observed=0)) is None
     assert deployment_event("MODIFIED", _deployment(False)) is None  # the controller caught up: still not Ready
     assert deployment_event("MODIFIED", _deployment(True)) is None  # available, but KServe has not said Ready
     assert deployment_event("MODIFIED", _deployment(False, "pods forbidden: violates PodSecurity")) == (
-        "risk", "credit-limit")  # cannot create pods: reported whatever KServe says
-    assert deployment_event("MODIFIED", _deployment(False)) == ("risk", "credit-limit")  # the failure cleared
+        "risk-deployments", "credit-limit")  # cannot create pods: reported whatever KServe says
+    assert deployment_event("MODIFIED", _deployment(False)) == (
+        "risk-deployments", "credit-limit")  # the failure cleared
     ready = copy.deepcopy(isvc)
     ready["metadata"]["resourceVersion"] = "11"
     ready["status"]["conditions"][1] = {"type": "Ready", "status": "True"}
-    cache.put(ready)
-    assert deployment_event("MODIFIED", _deployment(True)) == ("risk", "credit-limit")  # now it decides readiness
+    isvc_event("MODIFIED", ready)
+    assert deployment_event("MODIFIED", _deployment(True)) == ("risk-deployments", "credit-limit")  # now it decides
     assert deployment_event("MODIFIED", _deployment(True)) is None  # nothing it reads changed
-    assert deployment_event("DELETED", _deployment(True)) == ("risk", "credit-limit")
+    assert deployment_event("DELETED", _deployment(True)) == ("risk-deployments", "credit-limit")
 
 
 def test_kserves_own_objects_with_the_operators_label_wake_nothing():

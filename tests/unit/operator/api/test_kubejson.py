@@ -9,7 +9,7 @@ from typing import Any
 
 from hypothesis import given, settings, strategies as st
 
-from arbiter_operator.api.kubejson import STATUS_ONLY, loads_event, loads_object
+from arbiter_operator.api.kubejson import STATUS_ONLY, event_head, loads_event, loads_object
 
 META_KEYS = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
              "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",
@@ -60,8 +60,31 @@ def test_any_line_is_an_event_or_nothing_and_never_raises(line, kind):
     assert out is None or (isinstance(out, tuple) and len(out) == 2)
 
 
+@settings(max_examples=400, deadline=None)
+@given(o=obj | value, type_=st.sampled_from(["ADDED", "MODIFIED", "DELETED", "BOOKMARK", 5, None]))
+def test_an_events_head_is_what_the_whole_decode_finds(o, type_):
+    """The cheap look at a watch line (type, namespace, name, resourceVersion) names exactly what decoding the whole
+    line names, or nothing where any of the four is not a string: a skipped event is never one of another object."""
+    line = json.dumps({"type": type_, "object": o}).encode()
+    head = event_head(line)
+    decoded = loads_event(line)
+    assert decoded is not None
+    meta = decoded[1].get("metadata") if isinstance(decoded[1], dict) else None
+    parts = (decoded[0], *((meta.get(k) for k in ("namespace", "name", "resourceVersion")) if isinstance(meta, dict)
+                           else (None, None, None)))
+    assert head == (parts if all(isinstance(p, str) for p in parts) else None)
+
+
+@settings(max_examples=400, deadline=None)
+@given(line=st.binary(max_size=64) | value.map(lambda v: json.dumps(v).encode()))
+def test_any_lines_head_is_four_strings_or_nothing_and_never_raises(line):
+    head = event_head(line)
+    assert head is None or (len(head) == 4 and all(isinstance(p, str) for p in head))
+
+
 def test_hostile_lines_are_refused_not_raised():
     deep = b'{"type":"ADDED","object":{"metadata":' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
     for line in (deep, b'{"type":"ADDED","object":{"status":1e999}}', b'{"type":"ADDED","object":{"a":"\\ud800"}}',
                  b"\xff\xfe", b'{"type":"ADDED","object":{'):
         assert loads_event(line, "Pod") is None
+        assert event_head(line) is None
