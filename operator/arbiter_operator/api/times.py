@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 
 
+# A pass formats its one `now` for every condition it sets (a hundred times and more per DecisionModel at creation):
+# the text of the last few times is kept.
+@functools.lru_cache(maxsize=256)
 def format_time(value: datetime) -> str:
     """`2026-01-02T03:04:05Z`; a naive datetime is taken as UTC."""
     if value.tzinfo is None:
