@@ -18,6 +18,9 @@ plain dict.
   not an event, or whose object is not a well-formed object of the kind (metadata, name, namespace, labels,
   resourceVersion of the right types, the selector's label present) is skipped; a list page holding such an item
   fails as a whole (nothing is acted on half of an answer). No exception ends a task but cancellation.
+- For the kinds the caller names (`skim`), an event's type, namespace, name and resourceVersion are read first; an
+  ADDED or MODIFIED of an object the caller says it holds at that resourceVersion (`known`: most often the echo of
+  its own write) is not decoded whole nor handed on, only its resourceVersion moves the watch on.
 - A kind the apiserver does not serve (404 on the first list) counts as listed, empty, and is not asked again (as
   kopf discovered resources once at start-up: restart the operator after installing KServe or the Route API); a 404
   once the kind was listed is a fault like any other.
@@ -143,8 +146,8 @@ class Watches:
                  on_list: OnList, options: WatchOptions | None = None, known: Known | None = None,
                  skim: frozenset[str] = frozenset()) -> None:
         """known, skim: for the kinds in `skim` (those whose events are mostly echoes of the caller's own writes),
-        each event's kind of object, name and resourceVersion are read first, and an object `known` says is held
-        as it is goes no further."""
+        each event's type and its object's namespace, name and resourceVersion are read first, and an ADDED or
+        MODIFIED of an object `known` says the caller holds as it is goes no further."""
         self.config = config  # kubernetes.client.Configuration: host, TLS, the token (and its refresh hook)
         self.resources = list(resources)
         self.scopes: list[str | None] = list(namespaces) or [None]
