@@ -162,7 +162,7 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
     def isvc_event(type_, obj):  # as the watch delivers it: into the cache, then judged
         cache.put(obj)
         handlers._child_event({"type": type_, "object": obj}, "risk-deployments", memo)
-        woken.clear()  # what KServe's verdict wakes is another test's; here: what the Deployment wakes
+        woken.clear()  # KServe's verdict wakes its DecisionModel too (another test's subject); here: the Deployment's
 
     def deployment_event(type_, obj):
         obj["metadata"]["namespace"] = "risk-deployments"
