@@ -37,8 +37,12 @@ def _key(obj: dict[str, Any]) -> Key:
 
 
 def _rv(obj: dict[str, Any] | None) -> int | None:
+    return _rv_of(((obj or {}).get("metadata") or {}).get("resourceVersion"))
+
+
+def _rv_of(value: Any) -> int | None:
     try:
-        return int(((obj or {}).get("metadata") or {}).get("resourceVersion"))  # type: ignore[arg-type]  # (None: below)
+        return int(value)
     except (TypeError, ValueError):
         return None
 
@@ -200,19 +204,20 @@ class WatchCache:
     def is_echo(self, obj: dict[str, Any]) -> bool:
         """Whether this watch event carries exactly the object the operator's own last write produced (nothing
         anybody else did since): reconciling for it would find nothing new."""
-        rv = _rv(obj)
+        return self._wrote_at(_key(obj), _rv(obj))
+
+    def _wrote_at(self, key: Key, rv: int | None) -> bool:
         with self._lock:
-            return rv is not None and self._written.get(_key(obj)) == rv
+            return rv is not None and self._written.get(key) == rv
 
-    def holds_version(self, api_version: str, kind: str, namespace: str, name: str, resource_version: str) -> bool:
-        """Whether the object held under that key is at exactly that resourceVersion."""
-        held = self._objs.get((api_version, kind, namespace, name))
-        return held is not None and held.rv is not None and str(held.rv) == resource_version
+    def holds_version(self, key: Key, resource_version: str) -> bool:
+        """Whether the object held under `key` is at exactly that resourceVersion (read as `put` reads them)."""
+        held = self._objs.get(key)
+        return held is not None and held.rv is not None and held.rv == _rv_of(resource_version)
 
-    def wrote_version(self, api_version: str, kind: str, namespace: str, name: str, resource_version: str) -> bool:
-        """Whether the operator's last write to that object produced exactly that resourceVersion."""
-        written = self._written.get((api_version, kind, namespace, name))
-        return written is not None and str(written) == resource_version
+    def wrote_version(self, key: Key, resource_version: str) -> bool:
+        """`is_echo` for an object known by its key and resourceVersion only."""
+        return self._wrote_at(key, _rv_of(resource_version))
 
     def holds(self, api_version: str, kind: str, namespace: str | None, name: str) -> bool:
         return (api_version, kind, namespace or "", name) in self._objs

@@ -523,9 +523,10 @@ class WatchEvents:
         nothing new (most often the echo of the operator's own write, whose answer is held already). For the kinds
         in ECHOING only (watches.py reads their events' names and resourceVersions first): an InferenceService's
         echo still goes through, since its view is noted for every event (`_child_event`)."""
-        if not self.cache.holds_version(resource.api_version, resource.kind, namespace, name, resource_version):
+        key = (resource.api_version, resource.kind, namespace, name)
+        if not self.cache.holds_version(key, resource_version):
             return False
-        if self.cache.wrote_version(resource.api_version, resource.kind, namespace, name, resource_version):
+        if self.cache.wrote_version(key, resource_version):
             metrics.ECHOES_SKIPPED.inc()
         return True
 

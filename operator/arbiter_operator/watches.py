@@ -252,12 +252,11 @@ class Watches:
                 log.exception("watch on %s: unexpected error; retrying", what)
                 failures += 1
 
-    def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, what: str, fn: Callable[..., None], *args: Any) -> None:
         try:
-            return fn(*args)
+            fn(*args)
         except Exception:  # the caller's defect must not end the watch (nor make it list again in a loop)
             log.exception("watch on %s: handling an event failed", what)
-            return None
 
     async def _open(self, resource: Resource, namespace: str | None, params: dict[str, str],
                     stack: list[aiohttp.ClientResponse]) -> aiohttp.ClientResponse:
@@ -372,14 +371,21 @@ class Watches:
             for r in stack:
                 r.close()
 
+    @staticmethod
+    def _known(known: Known, resource: Resource, head: tuple[str, str, str, str]) -> bool:
+        try:
+            return bool(known(resource, head[1], head[2], head[3]))
+        except Exception:  # the caller's defect: the event is decoded and handed on as any other
+            log.exception("watch on %s: judging an event failed", resource.plural)
+            return False
+
     def _event(self, resource: Resource, namespace: str | None,
                line: bytes) -> tuple[str, dict[str, Any] | None, str] | None:
         """(type, the object, or None where there is nothing to hand on, resourceVersion) of one line."""
         if self.known is not None and resource.kind in self.skim:
             head = event_head(line)
             if head is not None and head[0] in ("ADDED", "MODIFIED") and namespace in (None, head[1]) and \
-                    self._call(f"{resource.plural} in {namespace or 'all namespaces'}", self.known, resource,
-                               head[1], head[2], head[3]):
+                    self._known(self.known, resource, head):
                 return head[0], None, head[3]  # held as it is: only the resourceVersion moves on
         decoded = loads_event(line, resource.kind)
         if decoded is None:
