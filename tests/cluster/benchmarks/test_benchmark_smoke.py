@@ -1,7 +1,7 @@
-"""CI smoke test of the operator benchmarks (benchmarks/convergence.py, scale.py, idle.py, fleet_floor.py): reduced
-versions run end to end against the local cluster (KServe's controller, scheduler, kwok nodes), MinIO and the
-operator process, and must print their table and write their JSON. No timing is asserted here: the figures belong in
-docs/benchmarks.md."""
+"""CI smoke test of the operator benchmarks (benchmarks/convergence.py, scale.py, idle.py, fleet_floor.py,
+wire_floor.py): reduced versions run end to end against the local cluster (KServe's controller, scheduler, kwok
+nodes), MinIO and the operator process, and must print their table and write their JSON. No timing is asserted
+here: the figures belong in docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -73,3 +73,17 @@ def test_fleet_floor_brings_every_model_ready_with_no_operator(tmp_path):
     assert result["kserve_configmap_gets"] >= 6
     assert result["kserve_configmap_bound_seconds"] == result["kserve_configmap_gets"] / 20
     assert "KServe's ConfigMap GETs (per DecisionModel)" in stdout
+
+
+def test_wire_floor_replays_the_operators_writes_from_its_own_watches(tmp_path):
+    stdout, result = run("wire_floor", tmp_path, "--count", "6", "--namespaces", "2")
+    assert "## Wire floor: 6 DecisionModels in 2 namespaces, replayed with no logic (watches: all, client: aiohttp)" in stdout
+    # Every model Ready from what the replayer wrote on hearing of it, none of its writes refused.
+    assert result["all_ready"] and result["failed_writes"] == 0
+    # It wrote as the operator writes, under the operator's identity: the children, two status patches, one Event.
+    assert result["requests"].get("patch decisionmodels/status", 0) == 12
+    assert result["requests"].get("create events", 0) == 6
+    assert result["requests"].get("patch inferenceservices", 0) == 6
+    # And it heard what the operator hears: at least each DecisionModel's creation and its two status echoes.
+    assert result["watch_events_per_dm"] >= 3
+    assert result["replayer_cpu_seconds"] > 0 and result["replayer_peak_rss_mib"] > 0
