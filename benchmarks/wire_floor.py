@@ -16,10 +16,11 @@ resourceVersion) and decodes whole only InferenceService lines (to see KServe's 
 replays the template's first pass with the names and owner uid swapped (the same server-side applies, status patch
 and Event, `--writers` at a time like the operator's workers); once KServe has marked its InferenceServices Ready it
 replays the later ones (less a status-only pass in between, the template's predictor seen loading: at fleet scale
-the operator makes two passes per DecisionModel, and so does the replayer). No validation, planning, cache, metrics or logging: what is left is the HTTP, TLS and JSON
-that any client of these watches and writes pays. The replayer's CPU from /proc, between its watches being listed
-and the last write of the last DecisionModel, divided by the count, is the floor; its requests are counted in the
-audit log under the operator's user, as the scale benchmark counts the operator's.
+the operator makes two passes per DecisionModel, and so does the replayer). No validation, planning, cache, metrics
+or logging: what is left is the HTTP, TLS and JSON that any client of these watches and writes pays. The replayer's
+CPU from /proc, between its watches being listed and the last write of the last DecisionModel, divided by the
+count, is the floor; its requests are counted in the audit log under the operator's user, as the scale benchmark
+counts the operator's.
 
 `--client raw` replaces aiohttp by HTTP/1.1 written by hand over uvloop's TLS transports with httptools parsing the
 answers: what is left when no HTTP library is in the way, i.e. how much of the floor is aiohttp's.
@@ -185,7 +186,7 @@ def replay(spec_path: str) -> int:
     template, template_ns, template_uid = spec["template"], spec["template_ns"], spec["template_uid"]
     passes: list[list[dict[str, Any]]] = spec["passes"]
     isvcs_of_template: list[str] = spec["isvcs"]
-    counts = {"events": 0, "writes": 0, "failed": 0}
+    counts = {"events": 0, "writes": 0, "failed": 0, "watch_errors": 0}
 
     async def main() -> None:
         ctx = ssl.create_default_context(cadata=spec["ca"])
@@ -256,8 +257,11 @@ def replay(spec_path: str) -> int:
                 if not line.strip():
                     return
                 h = head(line)
-                rv = h.object.metadata.resourceVersion or rv
                 counts["events"] += 1
+                if h.type == "ERROR":  # e.g. 410 Gone: the replayer does not relist, the run is void
+                    counts["watch_errors"] += 1
+                    return
+                rv = h.object.metadata.resourceVersion or rv
                 if h.type == "BOOKMARK":
                     return
                 m = h.object.metadata
@@ -266,9 +270,10 @@ def replay(spec_path: str) -> int:
                 elif kind == ISVC_KIND:
                     on_isvc(line, m.namespace, m.name)
 
-            while True:
+            while not counts["watch_errors"]:
                 await wire.watch(path, {**query, "watch": "1", "allowWatchBookmarks": "true", "resourceVersion": rv,
                                         "timeoutSeconds": "300"}, on_line)
+            raise RuntimeError(f"a watch ended with an ERROR event; stopped watching {path}")
 
         def report(task: asyncio.Task) -> None:  # a replayer that lost a watch or a pass says so at once
             if not task.cancelled() and task.exception() is not None:
@@ -410,7 +415,11 @@ def main(argv: list[str] | None = None) -> int:
             wall0 = time.time()
             t0 = time.perf_counter()
             common.create_many(stack.custom(), keys, args.threads)
-            ok = dm_watch.wait(keys, args.timeout)
+            deadline = time.monotonic() + args.timeout
+            while not (ok := dm_watch.wait(keys, 15.0)) and time.monotonic() < deadline:
+                common.log(f"  {sum(1 for k in keys if k in dm_watch.first)}/{args.count} Ready after "
+                           f"{time.perf_counter() - t0:.0f}s, "
+                           f"replayer CPU {stats.cpu_seconds() - cpu0:.1f}s")
             ready = sorted(dm_watch.first[k] - t0 for k in keys if k in dm_watch.first)
 
             def ask() -> dict[str, int]:
@@ -439,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         "replayer_cpu_seconds": cpu_s, "replayer_system_cpu_seconds": sys_s,
         "replayer_cpu_ms_per_dm": 1000 * cpu_s / args.count, "replayer_peak_rss_mib": peak / 2**20,
         "watch_events_per_dm": counts["events"] / args.count, "writes_per_dm": counts["writes"] / args.count,
-        "failed_writes": counts["failed"], "requests_per_dm": sum(requests.values()) / args.count,
+        "failed_writes": counts["failed"], "watch_errors": counts["watch_errors"],
+        "requests_per_dm": sum(requests.values()) / args.count,
         "requests": common.counter_json(requests),
     })
     print(f"\n## Wire floor: {args.count} DecisionModels in {args.namespaces} namespaces, replayed with no logic "
@@ -450,13 +460,14 @@ def main(argv: list[str] | None = None) -> int:
          f"{result['replayer_cpu_ms_per_dm']:.2f} / {1000 * sys_s / args.count:.2f}"),
         ("replayer peak RSS (MiB)", f"{result['replayer_peak_rss_mib']:.1f}"),
         ("watch events per DM (bookmarks included)", f"{result['watch_events_per_dm']:.2f}"),
-        ("writes per DM (failed, all)", f"{result['writes_per_dm']:.2f} ({counts['failed']})"),
+        ("writes per DM (refused writes, in all)", f"{result['writes_per_dm']:.2f} ({counts['failed']})"),
+        ("watch ERROR events (the run is void if any)", counts["watch_errors"]),
         ("requests per DM (audit, lists and watches included)", f"{result['requests_per_dm']:.2f}"),
     ]))
     print("\nRequests by verb and resource (audit):\n")
     print(common.table(["verb", "resource", "requests", "per DM"], common.counter_rows(requests, args.count)))
     common.write_json(result, args.out, "wire-floor.json")
-    return 0 if ok and not counts["failed"] else 1
+    return 0 if ok and not counts["failed"] and not counts["watch_errors"] else 1
 
 
 if __name__ == "__main__":

@@ -77,9 +77,10 @@ def test_fleet_floor_brings_every_model_ready_with_no_operator(tmp_path):
 
 def test_wire_floor_replays_the_operators_writes_from_its_own_watches(tmp_path):
     stdout, result = run("wire_floor", tmp_path, "--count", "6", "--namespaces", "2")
-    assert "## Wire floor: 6 DecisionModels in 2 namespaces, replayed with no logic (watches: all, client: aiohttp)" in stdout
+    assert ("## Wire floor: 6 DecisionModels in 2 namespaces, replayed with no logic "
+            "(watches: all, client: aiohttp)") in stdout
     # Every model Ready from what the replayer wrote on hearing of it, none of its writes refused.
-    assert result["all_ready"] and result["failed_writes"] == 0
+    assert result["all_ready"] and result["failed_writes"] == 0 and result["watch_errors"] == 0
     # It wrote as the operator writes, under the operator's identity: the children, two status patches, one Event.
     assert result["requests"].get("patch decisionmodels/status", 0) == 12
     assert result["requests"].get("create events", 0) == 6
