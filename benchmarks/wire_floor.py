@@ -11,8 +11,9 @@ benchmark's floor reads them (convergence.Floor: children as written, statuses a
 separate process, the *replayer* (this file with `--replay`), then runs under the operator's ServiceAccount token
 and holds the operator's watches: every kind of handlers.WATCHED with the same label selectors, cluster-wide
 (`--watch all`, the chart's default and benchmarks/scale.py's) or in each namespace (`--watch listed`), listed and
-then watched with bookmarks. Of each watch line it reads the event's head (type, namespace, name, uid,
-resourceVersion) and decodes whole only InferenceService lines (to see KServe's Ready). On a new DecisionModel it
+then watched with bookmarks. Of each watch line it reads the event's head as the operator's watches do
+(`kubejson.event_head`), and decodes whole only InferenceService lines (to see KServe's Ready), a new
+DecisionModel's (for its uid) and lines without such a head (bookmarks). On a new DecisionModel it
 replays the template's first pass with the names and owner uid swapped (the same server-side applies, status patch
 and Event, `--writers` at a time like the operator's workers); once KServe has marked its InferenceServices Ready it
 replays the later ones (less a status-only pass in between, the template's predictor seen loading: at fleet scale
@@ -28,16 +29,13 @@ answers: what is left when no HTTP library is in the way, i.e. how much of the f
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import ssl
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -46,46 +44,28 @@ import common  # noqa: E402
 ISVC_KIND = "InferenceService"
 
 
-# What the replayer reads of every watch line (msgspec skips the rest without building it).
-class Meta(msgspec.Struct):
-    name: str = ""
-    namespace: str = ""
-    uid: str = ""
-    resourceVersion: str = ""
-
-
-class Obj(msgspec.Struct):
-    metadata: Meta = msgspec.field(default_factory=Meta)
-
-
-class Head(msgspec.Struct):
-    type: str = ""
-    object: Obj = msgspec.field(default_factory=Obj)
-
-
 # -- the replayer (its own process: nothing of the benchmark's harness is in its CPU) --------------------------------
 
 class AiohttpWire:
-    """The operator's own HTTP stack: one aiohttp session (C parser), as clients/aiokube.py and watches.py use it."""
+    """The operator's own HTTP stack: its aiohttp session (clients/aiokube.py, `new_session`: C parser, no cookie
+    jar, no decompression) with its credentials headers, as its requests and watches.py use them."""
 
-    def __init__(self, server: str, ctx: ssl.SSLContext, token: str) -> None:
+    def __init__(self, config: Any) -> None:
         import aiohttp
+        from arbiter_operator.clients import aiokube
 
-        self.aiohttp = aiohttp
-        self.session = aiohttp.ClientSession(
-            base_url=server, connector=aiohttp.TCPConnector(ssl=ctx, limit=0), auto_decompress=False,
-            headers={"Accept-Encoding": "identity", "Authorization": f"Bearer {token}"},
-            cookie_jar=aiohttp.DummyCookieJar())
+        self.base = config.host.rstrip("/")
+        self.auth = aiokube.auth_headers(config)
+        self.session = aiokube.new_session(config, aiohttp.ClientTimeout(total=None, sock_read=330))
 
     async def request(self, method: str, path: str, query: dict[str, str], body: str | None,
                       content_type: str | None) -> tuple[int, bytes]:
-        headers = {"Content-Type": content_type} if content_type else None
-        async with self.session.request(method, path, params=query, data=body, headers=headers) as resp:
+        headers = {**self.auth, "Content-Type": content_type} if content_type else self.auth
+        async with self.session.request(method, self.base + path, params=query, data=body, headers=headers) as resp:
             return resp.status, await resp.read()
 
     async def watch(self, path: str, query: dict[str, str], on_line: Any) -> None:
-        timeout = self.aiohttp.ClientTimeout(sock_read=330)
-        async with self.session.get(path, params=query, timeout=timeout) as resp:
+        async with self.session.get(self.base + path, params=query, headers=self.auth) as resp:
             rest = b""
             while chunk := await resp.content.readany():  # as watches.py reads them: chunks, split here
                 *lines, rest = (rest + chunk).split(b"\n")
@@ -101,13 +81,15 @@ class RawWire:
     uvicorn's parser), keep-alive connections reused. Only to measure how far under aiohttp a client could go; not
     a client to ship (no redirects, proxies, retries or bounds)."""
 
-    def __init__(self, server: str, ctx: ssl.SSLContext, token: str) -> None:
+    def __init__(self, config: Any) -> None:
         from urllib.parse import urlsplit
 
-        url = urlsplit(server)
-        self.host, self.port, self.ctx = url.hostname or "", url.port or 443, ctx
-        self.headers = (f"Host: {url.netloc}\r\nAuthorization: Bearer {token}\r\n"
-                        "Accept-Encoding: identity\r\nUser-Agent: wire-floor\r\n")
+        from arbiter_operator.clients import aiokube
+
+        url = urlsplit(config.host)
+        self.host, self.port, self.ctx = url.hostname or "", url.port or 443, aiokube.ssl_context(config)
+        auth = "".join(f"{k}: {v}\r\n" for k, v in aiokube.auth_headers(config).items())
+        self.headers = f"Host: {url.netloc}\r\n{auth}Accept-Encoding: identity\r\nUser-Agent: wire-floor\r\n"
         self.idle: list[Any] = []
 
     async def _connect(self) -> Any:
@@ -180,17 +162,20 @@ def replay(spec_path: str) -> int:
     import orjson
     import uvloop
 
-    spec = json.loads(Path(spec_path).read_text())
+    from arbiter_operator.api.kubejson import event_head
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
 
-    head = msgspec.json.Decoder(Head).decode
+    spec = json.loads(Path(spec_path).read_text())
+    config = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=spec["kubeconfig"], client_configuration=config)
     template, template_ns, template_uid = spec["template"], spec["template_ns"], spec["template_uid"]
     passes: list[list[dict[str, Any]]] = spec["passes"]
     isvcs_of_template: list[str] = spec["isvcs"]
     counts = {"events": 0, "writes": 0, "failed": 0, "watch_errors": 0}
 
     async def main() -> None:
-        ctx = ssl.create_default_context(cadata=spec["ca"])
-        wire = (RawWire if spec["client"] == "raw" else AiohttpWire)(spec["server"], ctx, spec["token"])
+        wire = (RawWire if spec["client"] == "raw" else AiohttpWire)(config)
         writers = asyncio.Semaphore(spec["writers"])
         state: dict[tuple[str, str], dict[str, Any]] = {}  # a DecisionModel: its uid, pass, InferenceServices
         isvc_owner: dict[tuple[str, str], tuple[str, str]] = {}
@@ -221,8 +206,8 @@ def replay(spec_path: str) -> int:
                 finally:
                     st["running"] = False
 
-        def on_decision_model(typ: str, ns: str, name: str, uid: str) -> None:
-            if typ == "ADDED" and (ns, name) not in state:
+        def on_decision_model(ns: str, name: str, uid: str) -> None:
+            if (ns, name) not in state:
                 isvcs = [(ns, n.replace(template, name)) for n in isvcs_of_template]
                 state[(ns, name)] = {"uid": uid, "done": 0, "running": True, "isvcs": isvcs}
                 for k in isvcs:
@@ -256,19 +241,21 @@ def replay(spec_path: str) -> int:
                 nonlocal rv
                 if not line.strip():
                     return
-                h = head(line)
                 counts["events"] += 1
-                if h.type == "ERROR":  # e.g. 410 Gone: the replayer does not relist, the run is void
-                    counts["watch_errors"] += 1
+                # What the operator's watches read first; a line without a namespaced object's head (a bookmark,
+                # an ERROR) is decoded whole, as theirs is.
+                h = event_head(line)
+                if h is None:
+                    event = orjson.loads(line)
+                    if event.get("type") == "ERROR":  # e.g. 410 Gone: the replayer does not relist, the run is void
+                        counts["watch_errors"] += 1
+                    rv = ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or rv
                     return
-                rv = h.object.metadata.resourceVersion or rv
-                if h.type == "BOOKMARK":
-                    return
-                m = h.object.metadata
-                if kind == "DecisionModel":
-                    on_decision_model(h.type, m.namespace, m.name, m.uid)
+                typ, ns, name, rv = h
+                if kind == "DecisionModel" and typ == "ADDED":
+                    on_decision_model(ns, name, orjson.loads(line)["object"]["metadata"]["uid"])
                 elif kind == ISVC_KIND:
-                    on_isvc(line, m.namespace, m.name)
+                    on_isvc(line, ns, name)
 
             while not counts["watch_errors"]:
                 await wire.watch(path, {**query, "watch": "1", "allowWatchBookmarks": "true", "resourceVersion": rv,
@@ -305,15 +292,14 @@ def replay(spec_path: str) -> int:
 
 def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: list[str] | None,
                writers: int, client: str) -> dict:
-    """What the replayer needs: credentials, the operator's watches (cluster-wide, or in each of `namespaces`), the
+    """What the replayer needs: the operator's kubeconfig, its watches (cluster-wide, or in each of `namespaces`), the
     template's passes as requests (names still the template's; the replayer swaps them)."""
-    from arbiter_operator.clients.kube import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, KINDS
+    from arbiter_operator.api.times import format_time
+    from arbiter_operator.clients.kube import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, KINDS, event_body
     from arbiter_operator.handlers import WATCHED
 
     from convergence import OP_NS, TEMPLATE
 
-    kubeconfig = json.loads(json.dumps(__import__("yaml").safe_load(stack.operator_kubeconfig.read_text())))
-    cluster = kubeconfig["clusters"][0]["cluster"]
     passes = []
     status_i = 0  # the k-th status write of the template, counted over all its passes (its last is Ready)
     for p in floor.passes:
@@ -339,15 +325,9 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
                                "content_type": "application/merge-patch+json",
                                "body": json.dumps({"status": {f: snap[f] for f in fields if f in snap}})})
             elif verb == "event":
-                now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                body = {"apiVersion": "v1", "kind": "Event",
-                        "metadata": {"generateName": f"{TEMPLATE}.", "namespace": OP_NS},
-                        "involvedObject": {"apiVersion": f"{common.GROUP}/{common.VERSION}",
-                                           "kind": "DecisionModel", "name": TEMPLATE, "namespace": OP_NS,
-                                           "uid": template_uid},
-                        "type": "Normal", "reason": extra, "message": extra, "source": {"component": FIELD_MANAGER},
-                        "reportingComponent": FIELD_MANAGER, "firstTimestamp": now, "lastTimestamp": now,
-                        "count": 1}
+                involved = {"apiVersion": f"{common.GROUP}/{common.VERSION}", "kind": "DecisionModel",
+                            "metadata": {"name": TEMPLATE, "namespace": OP_NS, "uid": template_uid}}
+                body = event_body(involved, "Normal", extra, extra, format_time(datetime.now(timezone.utc)))
                 writes.append({"method": "POST", "path": KINDS[("v1", "Event")].path(OP_NS), "query": {},
                                "content_type": "application/json", "body": json.dumps(body)})
         passes.append(writes)
@@ -360,8 +340,7 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
     isvcs = [child for p in floor.passes for verb, kind, child, _ in p
              if verb in ("apply", "create") and kind == ISVC_KIND]
     return {
-        "server": cluster["server"], "ca": base64.b64decode(cluster["certificate-authority-data"]).decode(),
-        "token": kubeconfig["users"][0]["user"]["token"], "writers": writers, "client": client,
+        "kubeconfig": str(stack.operator_kubeconfig), "writers": writers, "client": client,
         "template": TEMPLATE, "template_ns": OP_NS, "template_uid": template_uid, "isvcs": sorted(set(isvcs)),
         "passes": passes,
         "watches": [{"path": r.path(ns), "kind": r.kind, "selector": r.label}

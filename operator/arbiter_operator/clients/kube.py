@@ -413,28 +413,7 @@ class RestKubeClient:
 
     def _post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> str | None:
         meta = involved["metadata"]
-        now = format_time(datetime.now(timezone.utc))
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": involved["apiVersion"],
-                "kind": involved["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": type_,
-            "reason": reason,
-            "message": message,
-            "source": {"component": FIELD_MANAGER},
-            "reportingComponent": FIELD_MANAGER,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(involved, type_, reason, message, format_time(datetime.now(timezone.utc)))
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}")
         try:
             out = self._call("POST", KINDS[("v1", "Event")].path(meta["namespace"]), body=body)
@@ -442,6 +421,32 @@ class RestKubeClient:
             log.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
             return None
         return ((out or {}).get("metadata") or {}).get("name")
+
+
+def event_body(involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> dict[str, Any]:
+    """A new core/v1 Event on `involved` (its first occurrence, at `now`), as the operator posts it."""
+    meta = involved["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": involved["apiVersion"],
+            "kind": involved["kind"],
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "source": {"component": FIELD_MANAGER},
+        "reportingComponent": FIELD_MANAGER,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
 
 
 def _body_bytes(body: Any) -> bytes:
