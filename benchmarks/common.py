@@ -21,6 +21,7 @@ driver).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -33,8 +34,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 import yaml
 
@@ -42,15 +44,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLE = ROOT / "examples" / "decisionmodel.yaml"
 
-from kubernetes import client as k8s  # noqa: E402
-from kubernetes import watch as k8s_watch  # noqa: E402
-
 from arbiter_devenv import crds  # noqa: E402
 from arbiter_devenv.cluster import USERS, LocalCluster, NodePool  # noqa: E402
 from arbiter_devenv.kwok import A100  # noqa: E402
 from arbiter_devenv.local import _seed_example_storage, _storage_config_secret  # noqa: E402
 from arbiter_devenv.operator_process import OperatorProcess  # noqa: E402
 from arbiter_devenv.s3server import S3Server  # noqa: E402
+from kubernetes import client as k8s  # noqa: E402
+from kubernetes import watch as k8s_watch  # noqa: E402
 
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 SYSTEM_NS = "arbiter-bench-system"
@@ -108,17 +109,13 @@ def table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
 
 def machine() -> dict[str, Any]:
     cpu = ""
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     mem_kb = 0
-    try:
+    with contextlib.suppress(OSError, StopIteration):
         mem_kb = int(next(line.split()[1] for line in open("/proc/meminfo") if line.startswith("MemTotal")))
-    except (OSError, StopIteration):
-        pass
     return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "host": platform.node(),
         "cpu": cpu,
         "cpus": os.cpu_count(),

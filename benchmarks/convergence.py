@@ -27,8 +27,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
-from arbiter_operator.clients.kube import KINDS, RestKubeClient  # noqa: E402
+import common
+from arbiter_operator.clients.kube import KINDS, RestKubeClient
 
 OP_NS, FLOOR_NS = "conv-op", "conv-floor"
 TEMPLATE = "cvtemplate"

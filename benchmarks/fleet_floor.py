@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
-from convergence import CHILD_API, OP_NS, TEMPLATE, Floor, isvc_ready, run_operator_once  # noqa: E402
+import common
+from convergence import CHILD_API, OP_NS, TEMPLATE, Floor, isvc_ready, run_operator_once
 
 # KServe's clientset: controller-runtime v0.19's GetConfig gives it QPS 20 (burst 30); KServe sets none of its own.
 KSERVE_CLIENT_QPS = 20.0

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
-import scale  # noqa: E402
-from scale import run_scale  # noqa: E402
+import common
+import scale
+from scale import run_scale
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,14 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests")]  # the support package (e2e_kit, promstack)
 
-from kubernetes import client, watch  # noqa: E402
-
-from arbiter_operator.api.models import isvc_name  # noqa: E402
-from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig  # noqa: E402
 from arbiter_devenv import crds  # noqa: E402
 from arbiter_devenv.cluster import LocalCluster, wait_default_service_account  # noqa: E402
 from arbiter_devenv.s3server import S3Server  # noqa: E402
+from arbiter_operator.api.models import isvc_name  # noqa: E402
+from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig  # noqa: E402
 from arbiter_operator.promotion import build_queries  # noqa: E402
+from kubernetes import client, watch  # noqa: E402
 from support.e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
 from support.promstack import PromStack  # noqa: E402
 

@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster" / "runtime"))  # test_hostile_
 
 
 def fuzz(args) -> int:
-    from hypothesis import HealthCheck, Phase, given, settings
-
     import logging
+
+    from hypothesis import HealthCheck, Phase, given, settings
 
     logging.disable(logging.WARNING)  # the runtime logs every fallback-rule miss; the tally is the output
     from support.fuzz_surface import cases
@@ -100,7 +100,6 @@ async def _caller(port: int, body: bytes, count: int, lat: list, sources: dict) 
 
 def deadline(args) -> int:
     import httpx
-
     from arbiter_devenv.vllm_standin import free_port, write_model_dir
     from support.runtime_helpers import LABELS, base_config
 
@@ -148,8 +147,8 @@ def deadline(args) -> int:
                 proc.kill()
     lat.sort()
     server_ms = sorted(sources.pop("_server_ms", []))
-    sq = lambda p: server_ms[min(len(server_ms) - 1, int(round(p / 100 * (len(server_ms) - 1))))]  # noqa: E731
-    q = lambda p: lat[min(len(lat) - 1, int(round(p / 100 * (len(lat) - 1))))] * 1000  # noqa: E731
+    sq = lambda p: server_ms[min(len(server_ms) - 1, round(p / 100 * (len(server_ms) - 1)))]  # noqa: E731
+    q = lambda p: lat[min(len(lat) - 1, round(p / 100 * (len(lat) - 1)))] * 1000  # noqa: E731
     over = sum(1 for x in lat if x * 1000 > args.deadline_ms)
     warm.sort()
     if warm:

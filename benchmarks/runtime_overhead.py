@@ -122,10 +122,9 @@ def serve_floor(port: int) -> None:
 def canned_response(workdir: Path) -> Path:
     """One real scored response from the stand-in (regex-constrained, logprob_token_ids), reused for every call."""
     import httpx
-
+    from arbiter_devenv.vllm_standin import StandinServer
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
-    from arbiter_devenv.vllm_standin import StandinServer
     from arbiter_runtime.tokens import LabelTokens
 
     standin = StandinServer(words=LABELS, served_model_name="bench").start()
@@ -181,7 +180,7 @@ def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -243,8 +242,8 @@ def main() -> int:
                   "--port", str(rt_port), "--host", "127.0.0.1", "--model-dir", str(model_dir)]
     profile_html = Path(args.json).with_suffix(".profile." + ("html" if args.profile_renderer == "html" else "txt"))
     if args.profile:
-        server_cmd = [sys.executable, "-m", "pyinstrument", "-r", args.profile_renderer, "-o", str(profile_html), "-m",
-                      "arbiter_runtime"] + server_cmd[3:]
+        server_cmd = [sys.executable, "-m", "pyinstrument", "-r", args.profile_renderer, "-o", str(profile_html),
+                      "-m", "arbiter_runtime", *server_cmd[3:]]
     server = subprocess.Popen(server_cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     floor = subprocess.Popen([sys.executable, __file__, "--serve-floor", str(floor_port)], env=env)
     levels = [int(c) for c in args.concurrency.split(",")]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 
 def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: float, threads: int = 8,

@@ -54,7 +54,7 @@ def shadow_counts(port: int) -> dict[str, float]:
     text = scrape(port)
     out: dict[str, float] = {}
     for result in ("sent", "dropped", "error", "compared"):
-        m = re.search(r'arbiter_shadow_requests_total\{[^}]*result="%s"[^}]*\} ([\d.e+]+)' % result, text)
+        m = re.search(rf'arbiter_shadow_requests_total\{{[^}}]*result="{result}"[^}}]*\}} ([\d.e+]+)', text)
         out[result] = float(m.group(1)) if m else 0.0
     agree = sum(float(v) for v in re.findall(r'arbiter_shadow_comparisons_total\{[^}]*agree="true"[^}]*\} ([\d.e+]+)',
                                              text))

@@ -33,13 +33,13 @@ import json
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 ISVC_KIND = "InferenceService"
 
@@ -161,7 +161,6 @@ class RawWire:
 def replay(spec_path: str) -> int:
     import orjson
     import uvloop
-
     from arbiter_operator.api.kubejson import event_head
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
@@ -224,12 +223,12 @@ def replay(spec_path: str) -> int:
         def on_isvc(line: bytes, ns: str, name: str) -> None:
             obj = orjson.loads(line)["object"]
             conds = (obj.get("status") or {}).get("conditions") or []
-            if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
-                if (ns, name) not in ready_isvcs:
-                    ready_isvcs.add((ns, name))
-                    owner = isvc_owner.get((ns, name))
-                    if owner is not None:
-                        asyncio.get_running_loop().create_task(maybe_next(owner)).add_done_callback(report)
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+            if ready and (ns, name) not in ready_isvcs:
+                ready_isvcs.add((ns, name))
+                owner = isvc_owner.get((ns, name))
+                if owner is not None:
+                    asyncio.get_running_loop().create_task(maybe_next(owner)).add_done_callback(report)
 
         async def follow(path: str, kind: str, selector: str | None, listed: asyncio.Event) -> None:
             query = {"labelSelector": selector} if selector else {}
@@ -297,7 +296,6 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
     from arbiter_operator.api.times import format_time
     from arbiter_operator.clients.kube import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, KINDS, event_body
     from arbiter_operator.handlers import WATCHED
-
     from convergence import OP_NS, TEMPLATE
 
     passes = []
@@ -327,7 +325,7 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
             elif verb == "event":
                 involved = {"apiVersion": f"{common.GROUP}/{common.VERSION}", "kind": "DecisionModel",
                             "metadata": {"name": TEMPLATE, "namespace": OP_NS, "uid": template_uid}}
-                body = event_body(involved, "Normal", extra, extra, format_time(datetime.now(timezone.utc)))
+                body = event_body(involved, "Normal", extra, extra, format_time(datetime.now(UTC)))
                 writes.append({"method": "POST", "path": KINDS[("v1", "Event")].path(OP_NS), "query": {},
                                "content_type": "application/json", "body": json.dumps(body)})
         passes.append(writes)

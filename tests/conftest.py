@@ -18,13 +18,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
 from arbiter_devenv import crds
 from arbiter_devenv.cluster import LocalCluster, wait_default_service_account
 from arbiter_devenv.controlplane import ExistingCluster
 from arbiter_devenv.s3server import S3Server
 from arbiter_devenv.tools import ensure_tool, load_tool
-
 
 # Fixtures shared by tests in several folders (unit and cluster), registered here, their common parent.
 pytest_plugins = ["support.runtime_fixtures"]

@@ -195,7 +195,6 @@ _TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
 
 async def bench(out: Path | None) -> dict:
     import jsonschema
-
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
     from arbiter_runtime.tokens import TokenizerJsonSource, resolve

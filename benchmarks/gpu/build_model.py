@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import underwriting as uw  # noqa: E402
-import prompts  # noqa: E402
+import prompts
+import underwriting as uw
 
 SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
 # Roles as special tokens and an end marker after each message: the model can always tell where the applicant text

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_bench  # noqa: E402
-import gpu_check  # noqa: E402
-import stack  # noqa: E402
-from direct import Modes  # noqa: E402
+import gpu_bench
+import gpu_check
+import stack
+from direct import Modes
 
 
 def write(out: Path, name: str, obj) -> None:

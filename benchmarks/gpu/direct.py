@@ -32,7 +32,7 @@ class Modes:
         self.checker = {m: TrajectoryChecker(c) for m, c in cfg.items()}
 
     @classmethod
-    async def create(cls, model_dir: str = stack.MODEL_DIR) -> "Modes":
+    async def create(cls, model_dir: str = stack.MODEL_DIR) -> Modes:
         from arbiter_runtime.config import parse_config
         from arbiter_runtime.tokens import TokenizerJsonSource, resolve
 

@@ -19,11 +19,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import gpu_bench  # noqa: E402
-import loadgen  # noqa: E402
-import stack  # noqa: E402
-import underwriting as uw  # noqa: E402
-from direct import Modes, chat_url  # noqa: E402
+import gpu_bench
+import loadgen
+import stack
+import underwriting as uw
+from direct import Modes, chat_url
 
 
 async def diag(modes: Modes, n: int = 6) -> dict:

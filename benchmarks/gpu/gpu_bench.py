@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import loadgen  # noqa: E402
-import stack  # noqa: E402
-import underwriting as uw  # noqa: E402
-from direct import Modes, chat_url  # noqa: E402
+import loadgen
+import stack
+import underwriting as uw
+from direct import Modes, chat_url
 
 BENCH_SEED = 4242
 CONCURRENCY = (1, 16, 64)

@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import loadgen  # noqa: E402
-import stack  # noqa: E402
-import underwriting as uw  # noqa: E402
-from direct import Modes, chat_url  # noqa: E402
+import loadgen
+import stack
+import underwriting as uw
+from direct import Modes, chat_url
 
 CHECK_SEED = 777  # held-out applicants for the GPU checks: neither the training nor the build's held-out stream
 
@@ -132,12 +132,12 @@ async def check_endpoints(tp: int) -> dict:
                 and bool(b.get("parameters", {}).get("trace_id")))
 
     for path in (f"/v2/models/{name}/infer", f"/v2/models/{name}/versions/{version}/infer"):
-        status, body, headers = await loadgen.post(base + path, infer_body)
+        status, body, _headers = await loadgen.post(base + path, infer_body)
         await rec(f"POST {path}", status, body, 200, infer_ok)
     status, body, _ = await loadgen.post(base + f"/v2/models/{name}/infer", batch_body)
     await rec(f"POST /v2/models/{name}/infer (3 rows)", status, body, 200, lambda b: infer_ok(b, 3))
     tp_header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-    status, body, headers = await loadgen.post(base + f"/v2/models/{name}/infer", infer_body,
+    status, body, _headers = await loadgen.post(base + f"/v2/models/{name}/infer", infer_body,
                                                headers={"traceparent": tp_header})
     await rec("POST infer with W3C traceparent", status, body, 200,
               lambda b: b.get("parameters", {}).get("trace_id") == "4bf92f3577b34da6a3ce929d0e0e4736")

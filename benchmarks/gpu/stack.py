@@ -8,6 +8,7 @@ Each process gets its own session (setsid), so it outlives the command that star
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -90,10 +91,8 @@ def kill(name: str, sig: int = signal.SIGKILL, wait: float = 30.0) -> bool:
         return False
     end = time.time() + wait
     while time.time() < end and pid(name) is not None:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(p, os.WNOHANG)
-        except ChildProcessError:
-            pass
         time.sleep(0.1)
     return True
 

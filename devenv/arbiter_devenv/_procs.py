@@ -12,6 +12,7 @@ Three layers, because each covers a way of dying the others miss:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (a server may still lose the race for it; callers retry)."""
@@ -135,10 +137,8 @@ def terminate(proc: subprocess.Popen[bytes] | None, *, grace: float = 10.0) -> N
         except subprocess.TimeoutExpired:
             continue
     # Leftover children of the group (none expected) go too, before the pgid can be reused.
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     with _lock:
         _tell(f"forget {pgid}")
 
@@ -169,7 +169,7 @@ def stop_all() -> None:
     for server in list(_live):
         try:
             server._devenv_stop()  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - best effort while exiting; the watchdog catches the rest
+        except Exception:
             pass
 
 

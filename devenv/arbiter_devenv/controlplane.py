@@ -82,7 +82,7 @@ class _CA:
     def __init__(self) -> None:
         self.key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "arbiter-devenv-ca")])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         self.cert = (
             x509.CertificateBuilder()
             .subject_name(name)
@@ -116,7 +116,7 @@ class _CA:
         key = ec.generate_private_key(ec.SECP256R1())
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name(attrs))

@@ -20,12 +20,13 @@ import os
 import pathlib
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
-
 from arbiter_operator.api.models import isvc_name
 from arbiter_operator.render.common import configmap_name
+
 from . import _procs
 
 # The example application the user guide sends (examples/decisionmodel.yaml's inputSchema).

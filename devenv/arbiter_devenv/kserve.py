@@ -13,8 +13,8 @@ What ``KServeController.start`` does, in order:
 
 from __future__ import annotations
 
-import copy
 import base64
+import copy
 import json
 import os
 import pathlib
@@ -27,7 +27,7 @@ from . import _procs
 from ._procs import free_port
 from .crds import GoModuleFiles, install_crds
 
-__all__ = ["KSERVE_MODULE", "KServeController", "STORAGE_INITIALIZER_IMAGE", "kserve_crd_paths", "openshift_ai_config"]
+__all__ = ["KSERVE_MODULE", "STORAGE_INITIALIZER_IMAGE", "KServeController", "kserve_crd_paths", "openshift_ai_config"]
 
 KSERVE_MODULE = GoModuleFiles("github.com/kserve/kserve", "v0.17.0", ("config/crd/full/kustomization.yaml",))
 NAMESPACE = "kserve"

@@ -19,6 +19,7 @@ the Route API, and the example's storageUri must exist in your S3 with a storage
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pathlib
@@ -60,10 +61,8 @@ def _seed_example_storage(s3: Any, example: dict[str, Any]) -> None:
     client = s3.client()
     for version in example["spec"]["versions"]:
         bucket, _, prefix = version["storageUri"].removeprefix("s3://").partition("/")
-        try:
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(Bucket=bucket)
-        except client.exceptions.BucketAlreadyOwnedByYou:
-            pass
         client.put_object(Bucket=bucket, Key=f"{prefix}/config.json", Body=json.dumps(EXAMPLE_CONFIG).encode())
         # A weights file: the artifact check verifies it exists, vLLM is not started here.
         client.put_object(Bucket=bucket, Key=f"{prefix}/model.safetensors", Body=b"\0" * 1024)

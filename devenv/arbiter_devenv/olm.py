@@ -117,7 +117,7 @@ class LocalOLM:
         self.namespaces: list[NetNamespace] = []
         self.host_forward: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> "LocalOLM":
+    def start(self) -> LocalOLM:
         self.host_forward = subprocess.Popen(
             [sys.executable, "-m", "arbiter_devenv.olm", "forward", f"unix:{self.api_socket}",
              f"127.0.0.1:{self.api_port}"], start_new_session=True,

@@ -29,8 +29,8 @@ import tempfile
 from typing import Any
 
 import yaml
-
 from arbiter_operator.api import models
+
 from arbiter_devenv.tools import ensure_tool, repo_root
 
 PACKAGE = "arbiter-operator"

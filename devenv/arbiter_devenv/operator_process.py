@@ -23,7 +23,6 @@ from . import _procs
 from ._procs import free_port
 
 
-
 class OperatorProcess:
     def __init__(
         self,

@@ -28,8 +28,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from . import _procs
 from ._procs import free_port
@@ -97,10 +97,8 @@ def _stop(proc: subprocess.Popen | None, sig: int, timeout: float = 20) -> None:
         return
     if proc.poll() is None:
         proc.send_signal(sig)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
     _procs.terminate(proc, grace=5)
 
 
@@ -118,7 +116,7 @@ class Postgres:
     def dsn(self) -> str:
         return f"postgres://{DB_USER}@127.0.0.1:{self.port}/{DB_NAME}?sslmode=disable"
 
-    def start(self, timeout: float = 60) -> "Postgres":
+    def start(self, timeout: float = 60) -> Postgres:
         bindir = pg_bindir()
         user = _unprivileged_user()
         data = self.workdir / "pgdata"
@@ -188,7 +186,7 @@ class ModelRegistryServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def start(self, timeout: float = 90) -> "ModelRegistryServer":
+    def start(self, timeout: float = 90) -> ModelRegistryServer:
         self.proc = _procs.spawn(
             [str(self.binary), "proxy", "--hostname", "127.0.0.1", "--port", str(self.port),
              "--embedmd-database-type", "postgres", "--embedmd-database-dsn", self.postgres.dsn],
@@ -250,10 +248,8 @@ def start_model_registry(binary: pathlib.Path | None = None, keep_dir: bool = Fa
 def main() -> int:
     with start_model_registry() as mr:
         print(f"model registry: {mr.url}  (API {mr.api_url}); logs in {mr.workdir}", flush=True)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
-        except KeyboardInterrupt:
-            pass
     return 0
 
 

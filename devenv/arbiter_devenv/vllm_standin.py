@@ -452,7 +452,7 @@ class StandinServer:
         self._server = None
         self._thread = None
 
-    def start(self) -> "StandinServer":
+    def start(self) -> StandinServer:
         import uvicorn
 
         config = uvicorn.Config(build_app(self.state), host="127.0.0.1", port=self.port, log_level="warning",

@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     import kopf
     import uvloop
 
-    from . import handlers  # noqa: F401  (registers the handlers)
+    from . import handlers
 
     def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
         settings = kopf.OperatorSettings()

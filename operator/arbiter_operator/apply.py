@@ -10,15 +10,14 @@ promotion, because server-side apply drops fields its manager stops sending.
 from __future__ import annotations
 
 import logging
-from typing import Any
-
 from datetime import datetime
+from typing import Any
 
 from .api.models import DecisionModel
 from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
 from .clients.kube import KubeError, LoopKubeClient
-from .observe.children import controller_of, owned_by
 from .metrics import PROMOTIONS, new_promotion_outcomes
+from .observe.children import controller_of, owned_by
 from .plan.model import Event, Plan
 from .plan.planner import CHILD_CONFLICT, conflict_message, with_child_conflicts
 from .render.common import checksum
@@ -43,7 +42,7 @@ def contains(live: Any, want: Any) -> bool:
     if isinstance(want, list):
         return isinstance(live, list) and len(live) == len(want) and all(
             contains(a, b) for a, b in zip(live, want, strict=True))
-    return live == want
+    return bool(live == want)
 
 
 def needs_apply(desired: dict[str, Any], live: dict[str, Any] | None) -> bool:
@@ -69,7 +68,7 @@ def merge_patch(old: Any, new: Any) -> Any:
     return None if old == new else new
 
 
-def _live_child(obs_children: dict[tuple[str, str], dict[str, Any]], desired: dict[str, Any]) -> dict | None:
+def _live_child(obs_children: dict[tuple[str, str], dict[str, Any]], desired: dict[str, Any]) -> dict[str, Any] | None:
     return obs_children.get((desired["kind"], desired["metadata"]["name"]))
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from typing import Any, Awaitable, NamedTuple
+from collections.abc import Awaitable
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -296,7 +297,7 @@ class CachedKubeClient:
         out = None
         try:
             out = call()
-            return out
+            return cast("dict[str, Any]", out)
         finally:
             self.cache.end_write(key, out)
 

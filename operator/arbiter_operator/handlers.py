@@ -22,11 +22,11 @@ from typing import Any
 
 import kopf
 
-from .api import jsonfast
 from . import metrics
+from .api import jsonfast
+from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .api.names import API_VERSION, ISVC_LABEL, KIND, PLURAL
 from .cache import CachedKubeClient, WatchCache
-from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.aiokube import LoopTransport
 from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
@@ -34,9 +34,9 @@ from .plan import validate
 from .plan.planner import isvc_state
 from .plan.predictors import as_map, as_maps, deployment_problem, predictor_problem
 from .reconcile import Reconciler
-from .settings import runtime_image
 from .render.common import LABEL_DM
 from .render.podmonitor import API_VERSION as PODMONITOR_API
+from .settings import runtime_image
 from .watches import Resource, Watches, WatchOptions
 
 log = logging.getLogger("arbiter.handlers")

@@ -25,8 +25,9 @@ import socket
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from .clients.kube import KubeError, raw_call
 
@@ -48,7 +49,7 @@ def _seconds(value: Any) -> float:
 
 
 def _now_micro() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:

@@ -7,6 +7,8 @@ the fleet can be thousands of DecisionModels, and a label per model would make t
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # Reconcile passes end in one of these results.
@@ -90,15 +92,15 @@ def count_request(method: str, status: int | None) -> None:
     series.inc()
 
 
-def new_promotion_outcomes(old_status: dict | None, new_status: dict | None) -> list[str]:
+def new_promotion_outcomes(old_status: dict[str, Any] | None, new_status: dict[str, Any] | None) -> list[str]:
     """Outcomes of promotion records in `new_status` that `old_status` did not have (records are identified by
     version, start and finish time; the history is capped, so a record that falls off the front is not new)."""
 
-    def records(status: dict | None) -> list[dict]:
+    def records(status: dict[str, Any] | None) -> list[dict[str, Any]]:
         hist = ((status or {}).get("promotion") or {}).get("history") or []
         return [r for r in hist if isinstance(r, dict)]
 
-    def key(r: dict) -> tuple:
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
         return (r.get("version"), r.get("startedAt"), r.get("finishedAt"))
 
     seen = {key(r) for r in records(old_status)}

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timezone
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
@@ -27,7 +28,8 @@ from .observe.children import observe_children, podmonitor_served
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
 from .plan.model import Observations
-from .registry_handlers import RegistryFinalizer, holds as registry_holds
+from .registry_handlers import RegistryFinalizer
+from .registry_handlers import holds as registry_holds
 from .sync.registry import sync_registry_step
 
 log = logging.getLogger("arbiter.reconcile")
@@ -54,7 +56,7 @@ def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Finalizer(Protocol):

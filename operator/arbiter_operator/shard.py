@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from kubernetes import client as k8s
@@ -98,7 +99,7 @@ def serve_liveness_until(endpoint: str | None, stop: threading.Event) -> None:
     path = url.path or "/"
 
     class Probe(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the http.server API)
+        def do_GET(self) -> None:
             self.send_response(200 if self.path.split("?")[0] == path else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()

@@ -32,17 +32,18 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import aiohttp
 
 from .api import jsonfast
-from .api.kubejson import event_head, loads_event
 from .api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
-from .metrics import WATCH_BYTES, WATCH_EVENTS
+from .api.kubejson import event_head, loads_event
 from .clients.aiokube import auth_headers, new_session
 from .clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
+from .metrics import WATCH_BYTES, WATCH_EVENTS
 
 log = logging.getLogger("arbiter.watches")
 

@@ -26,11 +26,10 @@ def serve(argv: list[str]) -> int:
     p.add_argument("--upstream", default=os.environ.get("ARBITER_UPSTREAM_URL") or None,
                    help="OpenAI-compatible base URL, overriding upstream.url of the config")
     args = p.parse_args(argv)
+    import asyncio
     import dataclasses
 
     import uvicorn
-
-    import asyncio
 
     from .server import RuntimeOptions, create_app, resolve_from_model_dir
     from .shadow import shadow_path_for

@@ -52,7 +52,7 @@ def trace_from_header(header: str | None) -> Trace:
 
 
 def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Sink(Protocol):
@@ -87,7 +87,7 @@ class S3Settings:
     max_buffered: int = 100_000
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "S3Settings | None":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> S3Settings | None:
         env = os.environ if env is None else env
         bucket = env.get("ARBITER_AUDIT_S3_BUCKET")
         if not bucket:
@@ -200,7 +200,7 @@ class S3BatchSink:
         while not self._closing:
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=self.s.interval_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             await asyncio.to_thread(self.flush)
@@ -218,7 +218,7 @@ class S3BatchSink:
                 with self._lock:
                     self._buffer[:0] = batch
                 return 0
-            now = dt.datetime.now(dt.timezone.utc)
+            now = dt.datetime.now(dt.UTC)
             # Without retention the records go under a prefix that says so, never among the retained ones.
             prefix = self.s.prefix if self.retention == "locked" else self.s.prefix + UNRETAINED_SUFFIX
             key = (f"{prefix}/{self._model}/{self._version}/{now:%Y/%m/%d}/"
@@ -262,7 +262,7 @@ class AuditLog:
     def __init__(self, sinks: list[Sink], capacity: int = 10_000, on_write_error: Any = None):
         self.sinks = sinks
         self.capacity = capacity
-        self._queue: "queue.SimpleQueue[str | None]" = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._held = 0  # reserved + queued, not yet written
         self._queued = 0
         self._cond = threading.Condition()

@@ -35,8 +35,9 @@ import os
 import ssl
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 import aiohttp
 
@@ -95,7 +96,7 @@ class AuthSettings:
     trust_proxy_headers: bool = False
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "AuthSettings":
+    def from_env(cls, env: Mapping[str, str]) -> AuthSettings:
         enabled = env.get("ARBITER_AUTH", "false").strip().lower() in ("true", "1", "yes")
         if not enabled:
             return cls(enabled=False)
@@ -183,7 +184,7 @@ class Authenticator:
                                                    "Accept": "application/json"}) as resp:
                 raw = await resp.read()
                 status = resp.status
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise AuthDenied(503, f"cannot check credentials: the API server did not answer within "
                                   f"{self.settings.timeout_s:g}s") from None
         except (aiohttp.ClientError, OSError, ssl.SSLError) as exc:

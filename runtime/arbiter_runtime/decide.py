@@ -23,10 +23,10 @@ from .config import DecisionConfig
 from .fallback import RulesEngine
 from .jsonutil import loads
 from .metrics import Metrics
-from .tokens import LabelTokens
 from .scored_format import scored_format
-from .upstream import UpstreamClient, UpstreamFailure
+from .tokens import LabelTokens
 from .trajectory import TrajectoryChecker, TrajectoryInvalid, derived_output_schema
+from .upstream import UpstreamClient, UpstreamFailure
 from .wire import WireError, check_choice
 
 MASKED_AT = -9998.0  # vLLM writes -inf (a token the constraint masks) as -9999.0

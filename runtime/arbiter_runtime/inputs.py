@@ -7,7 +7,8 @@ The limits are stated in docs/runtime.md ("Input limits").
 
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from .protocol import BadRequest
 
@@ -103,11 +104,11 @@ def _canon(value: Any, path: list[Any], depth: int) -> Any:
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            _text(k, path + [k.encode("utf-8", "replace").decode()], "the key")
-            out[k] = _canon(v, path + [k], depth + 1)
+            _text(k, [*path, k.encode("utf-8", "replace").decode()], "the key")
+            out[k] = _canon(v, [*path, k], depth + 1)
         return out
     if isinstance(value, list):
-        return [_canon(v, path + [i], depth + 1) for i, v in enumerate(value)]
+        return [_canon(v, [*path, i], depth + 1) for i, v in enumerate(value)]
     raise BadRequest(f"field '{_where(path)}': not a JSON value")
 
 

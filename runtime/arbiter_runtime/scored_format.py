@@ -19,7 +19,7 @@ and `split`, which turns the answer text into (code, label, byte offset where th
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from .trajectory import TrajectoryInvalid
 

@@ -8,8 +8,9 @@ import gc
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -20,16 +21,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import __version__, vllm_metrics
-from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso, trace_from_header
+from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .config import DecisionConfig
 from .decide import Decider, Outcome, canonical_json, input_digest
 from .fallback import RulesEngine
 from .inputs import MAX_BODY_BYTES, BodyTooLarge, UnsupportedMediaType, canonicalise, check_content_type, read_limited
 from .jsonutil import dumps_bytes
 from .metrics import Metrics
-from .shadow import SHADOW_HEADER, Shadow
 from .protocol import OUTPUT_METADATA, BadRequest, infer_response, loads_strict, parse_infer
+from .shadow import SHADOW_HEADER, Shadow
 from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
 from .trajectory import InputInvalid, InputValidator
 from .upstream import UpstreamClient, UpstreamFailure

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Protocol
 
 
-
 class TokenizerRefused(RuntimeError):
     """The model cannot serve this config in scored mode; the message says why and what to change."""
 

@@ -7,7 +7,6 @@ decision. vLLM itself depends on aiohttp, so the image carries it anyway.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
@@ -50,7 +49,7 @@ class UpstreamClient:
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamFailure("connect", f"upstream unreachable: {exc.os_error or exc}", retryable=False) \
                 from None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise UpstreamFailure("timeout", "upstream timed out", retryable=False) from None
         except aiohttp.ClientError as exc:
             raise UpstreamFailure("protocol", f"upstream call failed: {type(exc).__name__}", retryable=True) \
@@ -63,5 +62,5 @@ class UpstreamClient:
             async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 await resp.read()
                 return resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return None

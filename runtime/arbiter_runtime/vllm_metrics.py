@@ -24,11 +24,8 @@ def only_vllm(text: str) -> str:
     """The lines of a Prometheus text exposition that belong to `vllm:` families (samples, HELP and TYPE)."""
     out = []
     for line in text.splitlines():
-        if line.startswith(PREFIX):
+        if line.startswith(PREFIX) or ((line.startswith(("# HELP ", "# TYPE "))) and line[7:].startswith(PREFIX)):
             out.append(line)
-        elif line.startswith("# HELP ") or line.startswith("# TYPE "):
-            if line[7:].startswith(PREFIX):
-                out.append(line)
     return "\n".join(out) + ("\n" if out else "")
 
 

@@ -13,7 +13,6 @@ from typing import Any
 from .trajectory import TrajectoryInvalid
 
 
-
 class WireError(TrajectoryInvalid):
     """The upstream's answer does not follow the wire format."""
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import yaml
+
 from support.paths import REPO
 
 CHART = REPO / "helm" / "arbiter"

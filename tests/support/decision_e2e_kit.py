@@ -16,14 +16,13 @@ import json
 import threading
 from typing import Any
 
+from arbiter_operator.api.models import isvc_name
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from arbiter_operator.api.models import isvc_name
-from support.e2e_kit import E2E, G, P, V, V1, V2
+from support.e2e_kit import E2E, V1, V2, G, P, V
 from support.plannerdrive import two_versions
-
-from support.runtime_procs import RuntimeFleet, RuntimeProc, Traffic  # noqa: E402
+from support.runtime_procs import RuntimeFleet, RuntimeProc, Traffic
 
 RPS = 8.0  # decisions per second per version: 40 per 5 s window, over minRequests=20
 
@@ -31,7 +30,7 @@ RPS = 8.0  # decisions per second per version: 40 per 5 s window, over minReques
 class ConfigMapSync:
     """Kubelet + cluster DNS stand-in for shadow.json (see the module docstring)."""
 
-    def __init__(self, e: "DecisionE2E"):
+    def __init__(self, e: DecisionE2E):
         self.e = e
         self.core = client.CoreV1Api(e.api)
         self.seen: list[tuple[str, dict[str, Any] | None]] = []  # (version whose ConfigMap, shadow config or None)
@@ -46,7 +45,7 @@ class ConfigMapSync:
             for version, proc in list(self.e.procs.items()):
                 try:
                     self._sync(version, proc)
-                except Exception as exc:  # noqa: BLE001 - recorded, asserted on by the tests
+                except Exception as exc:
                     self.errors.append(f"{version}: {type(exc).__name__}: {exc}")
 
     def _sync(self, version: str, proc: RuntimeProc) -> None:

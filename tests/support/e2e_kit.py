@@ -7,20 +7,20 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from arbiter_devenv.operator_process import OperatorProcess
+from arbiter_operator.api.models import isvc_name
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from arbiter_operator.api.models import isvc_name
-from arbiter_devenv.operator_process import OperatorProcess
-from support.plannerdrive import two_versions
-from support.promstack import PromStack, Target
-from support.polling import eventually
-
-from support.operator_kit import seed_model_storage  # noqa: E402  (the examples' weights on S3, shared with tests/cluster/operator)
+from support.operator_kit import seed_model_storage
 from support.paths import REPO
+from support.plannerdrive import two_versions
+from support.polling import eventually
+from support.promstack import PromStack, Target
 
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
 ROOT = REPO

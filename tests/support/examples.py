@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
+
 from support.paths import REPO
 
 ROOT = REPO

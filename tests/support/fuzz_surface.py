@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from hypothesis import strategies as st
-
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.trajectory import TrajectoryChecker
+from hypothesis import strategies as st
+
 from support.hostile_upstream import BEHAVIOURS
 from support.runtime_helpers import base_config
 
@@ -256,7 +256,7 @@ class Oracle:
                                          and body["error"]):
             t.server_errors.append(f"{r.status_code} {r.text[:300]} | {where}")
         ct = (case.content_type or "application/json").split(";")[0].strip().lower()
-        bad_type = ct != "application/json" and not ct.endswith("+json") or "latin-1" in (case.content_type or "")
+        bad_type = (ct != "application/json" and not ct.endswith("+json")) or "latin-1" in (case.content_type or "")
         if bad_type and r.status_code in (200, 400, 413) and case.content_type is not None:
             t.inconsistent.append(f"unsupported content type answered {r.status_code} | {where}")
         if r.status_code == 200:

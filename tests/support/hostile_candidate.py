@@ -63,7 +63,7 @@ class HostileCandidate(LoopbackPeer):
             while True:
                 _, _, headers, body = await self._read_request(reader)
                 self.requests += 1
-                self.headers_seen = (self.headers_seen + [headers])[-50:]
+                self.headers_seen = ([*self.headers_seen, headers])[-50:]
                 if not await self._respond(body, writer):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import parse_qsl, quote, urlsplit
 from xml.sax.saxutils import escape
 

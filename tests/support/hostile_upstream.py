@@ -15,8 +15,8 @@ import json
 import random
 import threading
 from collections import Counter
-from typing import Any, Callable
-
+from collections.abc import Callable
+from typing import Any
 
 from support.loopback_peer import LoopbackPeer
 
@@ -187,7 +187,7 @@ class HostileUpstream(LoopbackPeer):
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                method, path, headers, body = await self._read_request(reader)
+                method, path, _headers, body = await self._read_request(reader)
                 keep = await self._respond(method, path, body, writer)
                 if not keep:
                     break

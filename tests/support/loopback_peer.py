@@ -11,7 +11,6 @@ import struct
 import threading
 
 import aiohttp
-
 from arbiter_devenv.vllm_standin import free_port
 
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import subprocess
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+from arbiter_operator.clients.kube import KubeError, raw_call
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from arbiter_operator.clients.kube import KubeError, raw_call
 from support.examples import example  # noqa: F401  (re-exported: the operator tests take it from here)
-from support.polling import eventually as _eventually
 from support.paths import REPO
+from support.polling import eventually as _eventually
 
 ROOT = REPO
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
@@ -76,10 +78,8 @@ def seed_model_storage(s3: Any, api: client.ApiClient, namespace: str, prefixes:
         "credit-limit/1.0.0", "credit-limit/1.1.0")) -> None:
     """Weights on the real S3 server where examples/ point (s3://models/...), and the storage-config Secret."""
     s3c = s3.client()
-    try:
+    with contextlib.suppress(s3c.exceptions.BucketAlreadyOwnedByYou):
         s3c.create_bucket(Bucket="models")
-    except s3c.exceptions.BucketAlreadyOwnedByYou:
-        pass
     for prefix in prefixes:
         s3c.put_object(Bucket="models", Key=f"{prefix}/config.json", Body=json.dumps(MODEL_CONFIG).encode())
         s3c.put_object(Bucket="models", Key=f"{prefix}/model.safetensors", Body=b"\0" * 64)

@@ -5,19 +5,19 @@ sets the way KServe's status reports it; what the planner wants created/deleted 
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
-
-from support.examples import example
 
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.api.promotion import AnalysisRun
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.promotion import analysis_due, judge
+
+from support.examples import example
 from support.paths import REPO
 
 ROOT = REPO
-T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
 def two_versions(promote: str = "1.0.0", **promote_fields: Any) -> dict[str, Any]:

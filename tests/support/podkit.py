@@ -17,7 +17,6 @@ from typing import Any
 
 from support.examples import example
 
-
 # Pod-level fields of a KServe predictor (ComponentExtensionSpec fields and `model` are not pod fields).
 _POD_FIELDS = {
     "securityContext",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
-
-from kubernetes.client.rest import ApiException
+from collections.abc import Callable
+from typing import Any
 
 from arbiter_operator.clients.kube import KubeError
+from kubernetes.client.rest import ApiException
 
 # What a half-written or not-yet-created object raises while a controller is still at work: retried, not failed.
 API_RACES: tuple[type[BaseException], ...] = (AssertionError, KeyError, IndexError, TypeError, StopIteration,

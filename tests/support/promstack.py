@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-
 from arbiter_operator.api.models import isvc_name
 
 WORKLOAD = Path(__file__).with_name("prom_workload.py")
@@ -136,7 +135,7 @@ class PromStack:
             tmp.write_text(json.dumps(content))
             tmp.replace(self.workdir / name)  # atomic: Prometheus never reads half a file
 
-    def start(self) -> "PromStack":
+    def start(self) -> PromStack:
         binary = prometheus_binary()
         if binary is None:
             raise RuntimeError("prometheus not found: apt-get install prometheus (hack/setup.sh does)")

@@ -18,10 +18,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import yaml
-from kubernetes import client
-
 from arbiter_devenv import crds
 from arbiter_devenv.cluster import LocalCluster
+from kubernetes import client
 
 from support.chartkit import apply_order, render
 from support.kubekit import dynamic_client, server_side_apply

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.server import RuntimeOptions
+
 from support.runtime_helpers import LABELS, RuntimeServer, base_config
 
 

@@ -10,12 +10,11 @@ from typing import Any
 
 import httpx
 import uvicorn
-from prometheus_client.parser import text_string_to_metric_families
-
+from arbiter_devenv.vllm_standin import free_port
 from arbiter_runtime.audit import StdoutSink
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.server import RuntimeOptions, create_app
-from arbiter_devenv.vllm_standin import free_port
+from prometheus_client.parser import text_string_to_metric_families
 
 LABELS = ["approve", "deny", "review"]
 CODES = ["income_ok", "debt_high", "thin_file"]
@@ -85,7 +84,7 @@ class RuntimeServer:
                                                      log_level="warning", access_log=False))
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
-    def start(self, wait_ready: bool = True) -> "RuntimeServer":
+    def start(self, wait_ready: bool = True) -> RuntimeServer:
         self._thread.start()
         deadline = time.monotonic() + 15
         while not self._server.started:

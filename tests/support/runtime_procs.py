@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter_devenv.vllm_standin import free_port
+
 from support.paths import REPO
 
 LABELS = ["approve", "deny", "review"]
@@ -206,7 +207,7 @@ class RuntimeProc:
                 raise RuntimeError(f"{what} of {self.version} not ready within {timeout:.0f}s; see {self.workdir}")
             time.sleep(0.1)
 
-    def start(self, config: dict[str, Any]) -> "RuntimeProc":
+    def start(self, config: dict[str, Any]) -> RuntimeProc:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.config_path.write_text(json.dumps(config, sort_keys=True))
         self._start_upstream()
@@ -234,7 +235,7 @@ class RuntimeProc:
         if status != 200:
             raise RuntimeError(f"stand-in refused {behaviour}: {body[:200]!r}")
 
-    def write_shadow(self, candidate: "RuntimeProc | None" = None, *, url: str | None = None,
+    def write_shadow(self, candidate: RuntimeProc | None = None, *, url: str | None = None,
                      candidate_version: str | None = None, sample_rate: float = 1.0, timeout_ms: int = 2000,
                      max_in_flight: int = 64, token_file: str | None = None) -> dict[str, Any]:
         """Make this version mirror to `candidate` (or to `url` as `candidate_version`); taken up within ~2 s."""
@@ -369,7 +370,7 @@ class RuntimeFleet:
         for proc in self.procs.values():
             proc.stop()
 
-    def __enter__(self) -> "RuntimeFleet":
+    def __enter__(self) -> RuntimeFleet:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -13,19 +13,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic.json_schema import JsonDict
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic.json_schema import JsonDict  # type: ignore[attr-defined]  # pydantic defines it, exports none
 
 from .conditions import Condition
-from .promotion import PromoteSpec, PromotionStatus
-
-from .names import (  # noqa: E402  (re-exported: the API's identity)
+from .names import (
     API_VERSION as API_VERSION,
+)
+from .names import (
     GROUP as GROUP,
+)
+from .names import (
     KIND as KIND,
+)
+from .names import (
     PLURAL as PLURAL,
+)
+from .names import (
     VERSION as VERSION,
 )
+from .promotion import PromoteSpec, PromotionStatus
 
 SINGULAR = "decisionmodel"
 SHORT_NAMES = ["dm"]

@@ -6,6 +6,7 @@ the JSON names (camelCase) so the generated CRD and the Python code read the sam
 
 from __future__ import annotations
 
+import itertools
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -180,7 +181,7 @@ class PromoteSpec(_Model):
     @classmethod
     def _weights_increase(cls, steps: list[CanaryStep]) -> list[CanaryStep]:
         weights = [s.weight for s in steps]
-        if any(b <= a for a, b in zip(weights, weights[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(weights)):
             raise ValueError(f"canary step weights must strictly increase, got {weights}")
         return steps
 

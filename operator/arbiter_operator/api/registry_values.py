@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 
-
 def string_value(value: str) -> dict[str, str]:
     return {"metadataType": "MetadataStringValue", "string_value": value}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 
 # A pass formats its one `now` for every condition it sets (a hundred times and more per DecisionModel at creation):
@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 def format_time(value: datetime) -> str:
     """`2026-01-02T03:04:05Z`; a naive datetime is taken as UTC."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -24,4 +24,4 @@ def parse_time(value: str | None) -> datetime | None:
         out = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return out if out.tzinfo else out.replace(tzinfo=timezone.utc)
+    return out if out.tzinfo else out.replace(tzinfo=UTC)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-from typing import Sequence, TextIO
+from collections.abc import Sequence
+from typing import TextIO
 
 NO_FILE_COMPLETION = 4  # cobra's ShellCompDirectiveNoFileComp
 
@@ -51,7 +52,7 @@ def _takes_value(action: argparse.Action) -> bool:
 
 
 def _decisionmodel_names(flags: dict[str, str]) -> list[str]:
-    from arbiter_operator.cli.kubectl_arbiter import Cluster, CliError
+    from arbiter_operator.cli.kubectl_arbiter import CliError, Cluster
 
     try:
         cluster = Cluster(flags.get("kubeconfig"), flags.get("context"), flags.get("namespace"), timeout=2.0)

@@ -20,18 +20,20 @@ Which commands write what:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import socket
 import sys
-from datetime import datetime, timezone
-from typing import Any, Callable, Sequence, TextIO
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO, cast
 
 import urllib3
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from urllib3._collections import HTTPHeaderDict
 
 from ..api.names import (
@@ -74,7 +76,8 @@ class CliError(Exception):
 
 
 def plugin_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as dist_version
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
 
     try:
         return dist_version(DISTRIBUTION)
@@ -83,7 +86,7 @@ def plugin_version() -> str:
 
 
 def _now() -> str:
-    return format_time(datetime.now(timezone.utc))
+    return format_time(datetime.now(UTC))
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -125,10 +128,8 @@ class _Impersonating:
 
 def _api_error(exc: ApiException, what: str) -> CliError:
     detail = exc.reason
-    try:
+    with contextlib.suppress(TypeError, ValueError, AttributeError):
         detail = json.loads(exc.body or "").get("message", detail)
-    except (TypeError, ValueError, AttributeError):
-        pass
     if exc.status in (401, 403):
         hint = " (log in again)" if exc.status == 401 else " (ask for a Role that allows it, or use --as)"
         return CliError(f"{what}: {detail}{hint}", EXIT_FORBIDDEN)
@@ -143,7 +144,7 @@ def _checked(obj: Any, what: str) -> dict[str, Any]:
     if not (isinstance(meta, dict) and isinstance(meta.get("name"), str) and isinstance(meta.get("namespace"), str)
             and isinstance(obj.get("spec") or {}, dict) and isinstance(obj.get("status") or {}, dict)):
         raise CliError(f"unexpected answer for {what}: not a DecisionModel object", EXIT_API)
-    return obj
+    return cast("dict[str, Any]", obj)
 
 
 def _checked_list(items: Any, what: str) -> list[dict[str, Any]]:
@@ -231,9 +232,9 @@ class Cluster:
         return [str(item["metadata"]["name"]) for item in _checked_list(items, "decisionmodels")]
 
     def patch(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._call(f"cannot update decisionmodel {self.namespace}/{name}",
+        return _checked(self._call(f"cannot update decisionmodel {self.namespace}/{name}",
                           self.api.patch_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL, name, body,
-                          field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json")
+                          field_manager=FIELD_MANAGER, _content_type="application/merge-patch+json"), "the patch")
 
 # -- rendering ------------------------------------------------------------------------------------------------------
 
@@ -245,7 +246,7 @@ def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
 def _traffic(obj: dict[str, Any]) -> str:
     serving = _cond(obj, "Serving")
     if serving and serving.get("status") == "True":
-        return serving.get("message", "").removeprefix("Serving ")
+        return str(serving.get("message") or "").removeprefix("Serving ")
     promo = (obj.get("status") or {}).get("promotion") or {}
     if not promo.get("stable"):
         return "none"
@@ -286,7 +287,7 @@ def print_status(obj: dict[str, Any], out: TextIO) -> None:
             for c in checks:
                 word = "<=" if c.get("direction", "max") == "max" else ">="
                 bound = "-" if c.get("bound") is None else f"{word} {_num(c.get('bound'))}"
-                print(f"  {str(c.get('name', '')):<24}{_num(c.get('value')):>12}{bound:>14}  {c.get('verdict', '')}",
+                print(f"  {c.get('name', '')!s:<24}{_num(c.get('value')):>12}{bound:>14}  {c.get('verdict', '')}",
                       file=out)
     if promo.get("failureReason"):
         print(f"Failure:     {promo['failureReason']}: {promo.get('failureMessage', '')}", file=out)

@@ -11,9 +11,10 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Callable, NamedTuple, Protocol
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, Protocol
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -195,7 +196,7 @@ class RestKubeClient:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
-    ) -> Any:
+    ) -> dict[str, Any]:
         if self.transport is not None and self.transport.usable():
             raw = _body_bytes(body)
             status, reason, answer = self.transport.call(method, path, raw, query or [], content_type, REQUEST_TIMEOUT)
@@ -208,12 +209,12 @@ class RestKubeClient:
             raise NotLeader(503, "NotLeader", f"{verb} {kind} {ref}: this replica does not hold the leader Lease")
         log.info("kube-write %s %s %s", verb, kind, ref)
 
-    def _send(self, req: Request) -> Any:
+    def _send(self, req: Request) -> dict[str, Any]:
         if req.write is not None:
             self._write(*req.write)
         return self._call(req.method, req.path, req.body, req.query, req.content_type)
 
-    async def _asend(self, req: Request) -> Any:
+    async def _asend(self, req: Request) -> dict[str, Any]:
         """`_send`, awaited: on the transport's own loop the request is made there (no thread); elsewhere (no
         transport, another loop) the blocking call runs in a thread."""
         transport = self.transport
@@ -397,7 +398,7 @@ class RestKubeClient:
 
     def _update_series(self, meta: dict[str, Any], series: EventSeries, reason: str) -> bool:
         """Write a series' count and latest message to its Event. False: the Event is gone (post a new one)."""
-        stamp = format_time(datetime.now(timezone.utc))
+        stamp = format_time(datetime.now(UTC))
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}")
         try:
             self._call("PATCH", KINDS[("v1", "Event")].path(meta["namespace"], series.name),
@@ -413,7 +414,7 @@ class RestKubeClient:
 
     def _post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> str | None:
         meta = involved["metadata"]
-        body = event_body(involved, type_, reason, message, format_time(datetime.now(timezone.utc)))
+        body = event_body(involved, type_, reason, message, format_time(datetime.now(UTC)))
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}")
         try:
             out = self._call("POST", KINDS[("v1", "Event")].path(meta["namespace"]), body=body)
@@ -491,7 +492,7 @@ def raw_call(
     query: list[tuple[str, str]] | None = None,
     content_type: str = "application/json",
     timeout: float = REQUEST_TIMEOUT,
-) -> Any:
+) -> dict[str, Any]:
     """One REST call; returns the decoded JSON object, raises KubeError for a non-2xx answer or one that is not a
     JSON object."""
     method_, url, headers, body_, post = api.param_serialize(
@@ -512,7 +513,7 @@ def raw_call(
     return answer_of(method, path, resp.status, resp.reason or "", resp.read())
 
 
-def answer_of(method: str, path: str, status: int, reason: str, data: bytes | None) -> Any:
+def answer_of(method: str, path: str, status: int, reason: str, data: bytes | None) -> dict[str, Any]:
     """An answer as the decoded object (2xx), else KubeError with the apiserver's reason and message."""
     if not 200 <= status < 300:
         message = ""

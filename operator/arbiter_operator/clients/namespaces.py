@@ -24,16 +24,17 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import urlencode
 
 import urllib3
 from kubernetes import client as k8s
 
 from ..api import jsonfast
-from ..api.kubejson import loads_event
 from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
+from ..api.kubejson import loads_event
 
 log = logging.getLogger("arbiter.namespaces")
 
@@ -235,8 +236,8 @@ def watch_namespaces(api: k8s.ApiClient, query: list[tuple[str, str]], resource_
                      options: WatchOptions) -> Iterator[Event]:
     """The well-formed events of one watch from `resource_version`, until the apiserver ends it (or its timeout and
     the read timeout have passed: a peer that never ends it)."""
-    query = query + [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
-                     ("timeoutSeconds", str(options.timeout_seconds))]
+    query = [*query, ("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+             ("timeoutSeconds", str(options.timeout_seconds))]
     resp = _open(api, query, options.read_timeout, options.connect_timeout)
     deadline = time.monotonic() + options.timeout_seconds + options.read_timeout
     buffer = bytearray()

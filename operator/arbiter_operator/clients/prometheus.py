@@ -11,9 +11,10 @@ import base64
 import math
 import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
@@ -42,7 +43,7 @@ class PrometheusConfig:
     timeout_seconds: float = 10.0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> "PrometheusConfig":
+    def from_env(cls, env: Mapping[str, str]) -> PrometheusConfig:
         """Operator configuration (the Helm chart sets these; the token and CA come from mounted Secret/ConfigMap):
         ARBITER_PROMETHEUS_URL, ARBITER_PROMETHEUS_TOKEN_FILE, ARBITER_PROMETHEUS_CA_FILE,
         ARBITER_PROMETHEUS_INSECURE_SKIP_VERIFY ("true" to skip TLS verification; for tests only)."""
@@ -68,8 +69,8 @@ class PrometheusConfig:
 
     @classmethod
     def from_secret_data(
-        cls, data: Mapping[str, str], *, base64_encoded: bool = True, **overrides
-    ) -> "PrometheusConfig":
+        cls, data: Mapping[str, str], *, base64_encoded: bool = True, **overrides: Any
+    ) -> PrometheusConfig:
         """Build from a Secret's `data` (base64 values, as the API returns them) or `stringData` (plain)."""
 
         def get(key: str) -> str | None:
@@ -78,7 +79,7 @@ class PrometheusConfig:
                 return None
             return base64.b64decode(raw).decode() if base64_encoded else raw
 
-        kwargs: dict = {}
+        kwargs: dict[str, Any] = {}
         if url := get(SECRET_URL_KEY):
             kwargs["url"] = url.strip()
         if token := get(SECRET_TOKEN_KEY):
@@ -114,7 +115,7 @@ class PrometheusClient:
             transport=transport,
         )
 
-    async def __aenter__(self) -> "PrometheusClient":
+    async def __aenter__(self) -> PrometheusClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -127,7 +128,7 @@ class PrometheusClient:
         params = {"query": promql}
         if at is not None:
             if at.tzinfo is None:
-                at = at.replace(tzinfo=timezone.utc)
+                at = at.replace(tzinfo=UTC)
             params["time"] = f"{at.timestamp():.3f}"
         where = f"{self.config.url.rstrip('/')}/api/v1/query"
         token = self.config.bearer()
@@ -152,7 +153,7 @@ class PrometheusClient:
         return _samples(body.get("data", {}))
 
 
-def _samples(data: dict) -> list[Sample]:
+def _samples(data: dict[str, Any]) -> list[Sample]:
     kind = data.get("resultType")
     result = data.get("result")
     if kind == "scalar" and isinstance(result, list) and len(result) == 2:

@@ -75,7 +75,6 @@ from ..api.registry_values import (  # noqa: E402,F401  (re-exported: the client
     to_custom_properties,
 )
 
-
 # ---------------------------------------------------------------- entities
 
 
@@ -113,11 +112,11 @@ class ModelVersion(Entity):
 class ModelArtifact(Entity):
     @property
     def uri(self) -> str:
-        return self.raw.get("uri", "")
+        return str(self.raw.get("uri") or "")
 
     @property
     def model_format_name(self) -> str:
-        return self.raw.get("modelFormatName", "")
+        return str(self.raw.get("modelFormatName") or "")
 
 
 # ---------------------------------------------------------------- client
@@ -161,7 +160,7 @@ class RegistryClient:
             follow_redirects=False,
         )
 
-    async def __aenter__(self) -> "RegistryClient":
+    async def __aenter__(self) -> RegistryClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -194,7 +193,8 @@ class RegistryClient:
 
     async def _find(self, path: str, **params: str | None) -> dict[str, Any] | None:
         query = {k: v for k, v in params.items() if v is not None}
-        return await self._call("GET", path, params=query, not_found_ok=True)
+        found: dict[str, Any] | None = await self._call("GET", path, params=query, not_found_ok=True)
+        return found
 
     async def _list(self, path: str, params: dict[str, str] | None = None) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
@@ -208,7 +208,8 @@ class RegistryClient:
             query["nextPageToken"] = token
 
     # RegisteredModel
-    async def find_registered_model(self, *, name: str | None = None, external_id: str | None = None):
+    async def find_registered_model(self, *, name: str | None = None,
+                                    external_id: str | None = None) -> RegisteredModel | None:
         body = await self._find("/registered_model", name=name, externalId=external_id)
         return RegisteredModel.from_json(body) if body else None
 

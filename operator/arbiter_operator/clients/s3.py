@@ -308,7 +308,7 @@ class S3Storage:
             client, self._client = self._client, None
             await client.close()
 
-    async def __aenter__(self) -> "S3Storage":
+    async def __aenter__(self) -> S3Storage:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

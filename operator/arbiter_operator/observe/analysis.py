@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from ..api.models import DecisionModel
 from ..api.promotion import AnalysisRun

@@ -21,8 +21,8 @@ from ..api.names import (
 from ..clients.kube import KubeClient, KubeError, LoopKubeClient
 from ..plan.model import Observations
 from ..render.common import runtime_name
-from ..render.service import stable_service_name
 from ..render.podmonitor import podmonitor_name
+from ..render.service import stable_service_name
 from ..render.shadow_rbac import COMPONENT as SHADOW_COMPONENT
 
 log = logging.getLogger("arbiter.observe")

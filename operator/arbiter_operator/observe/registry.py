@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 import asyncio
 import base64
 import os
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ..api.conditions import Condition

@@ -7,15 +7,16 @@ raises for storage trouble: an outage or a credential problem is an Unknown verd
 
 from __future__ import annotations
 
-from datetime import datetime
 import asyncio
 import contextlib
 import dataclasses
 import hashlib
 import threading
 import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
-from typing import Any, AsyncIterator, Callable, Mapping
+from datetime import datetime
+from typing import Any, cast
 
 from ..api import jsonfast
 from ..clients.kube import KubeError
@@ -36,17 +37,17 @@ from ..plan.artifacts import (
     WEIGHTS_MISSING,
     ArtifactReport,
     ServingAsk,
-    parse_json_object,
     artifacts_condition,
     check_artifacts,
     count_tokens,
     decision_to_count,
+    deployed_as_diffusion,
     listing_digest,
     not_checkable,
+    parse_json_object,
     parse_storage_uri,
     serving_ask,
     to_observation,
-    deployed_as_diffusion,
     token_cost_condition,
 )
 from ..plan.model import Observations
@@ -136,7 +137,7 @@ class SecretReads:
         if secret is not None and self.ttl > 0:
             with self._lock:
                 self._held[(namespace, name)] = (now, {"data": secret.get("data")})
-        return secret
+        return cast("dict[str, Any] | None", secret)
 
 
 async def storage_credentials(kube: Any, dm: Any, bucket: str,
@@ -220,7 +221,7 @@ class SharedChecks:
             future.exception()  # retrieved: a check nobody joined must not log "never retrieved"
             raise
         future.set_result(report)
-        return report
+        return cast(ArtifactReport, report)
 
     def _forget(self, key: tuple[Any, ...], future: asyncio.Future[ArtifactReport]) -> None:
         if key in self._held and self._held[key][1] is future:
@@ -409,6 +410,6 @@ async def observe_artifacts(
     return replace(
         obs,
         artifacts={v: to_observation(r, previous.get(v), deployed_as_diffusion(obs, v)) for v, r in reports.items()},
-        extra_conditions=tuple(obs.extra_conditions) + (artifacts_condition(reports, dm.metadata.generation, now),)
-        + tuple(c for c in (token_cost_condition(reports, dm.metadata.generation, now),) if c is not None),
+        extra_conditions=(*obs.extra_conditions, artifacts_condition(reports, dm.metadata.generation, now),
+                          *(c for c in (token_cost_condition(reports, dm.metadata.generation, now),) if c is not None)),
     )

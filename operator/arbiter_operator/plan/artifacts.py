@@ -24,17 +24,19 @@ artifacts at start-up and the version's readiness reports the outcome.
 
 from __future__ import annotations
 
-from datetime import datetime
 import hashlib
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence
+from datetime import datetime
+from typing import Any, Literal, Protocol
 
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
 from ..api.models import effective_decision
 from ..api.names import CONFIG_FILE, LABEL_VERSION
 from .model import ArtifactObservation
 from .tokencost import TokenCost, TokenizerUnreadable, decision_settings, token_cost
+
 
 class ObjectInfo(Protocol):
     """One object of a storage listing (clients.s3.ObjectInfo has these)."""

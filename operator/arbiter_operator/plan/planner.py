@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
+from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RBAC_API, RETRY_ANNOTATION
 from ..promotion.machine import CANDIDATE_FAILED, PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
@@ -20,9 +21,7 @@ from ..render import (
     render_stable_service,
     stable_service_url,
 )
-from .recheck import recheck_after, sooner
 from ..render.common import LABEL_VERSION
-from ..api.names import RBAC_API
 from ..render.shadow_rbac import render_shadow_rbac
 from .model import ArtifactObservation, Event, Observations, Plan
 from .predictors import (
@@ -36,6 +35,7 @@ from .predictors import (
     deployment_problem,
     predictor_problem,
 )
+from .recheck import recheck_after, sooner
 from .validate import operator_side_problems, size_problems
 
 INVALID_SPEC = "InvalidSpec"
@@ -356,7 +356,7 @@ def serving_inferenceservices(
             continue
         canonical = name == isvc_name(dm_name, version)
         current = objs.get(version)
-        if current is None or canonical and (isvc_state(isvc)[1] or not isvc_state(current)[1]) or (
+        if current is None or (canonical and (isvc_state(isvc)[1] or not isvc_state(current)[1])) or (
             not canonical and isvc_state(isvc)[1] and not isvc_state(current)[1]
         ):
             names[version], objs[version] = name, isvc

@@ -9,8 +9,9 @@ serving container in ``CrashLoopBackOff`` with its restart count and last termin
 from __future__ import annotations
 
 from collections import abc
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 UNSCHEDULABLE = "Unschedulable"
 CRASH_LOOP = "CrashLoopBackOff"
@@ -31,11 +32,11 @@ class PredictorProblem:
 def as_map(value: Any) -> Mapping[str, Any]:
     # A decoded object is a dict: checked first, since isinstance against typing.Mapping goes through abc's hooks,
     # and this runs for every watch event.
-    return value if isinstance(value, dict) or isinstance(value, abc.Mapping) else {}
+    return value if isinstance(value, (dict, abc.Mapping)) else {}
 
 
 def as_maps(value: Any) -> list[Mapping[str, Any]]:
-    return [x for x in value if isinstance(x, dict) or isinstance(x, abc.Mapping)] if isinstance(value, list) else []
+    return [x for x in value if isinstance(x, (dict, abc.Mapping))] if isinstance(value, list) else []
 
 
 def _condition(pod: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:

@@ -9,8 +9,8 @@ then about as long again as it has lasted (so the checks double), at most 60 s.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from ..api.backoff import OUTSIDE_RECHECK
 from ..api.conditions import ARTIFACTS_VALID, REGISTERED, Condition
@@ -26,7 +26,7 @@ def recheck_after(conditions: Iterable[Condition], now: datetime) -> float | Non
         if c.type in OUTSIDE and c.status == "Unknown":
             since = parse_time(c.lastTransitionTime)
             if since is not None and now.tzinfo is None:
-                now = now.replace(tzinfo=timezone.utc)
+                now = now.replace(tzinfo=UTC)
             elapsed = (now - since).total_seconds() if since is not None else 0.0
             delays.append(OUTSIDE_RECHECK.delay(elapsed))
     return min(delays) if delays else None

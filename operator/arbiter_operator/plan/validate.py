@@ -10,12 +10,11 @@ from typing import Any
 import jsonschema
 from arbiter_runtime.contract import DecisionJsonError
 
-from ..api.models import DecisionModel, DecisionModelSpec
+from ..api.models import DecisionModel, DecisionModelSpec, effective_decision
 from ..render.common import CONFIG_FILE
-from ..api.models import effective_decision
 from ..render.configmap import decision_config, readable_json
-from .vllm_args import arg_problems
 from .output_schema import output_schema_clash
+from .vllm_args import arg_problems
 
 
 @functools.cache

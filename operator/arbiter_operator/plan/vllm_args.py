@@ -10,7 +10,7 @@ reported as InvalidSpec. Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..api.models import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, VLLM_SHORT_ALIASES
 
@@ -22,7 +22,7 @@ def flag_name(arg: str) -> str | None:
     """The long flag an argument names, as vLLM's parser sees it (None: a value or positional argument)."""
     if arg.startswith("--") and len(arg) > 2:
         key = arg.split("=", 1)[0]
-        head, dot, tail = key[2:].partition(".")
+        head, _dot, _tail = key[2:].partition(".")
         return "--" + head.replace("_", "-")  # `--structured-outputs-config.backend` names the config flag itself
     if arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit():
         key = arg.split("=", 1)[0]
@@ -50,10 +50,8 @@ def arg_problems(args: Iterable[str]) -> list[str]:
         name = flag_name(arg)
         if name is None:
             continue
-        if name in CHECKED:
-            hits = [name]
-        else:  # argparse's prefix matching: `--max-model` is `--max-model-len` when nothing else starts so
-            hits = [f for f in CHECKED if f.startswith(name) and len(name) > 3]
+        # argparse's prefix matching: `--max-model` is `--max-model-len` when nothing else starts so
+        hits = [name] if name in CHECKED else [f for f in CHECKED if f.startswith(name) and len(name) > 3]
         for flag in hits:
             said = "" if arg.split("=", 1)[0] == flag else f" (vLLM reads {arg.split('=', 1)[0]!r} as {flag})"
             problems.append(f"spec.serving.vllm.extraArgs {arg!r}{said}: {CHECKED[flag]}")

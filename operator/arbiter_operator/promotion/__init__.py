@@ -5,6 +5,7 @@ The planner calls `advance(PromotionInputs) -> PromotionPlan` once per reconcile
 Pure: no I/O, no clock (`now` is passed in).
 """
 
+from arbiter_operator.api.conditions import Event as PromotionEvent
 from arbiter_operator.promotion.analysis import (
     DEFAULT_LABELS,
     AnalysisQuery,
@@ -14,7 +15,6 @@ from arbiter_operator.promotion.analysis import (
     judge,
     next_analysis_at,
 )
-from arbiter_operator.api.conditions import Event as PromotionEvent
 from arbiter_operator.promotion.machine import (
     HISTORY_LIMIT,
     PromotionInputs,

@@ -27,11 +27,11 @@ The gates (each one is a `CheckResult` in status, with its value and bound):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from arbiter_operator.api.times import format_time, parse_time
 from arbiter_operator.api.promotion import (
     AnalysisRun,
     CheckResult,
@@ -41,6 +41,7 @@ from arbiter_operator.api.promotion import (
     PromotionStatus,
     Shadow,
 )
+from arbiter_operator.api.times import format_time, parse_time
 
 # Runtime metric names (runtime/arbiter_runtime/metrics.py) and vLLM's.
 DECISIONS_TOTAL = "arbiter_decisions_total"
@@ -134,8 +135,8 @@ class AnalysisQuery:
 def whole_seconds(now: datetime) -> datetime:
     """Status times have whole seconds; comparing against truncated `now` keeps step boundaries exact."""
     if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
-    return now.astimezone(timezone.utc).replace(microsecond=0)
+        now = now.replace(tzinfo=UTC)
+    return now.astimezone(UTC).replace(microsecond=0)
 
 
 def _escape(value: str) -> str:

@@ -11,15 +11,15 @@ See docs/operations.md ("Promotion") for the user-facing semantics.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Literal, Mapping
+from typing import Literal
 
+from arbiter_operator.api.backoff import LOADING_POLL
 from arbiter_operator.api.conditions import PROMOTED, RECONCILING, STALLED, Condition, make_condition
 from arbiter_operator.api.conditions import Event as PromotionEvent  # one Event type for planner and machine
-from arbiter_operator.api.backoff import LOADING_POLL
 from arbiter_operator.api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
-from arbiter_operator.api.times import format_time, parse_time
 from arbiter_operator.api.promotion import (
     IN_PROGRESS,
     STOPPING,
@@ -29,6 +29,7 @@ from arbiter_operator.api.promotion import (
     PromotionStatus,
     approves,
 )
+from arbiter_operator.api.times import format_time, parse_time
 from arbiter_operator.promotion.analysis import (
     DEFAULT_SHADOW,
     _hold_seconds,
@@ -164,7 +165,7 @@ class _Run:
             finishedAt=format_time(self.now),
             durationSeconds=max(0.0, (self.now - started).total_seconds()),
         )
-        self.set(history=(list(self.st.history) + [rec])[-HISTORY_LIMIT:])
+        self.set(history=([*list(self.st.history), rec])[-HISTORY_LIMIT:])
 
     def start(self, version: str, why: str, announce: bool = True) -> None:
         """Begin promoting `version` (Deploying). Annotation values seen now are consumed, so only a later change
@@ -605,9 +606,10 @@ def _live(st: PromotionStatus, obs: Mapping[str, VersionObservation]) -> frozens
     live = set()
     if st.stable:
         live.add(st.stable)
-    if st.candidate and st.phase in IN_PROGRESS:
-        if not (st.phase == "Deploying" and obs.get(st.candidate, VersionObservation()).artifacts_valid is None):
-            live.add(st.candidate)
+    # A candidate still Deploying whose artifacts are unchecked has nothing live yet.
+    unchecked = st.phase == "Deploying" and obs.get(st.candidate or "", VersionObservation()).artifacts_valid is None
+    if st.candidate and st.phase in IN_PROGRESS and not unchecked:
+        live.add(st.candidate)
     if st.previous and st.phase == "Cooling":
         live.add(st.previous)
     return frozenset(live)

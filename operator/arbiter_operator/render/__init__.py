@@ -3,8 +3,8 @@
 from .common import FIELD_MANAGER, configmap_name, predictor_service, runtime_name
 from .configmap import decision_config, render_configmap
 from .inferenceservice import render_inferenceservice, vllm_args
-from .podmonitor import podmonitor_name, render_podmonitor
 from .mesh import namespace_injected, sidecar_settings
+from .podmonitor import podmonitor_name, render_podmonitor
 from .route import render_route
 from .service import render_stable_service, stable_service_name, stable_service_url
 from .servingruntime import render_servingruntime
@@ -14,17 +14,17 @@ __all__ = [
     "configmap_name",
     "decision_config",
     "namespace_injected",
+    "podmonitor_name",
     "predictor_service",
     "render_configmap",
-    "podmonitor_name",
     "render_inferenceservice",
     "render_podmonitor",
     "render_route",
     "render_servingruntime",
     "render_stable_service",
-    "stable_service_name",
-    "stable_service_url",
     "runtime_name",
     "sidecar_settings",
+    "stable_service_name",
+    "stable_service_url",
     "vllm_args",
 ]

@@ -6,17 +6,31 @@ import hashlib
 import json
 from typing import Any
 
-from ..api.models import DecisionModel, isvc_name
 from ..api import names
-from ..api.names import API_VERSION, KIND
+from ..api.models import DecisionModel, isvc_name
 from ..api.names import (  # re-exported for the renderers
     ANN_CONFIG_CHECKSUM as ANN_CONFIG_CHECKSUM,
+)
+from ..api.names import API_VERSION, KIND
+from ..api.names import (
     FIELD_MANAGER as FIELD_MANAGER,
+)
+from ..api.names import (
     LABEL_COMPONENT as LABEL_COMPONENT,
+)
+from ..api.names import (
     LABEL_DM as LABEL_DM,
+)
+from ..api.names import (
     LABEL_MANAGED_BY as LABEL_MANAGED_BY,
+)
+from ..api.names import (
     LABEL_PART_OF as LABEL_PART_OF,
+)
+from ..api.names import (
     LABEL_VERSION as LABEL_VERSION,
+)
+from ..api.names import (
     MANAGED_BY as MANAGED_BY,
 )
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, isvc_name
+from ..api.names import LABEL_MODEL_VERSION_ID, LABEL_REGISTERED_MODEL_ID, LABEL_REGISTRY_NAME
 from .common import (
     ANN_CONFIG_CHECKSUM,
     CONFIG_DIR,
@@ -19,7 +21,6 @@ from .common import (
     metadata,
     runtime_name,
 )
-from ..api.names import LABEL_MODEL_VERSION_ID, LABEL_REGISTERED_MODEL_ID, LABEL_REGISTRY_NAME
 from .mesh import namespace_injected, sidecar_settings
 from .servingruntime import MODEL_FORMAT
 

@@ -7,7 +7,7 @@ runtime's auth, so Arbiter excludes it (or the whole sidecar) from the predictor
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from .common import SERVING_PORT
 

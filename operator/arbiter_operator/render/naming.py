@@ -5,7 +5,7 @@ tests/unit/operator/test_naming.py checks it with generated pairs.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..api.models import isvc_name
 from .common import configmap_name, predictor_service, runtime_name

@@ -17,11 +17,12 @@ over. `sync/registry.py` does the writing.
 
 from __future__ import annotations
 
-from datetime import datetime
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from datetime import datetime
+from typing import Any
 
 from ..api.conditions import REGISTERED, Condition, get_condition, make_condition
 from ..api.models import DecisionModel, ModelVersion
@@ -73,7 +74,7 @@ class Owner:
     generation: int
 
     @classmethod
-    def of(cls, dm: DecisionModel) -> "Owner":
+    def of(cls, dm: DecisionModel) -> Owner:
         m = dm.metadata
         return cls(namespace=m.namespace, name=m.name, uid=m.uid, generation=m.generation)
 

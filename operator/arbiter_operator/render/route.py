@@ -6,7 +6,8 @@ Traffic moves between versions by weights (`to` + `alternateBackends`), which is
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..api.models import DecisionModel
 from .common import SERVING_PORT, metadata, predictor_service

@@ -6,9 +6,9 @@ Every registry write goes through `clients.registry.RegistryClient`; what to wri
 
 from __future__ import annotations
 
-from datetime import datetime
 import asyncio
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from ..api.conditions import REGISTERED, make_condition
@@ -16,6 +16,7 @@ from ..api.models import DecisionModel
 from ..api.registry_values import to_custom_properties
 from ..clients.registry import (
     ModelArtifact,
+    RegisteredModel,
     RegistrationRefused,
     RegistryClient,
     RegistryRejected,
@@ -42,8 +43,8 @@ from ..render.registry import (
 )
 
 
-
-async def _ensure_registered_model(client: RegistryClient, want: DesiredModel, owner: Owner, result: RegistryResult):
+async def _ensure_registered_model(client: RegistryClient, want: DesiredModel, owner: Owner,
+                                   result: RegistryResult) -> RegisteredModel:
     rm = await client.find_registered_model(name=want.name)
     if rm is None:
         body: dict[str, Any] = {"name": want.name, "customProperties": to_custom_properties(want.properties)}
@@ -258,14 +259,14 @@ async def sync_registry_step(kube: Any, dm: DecisionModel, obs: Observations, no
         if v.registeredModelId and v.name in {sv.name for sv in dm.spec.versions}
     }
     if target.error is not None:
-        return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (target.error,))
+        return replace(obs, registry_ids=ids, extra_conditions=(*tuple(obs.extra_conditions), target.error))
     refused = permanently_refused(dm)
     if refused is not None:  # the registry refused this very spec for good: asking again cannot change its answer
-        return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (refused,))
+        return replace(obs, registry_ids=ids, extra_conditions=(*tuple(obs.extra_conditions), refused))
     async with registry_lock(dm.metadata.uid):
         if dm.metadata.uid in _DELETING:  # the finalizer is archiving: write nothing, say nothing new
             return replace(obs, registry_ids=ids)
         async with target.client() as client:
             result = await sync_registry(client, dm, now)
     ids.update(registry_ids(result))
-    return replace(obs, registry_ids=ids, extra_conditions=tuple(obs.extra_conditions) + (result.condition,))
+    return replace(obs, registry_ids=ids, extra_conditions=(*tuple(obs.extra_conditions), result.condition))

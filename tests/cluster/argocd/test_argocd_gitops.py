@@ -12,18 +12,17 @@ import copy
 import io
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
-
-from arbiter_operator.cli import kubectl_arbiter as plugin
 from arbiter_devenv.argocd import ArgoCD, GitRepo
-
-from support.e2e_kit import E2E, V1, V2, fast_canary  # noqa: E402
-from support.promstack import module_stack  # noqa: E402
+from arbiter_operator.cli import kubectl_arbiter as plugin
+from support.e2e_kit import E2E, V1, V2, fast_canary
 from support.examples import example, example_text
 from support.paths import REPO
+from support.promstack import module_stack
 
 pytestmark = [
     pytest.mark.cluster,

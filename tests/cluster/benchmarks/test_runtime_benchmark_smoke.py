@@ -10,7 +10,6 @@ import pytest
 from support.paths import REPO
 
 
-
 @pytest.mark.slow
 def test_runtime_overhead_benchmark_completes(tmp_path):
     out = tmp_path / "runtime_overhead.json"

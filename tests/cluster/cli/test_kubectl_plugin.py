@@ -16,17 +16,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
-from kubernetes import client
-
 from arbiter_operator.cli import kubectl_arbiter as plugin
 from arbiter_operator.cli.completion import candidates
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes import client
 from support.examples import example
 from support.paths import REPO
 
 ROOT = REPO
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"
-DOCUMENTED_CODES = set(range(0, 9))
+DOCUMENTED_CODES = set(range(9))
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -6,13 +6,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from kubernetes import client
-
 from arbiter_devenv import _procs
 from arbiter_devenv.cluster import LocalCluster, NodePool
 from arbiter_devenv.kwok import A100, H100
+from kubernetes import client
 from support.polling import eventually
-
 
 pytestmark = pytest.mark.cluster
 

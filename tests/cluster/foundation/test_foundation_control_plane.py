@@ -6,10 +6,9 @@ import json
 import uuid
 
 import pytest
+from arbiter_devenv.controlplane import ControlPlane
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-
-from arbiter_devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from arbiter_devenv._procs import pid_alive, wait_gone
 from support.polling import eventually
 

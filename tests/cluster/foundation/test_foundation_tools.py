@@ -8,7 +8,6 @@ import subprocess
 import threading
 
 import pytest
-
 from arbiter_devenv import tools
 
 

@@ -8,9 +8,18 @@ import pathlib
 
 import pytest
 import yaml
-
-from support.chartkit import CHART, REPO, VALUES_SETS, lint, of_kind, one, render, restricted_violations, template
-from support.chartkit import writable_mounts
+from support.chartkit import (
+    CHART,
+    REPO,
+    VALUES_SETS,
+    lint,
+    of_kind,
+    one,
+    render,
+    restricted_violations,
+    template,
+    writable_mounts,
+)
 
 
 @pytest.mark.parametrize("name", sorted(VALUES_SETS))

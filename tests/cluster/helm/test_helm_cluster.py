@@ -7,10 +7,8 @@ import copy
 import uuid
 
 import pytest
-from kubernetes import client
-
 from arbiter_devenv import crds
-
+from kubernetes import client
 from support.chartkit import VALUES_SETS, apply_order, one, render
 from support.kubekit import delete_quietly, dynamic_client, server_side_apply
 

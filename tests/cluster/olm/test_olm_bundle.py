@@ -11,10 +11,9 @@ import subprocess
 
 import pytest
 import yaml
-from kubernetes import client
-
 from arbiter_devenv import olmbundle
 from arbiter_devenv.tools import ensure_tool
+from kubernetes import client
 from support.paths import REPO
 
 ROOT = REPO

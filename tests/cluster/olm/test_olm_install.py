@@ -13,16 +13,15 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
-from kubernetes.client.rest import ApiException
-
 from arbiter_devenv import crds, olmbundle
 from arbiter_devenv.olm import CATALOG_PORT, LocalOLM
 from arbiter_devenv.operator_process import OperatorProcess
 from arbiter_devenv.tools import ensure_tool, tools_dir
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 from support.examples import example
-from support.polling import eventually
 from support.paths import REPO
+from support.polling import eventually
 
 ROOT = REPO
 OLM_GROUP = "operators.coreos.com"

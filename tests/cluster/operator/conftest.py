@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from arbiter_devenv.operator_process import OperatorProcess
 
 

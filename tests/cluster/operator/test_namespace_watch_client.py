@@ -14,14 +14,13 @@ import threading
 import uuid
 
 import pytest
-from kubernetes import client
-
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.cache import WatchCache
 from arbiter_operator.clients.kube import new_api_client
 from arbiter_operator.clients.namespaces import Failed, WatchOptions, list_namespaces, watch_namespaces
 from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.shard import run_shard
+from kubernetes import client
 from support.polling import eventually
 
 LABEL = "arbiter.dev/test-nswatch"

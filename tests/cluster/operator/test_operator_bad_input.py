@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from support.operator_kit import example, rejection
 
 
@@ -143,7 +142,6 @@ def test_abbreviated_managed_flag_is_reported_by_the_operator_and_nothing_is_dep
     """`--tensor-parallel 3` passes CEL (argparse prefixes are beyond it) but vLLM reads it as
     --tensor-parallel-size: the operator refuses it with InvalidSpec and creates no InferenceService."""
     from kubernetes import client
-
     from support.operator_kit import condition, create_dm, eventually, get
 
     api = control_plane.api_client()

@@ -8,12 +8,11 @@ from __future__ import annotations
 import time
 import uuid
 
+from arbiter_operator.cache import CachedKubeClient, WatchCache, _requirements, matches
+from arbiter_operator.clients.kube import raw_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
-
-from arbiter_operator.cache import CachedKubeClient, WatchCache, _requirements, matches
-from arbiter_operator.clients.kube import raw_call
 from support.operator_kit import condition, create_dm, eventually, example, get
 from test_operator_metrics import samples, total
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import uuid
 
+from arbiter_operator.clients import kube
+from arbiter_operator.clients.kube import RestKubeClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
-
-from arbiter_operator.clients import kube
-from arbiter_operator.clients.kube import RestKubeClient
 
 
 class Clock:

@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
-
 from arbiter_devenv import crds
 from arbiter_devenv.cluster import LocalCluster
 from arbiter_devenv.operator_process import OperatorProcess
+from kubernetes import client
 from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 
 DM, ISVC = "credit-limit", "credit-limit--1-0-0"

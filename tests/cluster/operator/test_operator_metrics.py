@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 
+from arbiter_operator import metrics
+from arbiter_operator.handlers import WorkQueue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-
-from arbiter_operator import metrics
-from arbiter_operator.handlers import WorkQueue
 from support.operator_kit import condition, create_dm, eventually, example, get
 
 DM = "credit-limit"

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import time
 
-from kubernetes import client
-
 from arbiter_operator.api.models import isvc_name
 from arbiter_operator.render.mesh import EXCLUDE_INBOUND
+from kubernetes import client
 from support.operator_kit import condition, create_dm, eventually, example, get
 
 ISVC = isvc_name("credit-limit", "1.0.0")

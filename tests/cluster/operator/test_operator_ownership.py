@@ -8,16 +8,17 @@ import copy
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
-
-from hypothesis import HealthCheck, example as hexample, given, settings, strategies as st
-from kubernetes import client
 
 from arbiter_operator.api.models import DecisionModel, isvc_name
 from arbiter_operator.clients.kube import raw_call
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.render.naming import derived_names
+from hypothesis import HealthCheck, given, settings
+from hypothesis import example as hexample
+from hypothesis import strategies as st
+from kubernetes import client
 from support.naming_rules import legacy_isvc_name
 from support.operator_kit import condition, create_dm, eventually, example, get
 
@@ -198,7 +199,7 @@ def test_children_under_the_earlier_names_are_replaced_once_their_successors_ser
     dm = create_dm(api, namespace, example())
     # What an earlier build left: its children rendered now, under the earlier names (same labels, same owner).
     rendered = plan(DecisionModel.model_validate({**dm, "metadata": {**dm["metadata"]}}), Observations(),
-                    datetime.now(timezone.utc)).children
+                    datetime.now(UTC)).children
     old = legacy_isvc_name("credit-limit", "1.0.0")
     for child in rendered:
         if child["kind"] == "InferenceService":

@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 
 from kubernetes import client
-
 from support.operator_kit import condition, create_dm, eventually, example, get
 
 DM = "credit-limit"

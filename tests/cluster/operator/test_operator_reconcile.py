@@ -7,7 +7,6 @@ import time
 
 from arbiter_operator.api.names import FIELD_MANAGER
 from kubernetes import client
-
 from support.operator_kit import condition, create_dm, eventually, example, get, kubectl
 
 DM = "credit-limit"

@@ -7,9 +7,8 @@ import io
 from datetime import timedelta
 
 import pytest
-from kubernetes import client
-
 from arbiter_operator.cli.kubectl_arbiter import main
+from kubernetes import client
 from support.plannerdrive import Driver, candidate_ready, failing_canary, two_versions
 
 G, V, P = "arbiter.dev", "v1alpha1", "decisionmodels"

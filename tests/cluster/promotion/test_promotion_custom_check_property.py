@@ -7,17 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from arbiter_operator.api.promotion import Analysis, AnalysisRun, CanaryStep, MetricCheck, PromoteSpec, PromotionStatus
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig
 from arbiter_operator.observe.analysis import run_analysis
 from arbiter_operator.promotion import analysis_due
-
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.promstack import PromStack
 
 NS, MODEL = "fraud", "claims"
@@ -64,7 +62,7 @@ bounds = st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=32), s
 def _query(check: MetricCheck):
     spec = PromoteSpec(version="v2", strategy="Canary", steps=[CanaryStep(weight=10, holdSeconds=0)],
                        analysis=Analysis(intervalSeconds=5, minRequests=1, checks=[check]))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     started = (now - timedelta(seconds=60)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     status = PromotionStatus(phase="Progressing", stable="v1", candidate="v2", step=0, weight=10,
                              stepStartedAt=started)

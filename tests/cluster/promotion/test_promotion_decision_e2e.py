@@ -12,14 +12,13 @@ from __future__ import annotations
 import io
 
 import pytest
-from kubernetes import client
-
 from arbiter_operator.api.models import isvc_name
 from arbiter_operator.cli.kubectl_arbiter import main as kubectl_arbiter
+from kubernetes import client
+from support.argocd_health import health
 from support.decision_e2e_kit import DecisionE2E
 from support.e2e_kit import V1, V2, fast_canary
 from support.promstack import module_stack
-from support.argocd_health import health
 
 pytestmark = [
     pytest.mark.cluster,

@@ -6,10 +6,9 @@ Route weights, InferenceServices, status and conditions are asserted at every st
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from support.e2e_kit import E2E, V1, V2, fast_canary
 from support.promstack import module_stack
 
@@ -124,7 +123,7 @@ def test_latency_breach_at_step_two_rolls_back_then_retry_succeeds(e2e: E2E):
 
     # Not retried by itself; a new retry annotation value runs it again (with the candidate now healthy).
     e.pods[V2].control(latency_ms=40)
-    e.annotate("arbiter.dev/retry", datetime.now(timezone.utc).isoformat())
+    e.annotate("arbiter.dev/retry", datetime.now(UTC).isoformat())
     e.wait(lambda: V2 in e.isvcs(), "candidate redeployed on retry")
     e.set_state(V2, "ready")
     e.wait(lambda: e.route_weights() == {V2: 100}, "retry promoted", timeout=120)

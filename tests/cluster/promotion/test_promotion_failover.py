@@ -8,9 +8,8 @@ import re
 import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
 from arbiter_devenv.operator_process import OperatorProcess
+from prometheus_client.parser import text_string_to_metric_families
 from support.e2e_kit import E2E, V1, V2, fast_canary
 from support.promstack import module_stack
 

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 import pytest
-
 from arbiter_operator.api.promotion import Analysis, AnalysisRun, CanaryStep, PromoteSpec, PromotionStatus
 from arbiter_operator.clients.prometheus import PrometheusClient, PrometheusConfig, PrometheusError
-from arbiter_operator.promotion import AnalysisQuery, analysis_due
 from arbiter_operator.observe.analysis import run_analysis
-
+from arbiter_operator.promotion import AnalysisQuery, analysis_due
 from support.promstack import PromStack
 
 NS = "fraud"
@@ -46,7 +44,7 @@ def query_for(version: str, sla_ms: float = 150.0, min_requests: int = 20, inter
         steps=[CanaryStep(weight=10, holdSeconds=0)],
         analysis=Analysis(intervalSeconds=interval, minRequests=min_requests),
     )
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     started = (now - timedelta(seconds=60)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     status = PromotionStatus(
         phase="Progressing", stable="v1", candidate=version, step=0, weight=10, stepStartedAt=started
@@ -160,7 +158,7 @@ def _self_signed(tmp_path):
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test service CA")])
     ca = (

@@ -8,15 +8,14 @@ import json
 from datetime import timedelta
 
 import pytest
-from kubernetes import client
-from support.plannerdrive import Driver, two_versions
-
 from arbiter_operator.api.models import DecisionModel, isvc_name
 from arbiter_operator.api.promotion import AnalysisRun
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.promotion import analysis_due, judge
 from arbiter_operator.render.common import ANN_CONFIG_CHECKSUM
 from arbiter_operator.render.shadow_rbac import render_shadow_rbac
+from kubernetes import client
+from support.plannerdrive import Driver, two_versions
 
 
 def children(d: Driver) -> dict[tuple[str, str], dict]:

@@ -4,9 +4,8 @@ client."""
 from __future__ import annotations
 
 import pytest
-
-from arbiter_operator.clients.registry import RegistryClient
 from arbiter_devenv.registryserver import start_model_registry
+from arbiter_operator.clients.registry import RegistryClient
 from support.openapi_contract import OpenApiDoc, ValidatingTransport
 
 

@@ -6,18 +6,16 @@ through KServe's storage-config form, as the operator reads them from the Secret
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import json
 import uuid
 
 import pytest
-
-from arbiter_operator.plan.artifacts import ServingAsk, artifacts_condition
-from arbiter_operator.observe.storage import check_decision_model, check_version_artifacts
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.clients import s3
 from arbiter_operator.clients.s3 import S3Storage, credentials_from_secret
-from arbiter_devenv.registryserver import free_port
+from arbiter_operator.observe.storage import check_decision_model, check_version_artifacts
+from arbiter_operator.plan.artifacts import ServingAsk, artifacts_condition
+from arbiter_operator.reconcile import utc_now
 from support.factory import make_dm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -15,14 +15,12 @@ from typing import Any
 
 import httpx
 import pytest
-from support.examples import example
-from support.polling import eventually
-
-from arbiter_operator.clients.kube import KubeError, raw_call
 from arbiter_devenv.operator_process import OperatorProcess
-
-from support.operator_kit import seed_model_storage  # noqa: E402  (the examples' weights on S3)
+from arbiter_operator.clients.kube import KubeError, raw_call
+from support.examples import example
+from support.operator_kit import seed_model_storage
 from support.paths import REPO
+from support.polling import eventually
 
 pytestmark = pytest.mark.cluster
 

@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import asyncio
 import base64
 import json
@@ -15,14 +13,14 @@ import uuid
 from urllib.parse import urlparse
 
 import pytest
-
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.api.models import VersionStatus
 from arbiter_operator.observe.storage import observe_artifacts
+from arbiter_operator.plan.model import Observations
+from arbiter_operator.reconcile import utc_now
+from arbiter_operator.sync.registry import sync_registry_step as observe_registry
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
-from arbiter_devenv.registryserver import free_port
-from arbiter_operator.plan.model import Observations
-from arbiter_operator.sync.registry import sync_registry_step as observe_registry
 from support.factory import make_dm
 
 pytestmark = [pytest.mark.cluster, pytest.mark.asyncio(loop_scope="session")]

@@ -11,17 +11,17 @@ from __future__ import annotations
 import copy
 import json
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
-from support.examples import example
-from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
-
-from arbiter_operator.api.models import isvc_name
 from arbiter_devenv.cluster import wait_default_service_account
 from arbiter_devenv.operator_process import OperatorProcess
+from arbiter_operator.api.models import isvc_name
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+from support.examples import example
 from support.polling import eventually
 
 pytestmark = pytest.mark.cluster

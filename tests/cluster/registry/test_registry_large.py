@@ -4,22 +4,21 @@ are registered by reference with their digest, and a value the registry refuses 
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import hashlib
 import json
 import random
 import string
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from arbiter_operator.clients.registry import permanent_refusal
 from arbiter_operator.plan.recheck import recheck_after
+from arbiter_operator.reconcile import utc_now
 from arbiter_operator.render.registry import KEY_INPUT_SCHEMA, KEY_OUTPUT_SCHEMA, MAX_PROPERTY_BYTES, fitted
 from arbiter_operator.sync.registry import sync_registry
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.factory import make_dm
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")  # the session-scoped registry fixtures' loop
@@ -72,7 +71,7 @@ async def test_a_value_the_registry_refuses_for_good_is_registration_rejected_an
     assert (cond.status, cond.reason) == ("False", "RegistrationRejected")
     assert "exceeds btree" in cond.message and "retrying cannot help" in cond.message
     # Permanent: no recheck is scheduled for it (an outage, Unknown, would be).
-    assert recheck_after([cond], datetime.now(timezone.utc)) is None
+    assert recheck_after([cond], datetime.now(UTC)) is None
 
 
 @settings(max_examples=300, deadline=None)

@@ -6,16 +6,14 @@ Every exchange of Arbiter's client is validated against the registry's OpenAPI d
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import json
 import uuid
 
 import httpx
 import pytest
-
-from arbiter_operator.clients.registry import RegistryClient
 from arbiter_devenv.registryserver import free_port
+from arbiter_operator.clients.registry import RegistryClient
+from arbiter_operator.reconcile import utc_now
 from arbiter_operator.render.registry import (
     KEY_BIAS_REPORT,
     KEY_GENERATION,

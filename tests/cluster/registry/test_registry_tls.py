@@ -7,8 +7,6 @@ relay in front of the real registry plays that role with a CA the test makes.
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import asyncio
 import datetime
 import ipaddress
@@ -16,20 +14,20 @@ import ssl
 import uuid
 
 import pytest
+from arbiter_operator.clients.registry import RegistryClient
+from arbiter_operator.reconcile import utc_now
+from arbiter_operator.sync.registry import sync_registry
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-
-from arbiter_operator.clients.registry import RegistryClient
-from arbiter_operator.sync.registry import sync_registry
 from support.factory import make_dm
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 def _cert(subject: str, issuer_key, issuer_name, key, *, ca: bool) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from arbiter_devenv._procs import pid_alive, wait_gone
 
 CHILD = r"""

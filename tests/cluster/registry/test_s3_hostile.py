@@ -20,9 +20,6 @@ import time
 from urllib.parse import quote
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from arbiter_operator.clients.s3 import (
     MAX_PAGE_BYTES,
     S3Credentials,
@@ -32,6 +29,8 @@ from arbiter_operator.clients.s3 import (
 )
 from arbiter_operator.observe.storage import check_version_artifacts
 from arbiter_operator.plan.artifacts import ServingAsk
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.hostile_s3 import Answer, HostileS3, S3Request, chunked, error_xml, listing_xml
 
 SECRET = "hostile-s3-secret-" + "k" * 24
@@ -356,16 +355,17 @@ def test_anonymous_reads_carry_no_signature(peer):
 @pytest.fixture(scope="module")
 def tls_peer(tmp_path_factory):
     """The hostile peer behind TLS with a certificate for 127.0.0.1 from a throwaway CA."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     def name(cn: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(name("test CA")).issuer_name(name("test CA"))
           .public_key(ca_key.public_key()).serial_number(1).not_valid_before(now - datetime.timedelta(hours=1))

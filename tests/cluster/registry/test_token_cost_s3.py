@@ -6,19 +6,18 @@ every other name is spelled from characters (several tokens), as an untouched ba
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import json
+from datetime import UTC
 
 import pytest
+from arbiter_operator.api.conditions import TOKEN_COST
+from arbiter_operator.observe.storage import check_version_artifacts
+from arbiter_operator.plan.artifacts import ServingAsk, count_tokens, token_cost_condition
+from arbiter_operator.plan.model import ArtifactObservation
+from arbiter_operator.reconcile import utc_now
+from arbiter_operator.render.registry import KEY_TOKENS_PER_DECISION, desired_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from arbiter_operator.api.conditions import TOKEN_COST
-from arbiter_operator.plan.artifacts import ServingAsk, count_tokens, token_cost_condition
-from arbiter_operator.observe.storage import check_version_artifacts
-from arbiter_operator.plan.model import ArtifactObservation
-from arbiter_operator.render.registry import KEY_TOKENS_PER_DECISION, desired_model
 from support.factory import make_dm
 from test_artifacts_s3 import QWEN_LIKE, bucket, storage_for, upload  # noqa: F401  (bucket is a fixture)
 
@@ -93,7 +92,7 @@ async def test_generated_mode_is_not_counted(s3_server, bucket):  # noqa: F811
 
 
 def test_the_count_reaches_status_and_the_registry():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from arbiter_operator.api.models import DecisionModelStatus
     from arbiter_operator.plan.model import Observations
@@ -101,7 +100,7 @@ def test_the_count_reaches_status_and_the_registry():
 
     dm = make_dm(model="credit", versions=["1.0.0"])
     obs = Observations(artifacts={"1.0.0": ArtifactObservation(valid=True, digest="sha256:x", tokens_per_decision=7)})
-    status = plan(dm, obs, datetime.now(timezone.utc)).status
+    status = plan(dm, obs, datetime.now(UTC)).status
     assert [v.get("tokensPerDecision") for v in status["versions"]] == [7]
     dm.status = DecisionModelStatus.model_validate(status)
     version = desired_model(dm).versions[0]

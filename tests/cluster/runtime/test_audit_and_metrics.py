@@ -8,11 +8,10 @@ import json
 import uuid
 
 import pytest
-
 from arbiter_runtime.audit import S3BatchSink, S3Settings, StdoutSink, trace_from_header
 from arbiter_runtime.server import RuntimeOptions
-from support.runtime_helpers import base_config, v2_body
 from support.polling import eventually
+from support.runtime_helpers import base_config, v2_body
 
 CASE = {"amount": 1200, "country": "DE"}
 SECRET_VALUE = "Mustermann-4711"

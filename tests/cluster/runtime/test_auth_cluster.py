@@ -14,12 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from arbiter_devenv.vllm_standin import free_port
+from arbiter_runtime.server import RuntimeOptions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
-
-from arbiter_runtime.server import RuntimeOptions
-from arbiter_devenv.vllm_standin import free_port
 from support.runtime_helpers import base_config, v2_body
 
 ISVC = "credit-v1"

@@ -13,16 +13,15 @@ import time
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
+from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.fallback import RulesEngine
 from arbiter_runtime.inputs import MAX_BODY_BYTES, MAX_DEPTH, canonicalise
 from arbiter_runtime.protocol import BadRequest
 from arbiter_runtime.server import RuntimeOptions
-from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.trajectory import InputInvalid, InputValidator
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.fuzz_surface import Oracle, cases, documents, fuzz_config
 from support.hostile_upstream import HostileUpstream
 from support.runtime_helpers import LABELS, ListSink, RuntimeServer
@@ -211,7 +210,7 @@ def test_an_oversized_chunked_body_is_refused_while_it_streams(surface):
             break
         try:
             answer += sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             continue
         if answer:
             break

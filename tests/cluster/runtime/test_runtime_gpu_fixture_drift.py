@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from support.paths import REPO
 
+from support.paths import REPO
 
 
 def test_gpu_fixture_matches_what_operator_and_runtime_render_now() -> None:

@@ -10,11 +10,9 @@ import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-from support.runtime_procs import CASES, LABELS, RuntimeFleet
 from support.polling import eventually
-
-from support.promstack import PromStack  # noqa: E402
+from support.promstack import PromStack
+from support.runtime_procs import CASES, LABELS, RuntimeFleet
 
 
 def samples(proc) -> dict[tuple[str, frozenset], float]:
@@ -97,7 +95,7 @@ def test_prometheus_scrapes_the_mix_and_the_shadow_agreement_per_version(tmp_pat
                          'namespace="team-a"}) / sum by (arbiter_dev_version, candidate) '
                          '(arbiter_shadow_comparisons_total{namespace="team-a"})')
             compared = 'sum(arbiter_shadow_comparisons_total{arbiter_dev_version="v1",candidate="v2"})'
-            wait_for(lambda: query(compared) and list(query(compared).values())[0] >= 40, what="40 comparisons")
+            wait_for(lambda: query(compared) and next(iter(query(compared).values())) >= 40, what="40 comparisons")
             (value,) = query(agreement).values()
             assert value == 1.0  # two healthy versions decide every case alike
 
@@ -114,11 +112,11 @@ def test_prometheus_scrapes_the_mix_and_the_shadow_agreement_per_version(tmp_pat
                      what="vLLM's KV-cache series scraped through /metrics/vllm")
 
             v2.misbehave("disagree")
-            seen = list(query(compared).values())[0]
-            wait_for(lambda: list(query(compared).values())[0] >= seen + 60, what="60 more comparisons")
+            seen = next(iter(query(compared).values()))
+            wait_for(lambda: next(iter(query(compared).values())) >= seen + 60, what="60 more comparisons")
             window = ('sum(increase(arbiter_shadow_comparisons_total{agree="true",candidate="v2"}[3s])) / '
                       'sum(increase(arbiter_shadow_comparisons_total{candidate="v2"}[3s]))')
-            (recent,) = wait_for(lambda: (r := query(window)) and list(r.values())[0] < 0.7 and r).values()
+            (recent,) = wait_for(lambda: (r := query(window)) and next(iter(r.values())) < 0.7 and r).values()
             assert recent < 0.7
             traffic.stop()
             assert traffic.failed == {} and traffic.answered["v1"] >= 100

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from arbiter_devenv.vllm_standin import free_port
-from arbiter_runtime.supervisor import (find_model_dir, ray_head_address, upstream_url_from_args, uses_ray,
-                                        vllm_args_from_env)
+from arbiter_runtime.supervisor import (
+    find_model_dir,
+    ray_head_address,
+    upstream_url_from_args,
+    uses_ray,
+    vllm_args_from_env,
+)
 from support.runtime_helpers import LABELS, base_config
 
 
@@ -87,7 +91,7 @@ def test_sigterm_stops_both_and_the_audit_is_on_stdout(supervised):
 
 
 def test_supervisor_exits_when_vllm_dies(supervised):
-    proc, url = supervised
+    proc, _url = supervised
     (upstream,) = [c for c in _children(proc.pid) if "vllm_standin" in _cmdline(c)]
     os.kill(upstream, signal.SIGKILL)
     proc.wait(timeout=30)

@@ -19,11 +19,9 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client
-
 from arbiter_devenv.operator_process import OperatorProcess
-
-from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage  # noqa: E402
+from kubernetes import client
+from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -192,7 +192,7 @@ def test_operator_install_ships_no_dev_environment_or_stand_in(fresh_venv: pathl
 
 def test_chart_flags_are_flags_the_operator_accepts(fresh_venv: pathlib.Path) -> None:
     sys.path.insert(0, str(REPO / "tests" / "helm"))
-    from support.chartkit import one, render  # noqa: E402
+    from support.chartkit import one, render
 
     (container,) = one(render({"watchedNamespaces": ["a"]}), "Deployment")["spec"]["template"]["spec"]["containers"]
     help_text = subprocess.run(

@@ -9,7 +9,6 @@ import copy
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-
 from support.chartkit import VALUES_SETS, one, render, restricted_violations, writable_mounts
 from support.kubekit import api_error
 from support.podkit import as_pod, example_decision_model, runtime_pods

@@ -23,16 +23,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
-
 from arbiter_devenv.cluster import wait_default_service_account
 from arbiter_devenv.operator_process import OperatorProcess
 from arbiter_operator.clients.kube import raw_call
-
-from support.rbackit import Identity, audited_control_plane, describe, expand, forbidden, install_chart_identity
-from support.rbackit import read_audit, unused_grants, used_grants
-
-from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage  # noqa: E402
+from kubernetes import client
+from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
+from support.rbackit import (
+    Identity,
+    audited_control_plane,
+    describe,
+    expand,
+    forbidden,
+    install_chart_identity,
+    read_audit,
+    unused_grants,
+    used_grants,
+)
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -249,7 +255,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
 class _EmptyPrometheus(http.server.BaseHTTPRequestHandler):
     """Prometheus stand-in: every instant query has an empty vector as its answer (Prometheus' wire format)."""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -316,7 +322,7 @@ def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_gra
     )
     # The exceptions are still granted (the chart needs them on OpenShift), and are the only unused ones.
     granted = {(g, r, v) for _ns, g, r, v in expand(identity.rules)}
-    assert NOT_EXERCISABLE <= granted
+    assert granted >= NOT_EXERCISABLE
 
 
 def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_path) -> None:

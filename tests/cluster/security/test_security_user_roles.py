@@ -10,14 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
-
 from arbiter_devenv import _procs
 from arbiter_devenv.tools import ensure_tool
-
-from support.chartkit import render  # noqa: E402
-from support.kubekit import dynamic_client, server_side_apply  # noqa: E402
-from support.operator_kit import eventually, example  # noqa: E402
+from kubernetes import client
+from support.chartkit import render
+from support.kubekit import dynamic_client, server_side_apply
+from support.operator_kit import eventually, example
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -19,17 +19,17 @@ from typing import Any
 
 import kopf
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
-from kubernetes import client as k8s
-
 from arbiter_operator import handlers
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
 from arbiter_operator.cache import WatchCache
-from arbiter_operator.render.common import LABEL_DM
 from arbiter_operator.clients.namespaces import WatchOptions as NamespaceWatchOptions
 from arbiter_operator.nswatch import NamespaceWatch
+from arbiter_operator.render.common import LABEL_DM
 from arbiter_operator.watches import Watches, WatchOptions
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from kubernetes import client as k8s
 from support.hostile_apiserver import ENDS, GARBAGE_LISTS, STATUS_BODIES, TRANSPORT, HostileApiserver
 
 KINDS = {"inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService"), "pods": ("v1", "Pod"),

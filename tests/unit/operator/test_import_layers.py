@@ -129,9 +129,9 @@ def test_the_import_graph_has_no_cycle():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]) if nxt in path else f"{node} -> {nxt}")
+                cycles.append(" -> ".join([*path[path.index(nxt):], nxt]) if nxt in path else f"{node} -> {nxt}")
             elif nxt not in state:
-                visit(nxt, path + [nxt])
+                visit(nxt, [*path, nxt])
         state[node] = 2
 
     for n in sorted(graph):

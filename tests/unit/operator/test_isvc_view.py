@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import copy
 
-from hypothesis import given, settings, strategies as st
-
 from arbiter_operator.handlers import isvc_view
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _isvc() -> dict:
@@ -108,7 +108,7 @@ def test_an_inference_service_of_any_shape_gets_a_view(status, metadata, conditi
 
     obj = {"metadata": metadata, "status": status}
     if isinstance(status, dict):
-        status["conditions"] = conditions + [{"type": "Ready", "status": status.get("x")}]
+        status["conditions"] = [*conditions, {"type": "Ready", "status": status.get("x")}]
         status["modelStatus"] = model_status
     isvc_view(obj)
     assert LastSeen(isvc_view).changed({"type": "MODIFIED", "object": obj}) in (True, False)

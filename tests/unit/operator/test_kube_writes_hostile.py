@@ -20,11 +20,11 @@ import time
 import aiohttp
 import pytest
 import urllib3
-from hypothesis import HealthCheck, given, settings, strategies as st
-from kubernetes import client as k8s
-
 from arbiter_operator.clients.aiokube import LoopTransport
 from arbiter_operator.clients.kube import KubeError, RestKubeClient, raw_call
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes import client as k8s
 from support.loopback_peer import LoopbackPeer
 
 BODIES = (
@@ -206,9 +206,9 @@ def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer,
         assert how != "answer" or (status in (204, 304) and body and on_loop)
     else:
         # Only an answer that carried an object counts as done (a get's 404 is "absent", an Event is a courtesy).
-        assert (how == "answer" and 200 <= status < 300 and isinstance(out, dict)
-                or call in ("get", "delete", "event") and out in (None, False, True)
-                or call == "list" and isinstance(out, list) and all(isinstance(o, dict) for o in out))
+        assert ((how == "answer" and 200 <= status < 300 and isinstance(out, dict))
+                or (call in ("get", "delete", "event") and out in (None, False, True))
+                or (call == "list" and isinstance(out, list) and all(isinstance(o, dict) for o in out)))
     # Bounded: a hung peer costs the call's timeout (30 s by default; the peer gives up after 1 s), never more.
     assert time.monotonic() - started < 35
     peer.script = []

@@ -20,14 +20,14 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, example, given, settings, strategies as st
-from kubernetes import client as k8s
-
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.cache import WatchCache
 from arbiter_operator.clients.namespaces import NAME, Failed, Gone, WatchOptions, parse_event, parse_list
 from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.shard import run_shard
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
+from kubernetes import client as k8s
 from support.hostile_apiserver import ENDS, GARBAGE_LISTS, HONEST, STATUS_BODIES, TRANSPORT, HostileApiserver
 from support.polling import eventually
 
@@ -55,7 +55,7 @@ labels_st = st.dictionaries(unicode_text.filter(lambda k: k != KEY), unicode_tex
 mine_st = labels_st.map(lambda d: {**d, KEY: MINE})
 theirs_st = st.one_of(labels_st, labels_st.map(lambda d: {**d, KEY: THEIRS}))
 truth_st = st.dictionaries(st.sampled_from(NAMES), st.one_of(mine_st, theirs_st), max_size=len(NAMES))
-change_st = st.tuples(st.sampled_from(NAMES + ("risk-new",)), st.one_of(st.none(), mine_st, theirs_st))
+change_st = st.tuples(st.sampled_from((*NAMES, "risk-new")), st.one_of(st.none(), mine_st, theirs_st))
 
 
 # -- garbage and lies on a watch stream -----------------------------------------------------------------------------
@@ -112,7 +112,7 @@ error_lines = st.builds(lambda code, o: _line({"type": "ERROR", "object": {"kind
 # Well-formed events that say what is not so (any name, any labels, any resourceVersion, duplicates, out of order):
 # acted on while the peer misbehaves, corrected once it behaves.
 lying_lines = st.builds(lambda t, n, lb, rv, a: _line({"type": t, "object": _ns(n, lb, rv)}, a), event_types,
-                        st.sampled_from(NAMES + ("risk-new", "zz")), st.one_of(labels_st, mine_st), rvs, st.booleans())
+                        st.sampled_from((*NAMES, "risk-new", "zz")), st.one_of(labels_st, mine_st), rvs, st.booleans())
 any_line = st.one_of(malformed_lines, error_lines, lying_lines)
 
 behaviours = st.one_of(
@@ -164,7 +164,7 @@ class Shard:
     def _main(self) -> None:
         try:
             run_shard(_api(self.peer), SELECTOR, self._run, None, options=OPTIONS)
-        except BaseException as exc:  # noqa: BLE001 (what a crash would be, reported by the test)
+        except BaseException as exc:
             self.error = exc
         self.returned = True
 
@@ -339,7 +339,7 @@ def test_garbage_events_do_not_restart_a_shard(data, owned):
         with Shard(peer) as shard:
             assert peer.scripted_lines_sent.wait(CONVERGE_S)
             peer.put("risk-new", {KEY: MINE})
-            expected = sorted(owned + ["risk-new"])
+            expected = sorted([*owned, "risk-new"])
             eventually(lambda: shard.owns() == expected, CONVERGE_S, f"owning {expected}", interval=0.02,
                        check=shard.healthy)
             time.sleep(OPTIONS.healthy_after)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings, strategies as st
-
 from arbiter_operator.api import models as m
 from arbiter_operator.api.models import isvc_name
 from arbiter_operator.render.naming import derived_labels, derived_names
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.naming_rules import crd_accepts, legacy_isvc_name
 
 ISVC_RE = re.compile(m.ISVC_NAME_PATTERN)
@@ -78,8 +78,8 @@ def test_crd_states_the_limits_in_its_messages() -> None:
 def test_children_under_the_earlier_names_keep_serving_until_their_successors_serve() -> None:
     """Upgrade path: an owned InferenceService named `<dm>-<slug>` (the earlier scheme) keeps the Route and is kept
     until `<dm>--<slug>` is ready; only then are it and its ConfigMap deleted."""
-    from support.factory import make_dm
     from arbiter_operator.plan import Observations, plan
+    from support.factory import make_dm
     from test_planner import T0, _ready
 
     dm = make_dm()
@@ -108,8 +108,8 @@ def test_children_under_the_earlier_names_keep_serving_until_their_successors_se
 
 def test_route_default_host_too_long_for_a_dns_label_is_invalid_spec() -> None:
     """OpenShift's default host is <route>-<namespace>.<apps domain>; the namespace is beyond CEL's reach."""
-    from support.factory import make_dm
     from arbiter_operator.plan import Observations, plan
+    from support.factory import make_dm
     from test_planner import T0
 
     long_ns = "n" * 51  # "credit-limit-" + 51 = 64

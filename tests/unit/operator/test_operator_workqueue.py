@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from hypothesis import given, settings, strategies as st
-
 from arbiter_operator.handlers import WorkQueue
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 async def test_duplicates_collapse_and_active_keys_rerun_once():

@@ -3,11 +3,11 @@ DecisionModel's uid makes an object ours, and the conflict message names kinds, 
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
-
-from support.factory import make_dm
 from arbiter_operator.apply import describe_owner
 from arbiter_operator.observe.children import owned_by
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.factory import make_dm
 
 UID = "0000-uid"
 uids = st.sampled_from([UID, "other-uid", "", None])

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from hypothesis import given, settings, strategies as st
-
-from support.examples import example
-from support.factory import make_dm
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.apply import merge_patch
 from arbiter_operator.plan import ArtifactObservation, Observations, plan
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.examples import example
+from support.factory import make_dm
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _ready(isvc: dict) -> dict:
@@ -138,7 +138,6 @@ def test_kopf_handles_no_resource_so_it_never_writes_to_a_decisionmodel():
     diff base on the DecisionModel (change handlers) or add a finalizer (daemons, timers); the watches are the
     operator's own (watches.py), DecisionModels included."""
     import kopf
-
     from arbiter_operator import handlers  # noqa: F401  (registers the handlers)
 
     registry = kopf.get_default_registry()

@@ -6,12 +6,11 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from arbiter_operator.api.models import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, DecisionModel
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.plan.vllm_args import arg_problems, flag_name
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.examples import example
 from test_planner import T0
 

@@ -6,15 +6,14 @@ import asyncio
 import json
 
 import pytest
-
+from arbiter_devenv.vllm_standin import StandinServer, write_model_dir
 from arbiter_runtime.config import ConfigError, load_config, parse_config
 from arbiter_runtime.fallback import RulesEngine
 from arbiter_runtime.server import RuntimeOptions, create_app
-from arbiter_devenv.vllm_standin import StandinServer, write_model_dir
-from arbiter_runtime.upstream import UpstreamClient
 from arbiter_runtime.tokens import TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, resolve
-from support.runtime_helpers import CODES, LABELS, base_config
+from arbiter_runtime.upstream import UpstreamClient
 from support.polling import eventually
+from support.runtime_helpers import CODES, LABELS, base_config
 
 URL = "http://127.0.0.1:1/v1"
 

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import json
 import math
+from datetime import UTC
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from arbiter_operator.plan.validate import size_problems
 from arbiter_operator.render import render_configmap
 from arbiter_runtime.config import ConfigError, DecisionConfig, load_config
-from support.runtime_helpers import base_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.examples import EXAMPLES, example
 from support.factory import make_dm
+from support.runtime_helpers import base_config
 
 EXAMPLE_FILES = sorted(p.name for p in EXAMPLES.glob("*.yaml"))
 
@@ -41,7 +41,7 @@ def test_every_example_renders_a_decision_json_the_runtime_starts_with(tmp_path,
         cfg = load_config(_write(tmp_path, text))
         decision = dm.spec.decision
         assert (cfg.model, cfg.version, cfg.diffusion) == (dm.spec.model.name, version.name, diffusion)
-        assert list(cfg.labels) == (version.decision and version.decision.labels or decision.labels)
+        assert list(cfg.labels) == ((version.decision and version.decision.labels) or decision.labels)
         assert cfg.sla_p95_latency_ms == version.metadata.sla.p95LatencyMs
         assert cfg.input_schema == version.metadata.inputSchema
         assert [r.name for r in cfg.fallback_rules] == [r.name for r in decision.fallbackRules]
@@ -68,7 +68,7 @@ JSON = st.recursive(
     max_leaves=12,
 )
 VALID = base_config("http://127.0.0.1:1/v1")
-KEYS = sorted(VALID) + ["probabilityTolerance", "scoredFormat", "instructions", "diffusion", "surprise"]
+KEYS = [*sorted(VALID), "probabilityTolerance", "scoredFormat", "instructions", "diffusion", "surprise"]
 
 
 @st.composite
@@ -134,7 +134,7 @@ def test_a_file_that_is_not_json_gets_an_error_naming_the_file(tmp_path, blob):
 
 
 def test_the_refused_override_is_invalid_spec_and_nothing_is_rendered():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from arbiter_operator.plan import Observations, plan
 
@@ -142,7 +142,7 @@ def test_the_refused_override_is_invalid_spec_and_nothing_is_rendered():
     rule_label = raw["spec"]["decision"]["fallbackRules"][0]["decision"]
     raw["spec"]["versions"][0]["decision"] = {"labels": [x for x in raw["spec"]["decision"]["labels"]
                                                          if x != rule_label]}
-    result = plan(make_dm(raw), Observations(), datetime.now(timezone.utc))
+    result = plan(make_dm(raw), Observations(), datetime.now(UTC))
     ready = next(c for c in result.status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
     assert "the runtime would refuse its decision.json" in ready["message"]

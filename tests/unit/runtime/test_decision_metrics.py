@@ -10,9 +10,8 @@ import json
 
 from arbiter_runtime.server import RuntimeOptions
 from support.hostile_upstream import HostileUpstream
-from support.runtime_helpers import LABELS, base_config, scrape, series, v2_body, value
 from support.polling import eventually
-
+from support.runtime_helpers import LABELS, base_config, scrape, series, v2_body, value
 
 MV = {"model": "credit", "version": "v1"}
 

@@ -8,10 +8,9 @@ import math
 from pathlib import Path
 
 import pytest
-
-from arbiter_runtime.config import parse_config
-from arbiter_runtime.decide import ScoredMode, derive_seed, canonical_json
 from arbiter_devenv.vllm_standin import StandinServer
+from arbiter_runtime.config import parse_config
+from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
 from arbiter_runtime.tokens import LabelTokens
 from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
 from support.runtime_helpers import LABELS, base_config

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+
 from support.paths import REPO
 
 PACKAGE = REPO / "runtime" / "arbiter_runtime"

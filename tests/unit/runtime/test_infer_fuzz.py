@@ -6,10 +6,9 @@ import json
 
 import httpx
 import pytest
+from arbiter_devenv.vllm_standin import StandinServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from arbiter_devenv.vllm_standin import StandinServer
 from support.runtime_helpers import LABELS, RuntimeServer, base_config
 
 json_values = st.recursive(

@@ -12,14 +12,13 @@ import math
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
+from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.config import ConfigError, parse_config
 from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
-from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.tokens import LabelTokens
 from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.runtime_helpers import CODES, LABELS, base_config
 
 CASE = {"amount": 1200, "country": "DE"}
@@ -207,7 +206,6 @@ def hostile_stack():
     import time
 
     import uvicorn
-
     from arbiter_devenv.vllm_standin import free_port
     from support.runtime_helpers import RuntimeServer
 

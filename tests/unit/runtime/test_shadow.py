@@ -14,14 +14,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from arbiter_runtime.server import RuntimeOptions
 from arbiter_runtime.shadow import OTHER_LABEL, ShadowConfigError, parse_shadow, parse_shadow_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.hostile_candidate import BEHAVIOURS, EXPECTED, HostileCandidate
-from support.runtime_helpers import LABELS, ListSink, base_config, scrape, series, v2_body, value
 from support.polling import eventually
+from support.runtime_helpers import LABELS, ListSink, base_config, scrape, series, v2_body, value
 
 MV = {"model": "credit", "version": "v1"}
 DOCS = [{"amount": n * 53, "country": c} for n, c in zip(range(40), ["DE", "US", "FR", "PL"] * 10, strict=True)]

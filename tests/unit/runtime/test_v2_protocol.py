@@ -6,7 +6,6 @@ import json
 import math
 
 from arbiter_devenv.vllm_standin import free_port
-
 from support.runtime_helpers import LABELS, base_config, outputs, v2_body
 
 CASE = {"amount": 1200, "country": "DE"}

@@ -10,13 +10,11 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from arbiter_devenv.vllm_standin import free_port
+from arbiter_runtime.vllm_metrics import only_vllm, scrape
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
-
-from arbiter_devenv.vllm_standin import free_port
-from arbiter_runtime.vllm_metrics import only_vllm, scrape
-
 from support.runtime_helpers import base_config
 
 
@@ -43,7 +41,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
     body = b""
     status = 200
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(type(self).status)
         self.send_header("Content-Length", str(len(type(self).body)))
         self.end_headers()
@@ -79,7 +77,7 @@ def test_hostile_upstream_metrics_never_leak_other_families_or_raise(hostile, bo
         return
     assert code == 200
     for line in text.splitlines():
-        assert line.startswith("vllm:") or line.startswith("# HELP vllm:") or line.startswith("# TYPE vllm:")
+        assert line.startswith(("vllm:", "# HELP vllm:", "# TYPE vllm:"))
 
 
 def test_filter_keeps_help_type_and_samples_of_vllm_only():

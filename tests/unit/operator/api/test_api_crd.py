@@ -6,9 +6,7 @@ import subprocess
 import sys
 
 import yaml
-
 from arbiter_operator.api import crdgen
-
 from support.examples import ROOT
 
 

@@ -1,10 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
-
 from arbiter_operator.api.models import DecisionModel, isvc_name
-
+from pydantic import ValidationError
 from support.examples import example
 from support.factory import make_dm
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hypothesis import given, settings, strategies as st
-
 from arbiter_operator.api.kubejson import STATUS_ONLY, event_head, loads_event, loads_object
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 META_KEYS = ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
              "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations",

@@ -3,19 +3,18 @@ the clash; the shipped examples' schemas admit the runtime's trajectories (so th
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import jsonschema
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from support.examples import example
-from support.factory import make_dm
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.plan.output_schema import output_schema_clash, witnesses
 from arbiter_operator.render import decision_config
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.trajectory import TrajectoryChecker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support.examples import example
+from support.factory import make_dm
 
 OLD_EXAMPLE = {"type": "object", "required": ["decision", "trajectory"],
                "properties": {"decision": {"type": "string"}, "trajectory": {"type": "array"}}}
@@ -40,7 +39,7 @@ def test_shipped_examples_admit_the_runtimes_trajectories():
 def test_planner_refuses_the_clash_with_a_condition_and_changes_nothing():
     raw = example()
     raw["spec"]["versions"][0]["metadata"]["outputSchema"] = OLD_EXAMPLE
-    p = plan(make_dm(raw), Observations(), datetime(2026, 1, 1, tzinfo=timezone.utc))
+    p = plan(make_dm(raw), Observations(), datetime(2026, 1, 1, tzinfo=UTC))
     assert p.children is None
     ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False" and ready["reason"] == "InvalidSpec"

@@ -6,12 +6,11 @@ import json
 
 import pydantic
 import pytest
-
-from support.examples import example
-from support.factory import make_dm
 from arbiter_operator.plan.validate import operator_side_problems
 from arbiter_operator.render.configmap import render_configmap
 from arbiter_runtime.config import parse_config
+from support.examples import example
+from support.factory import make_dm
 
 
 def _decision_json(raw) -> dict:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from arbiter_operator.api.promotion import approves
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from support.plannerdrive import candidate_ready
-
-from arbiter_operator.api.promotion import approves
 
 HOSTILE = st.one_of(
     st.text(max_size=80),

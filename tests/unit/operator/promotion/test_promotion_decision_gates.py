@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
-
 from arbiter_operator.api.promotion import (
     Analysis,
     CanaryStep,
@@ -20,11 +17,13 @@ from arbiter_operator.api.promotion import (
     PromotionStatus,
     Shadow,
 )
-from arbiter_operator.promotion import analysis_due, judge
 from arbiter_operator.observe.analysis import run_analysis
+from arbiter_operator.promotion import analysis_due, judge
 from arbiter_operator.promotion.analysis import AnalysisQuery, VersionBounds, mix_shift
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 NS, MODEL = "risk", "credit"
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from test_promotion_machine import CREATED, GONE, READY, Sim, canary
-
 from arbiter_operator.api.promotion import Analysis, PromotionStatus, Shadow
 from arbiter_operator.promotion import PromotionInputs, advance, analysis_due, judge
+from test_promotion_machine import CREATED, GONE, READY, Sim, canary
 
 
 @dataclass

@@ -8,12 +8,10 @@ import json
 from datetime import timedelta
 
 import pytest
-
-from support.plannerdrive import Driver, candidate_ready, failing_canary, two_versions
-
 from arbiter_operator.promotion import analysis_due, judge
-from support.paths import REPO
 from support.argocd_health import health
+from support.paths import REPO
+from support.plannerdrive import Driver, candidate_ready, failing_canary, two_versions
 
 SNAPSHOTS = REPO / "tests" / "support" / "snapshots"
 
@@ -107,7 +105,8 @@ def test_degraded_message_names_the_stable_version_from_status_promotion():
     assert "promotion of 1.1.0 failed" in message and "stable version 1.0.0 keeps serving" in message
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=200, deadline=None)

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from arbiter_operator.api.promotion import AnalysisRun, Analysis, CanaryStep, PromoteSpec, PromotionStatus
+from arbiter_operator.api.promotion import Analysis, AnalysisRun, CanaryStep, PromoteSpec, PromotionStatus
 from arbiter_operator.promotion import (
     PromotionInputs,
     PromotionPlan,
@@ -18,8 +15,10 @@ from arbiter_operator.promotion import (
     analysis_due,
     judge,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
-T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 READY = VersionObservation(exists=True, ready=True)
 CREATED = VersionObservation(exists=True, ready=False)
 GONE = VersionObservation()
@@ -497,7 +496,7 @@ def test_analysis_window_never_reaches_back_before_the_step_started():
     # A retried candidate keeps its metric series: samples from the failed attempt must not judge the new one.
     spec = PromoteSpec(version="v2", strategy="Canary", steps=[CanaryStep(weight=10, holdSeconds=3)],
                        analysis=Analysis(intervalSeconds=60))
-    started = datetime(2026, 11, 30, 4, 0, 0, tzinfo=timezone.utc)
+    started = datetime(2026, 11, 30, 4, 0, 0, tzinfo=UTC)
     status = PromotionStatus(phase="Progressing", stable="v1", candidate="v2", step=0, weight=10,
                              stepStartedAt="2026-11-30T04:00:00Z")
     # stepStartedAt is truncated to the second: the step may have begun as late as 04:00:00.999, when the failed

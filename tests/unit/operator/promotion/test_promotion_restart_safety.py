@@ -3,10 +3,7 @@ there is never more than one stable version, never an untracked candidate, never
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from datetime import UTC, datetime, timedelta
 
 from arbiter_operator.api.promotion import (
     Analysis,
@@ -17,9 +14,11 @@ from arbiter_operator.api.promotion import (
     Shadow,
 )
 from arbiter_operator.promotion import PromotionInputs, PromotionPlan, VersionObservation, advance
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 VERSIONS = ("v1", "v2", "v3")
-T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 version = st.sampled_from(VERSIONS)
 maybe_version = st.none() | version
@@ -148,7 +147,7 @@ def test_every_history_of_events_stays_safe(first, events):
     cur_spec, status, now, gen = first, None, T0, 1
     retry = abort = approve = None
     obs: dict[str, VersionObservation] = {}
-    for ev in events + [("time", 1)]:
+    for ev in [*events, ("time", 1)]:
         run = None
         kind = ev[0]
         if kind == "time":

@@ -10,7 +10,6 @@ from datetime import timedelta
 from typing import Any
 
 from arbiter_operator.plan import Observations, plan
-
 from support.plannerdrive import Driver, isvc_status, two_versions
 
 OLD, NEW = "registry.example.com/arbiter/runtime:0.1.0", "registry.example.com/arbiter/runtime:0.2.0"

@@ -3,8 +3,8 @@ minutes), and never when storage could not be asked."""
 
 from __future__ import annotations
 
-from arbiter_operator.plan.artifacts import ArtifactReport
 from arbiter_operator.observe.storage import VerdictCache
+from arbiter_operator.plan.artifacts import ArtifactReport
 
 
 class Clock:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import pytest
-
+from arbiter_operator.clients.s3 import ObjectInfo
 from arbiter_operator.plan.artifacts import (
     ArtifactReport,
     ServingAsk,
@@ -16,7 +14,7 @@ from arbiter_operator.plan.artifacts import (
     not_checkable,
     parse_storage_uri,
 )
-from arbiter_operator.clients.s3 import ObjectInfo
+from arbiter_operator.reconcile import utc_now
 
 LLAMA_8B = {
     "architectures": ["LlamaForCausalLM"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from arbiter_operator.clients.registry import to_custom_properties
 from support.openapi_contract import ContractViolation, OpenApiDoc
 

@@ -4,23 +4,23 @@ finalizer is archiving."""
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
+from arbiter_devenv.registryserver import free_port
 from arbiter_operator.api.conditions import make_condition
 from arbiter_operator.api.models import VersionStatus
-from arbiter_operator.plan.artifacts import ArtifactReport, to_observation
 from arbiter_operator.observe.storage import observe_artifacts
-from arbiter_devenv.registryserver import free_port
+from arbiter_operator.plan.artifacts import ArtifactReport, to_observation
 from arbiter_operator.plan.model import Observations
 from arbiter_operator.plan.recheck import recheck_after, sooner
-from arbiter_operator.sync.registry import mark_deleting, sync_registry_step as observe_registry
+from arbiter_operator.reconcile import utc_now
 from arbiter_operator.render import render_configmap
+from arbiter_operator.sync.registry import mark_deleting
+from arbiter_operator.sync.registry import sync_registry_step as observe_registry
 from support.factory import make_dm
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def unknown(type_: str, since: datetime):
@@ -44,9 +44,8 @@ def test_the_earlier_requeue_wins():
 
 
 def test_planner_requeues_while_registered_is_unknown():
-    from arbiter_operator.plan import plan
-
     from arbiter_operator.api.promotion import PromotionStatus
+    from arbiter_operator.plan import plan
 
     dm = make_dm(model="m", versions=["1.0.0"])
     dm.status.promotion = PromotionStatus(phase="Idle", stable="1.0.0")  # converged: nothing else asks for a requeue

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from arbiter_operator.reconcile import utc_now
-
 import json
 
 import pytest
-
 from arbiter_operator.clients.registry import (
     Entity,
     from_custom_properties,
     to_custom_properties,
 )
 from arbiter_operator.clients.s3 import CredentialsInvalid, S3Credentials, credentials_from_secret, decode_secret_data
+from arbiter_operator.observe.registry import registry_url_from_model_registry
+from arbiter_operator.reconcile import utc_now
 from arbiter_operator.render.registry import (
     KEY_NAME,
     KEY_NAMESPACE,
@@ -25,7 +24,6 @@ from arbiter_operator.render.registry import (
     registered_condition,
     versions_to_archive,
 )
-from arbiter_operator.observe.registry import registry_url_from_model_registry
 from support.factory import make_dm
 
 
@@ -100,7 +98,7 @@ def test_registry_url_from_a_model_registry_resource():
     assert registry_url_from_model_registry(plain) == "http://modelregistry-public.rhoai-model-registries.svc:8081"
     by_str = {"spec": {}, "status": {"hostsStr": "a.ns.svc.cluster.local,b"}, "metadata": {}}
     assert registry_url_from_model_registry(by_str) == "http://a.ns.svc.cluster.local:8080"
-    with pytest.raises(ValueError, match="no status.hosts yet"):
+    with pytest.raises(ValueError, match=r"no status\.hosts yet"):
         registry_url_from_model_registry(model_registry_obj({}, None))
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from arbiter_operator.clients.s3_xml import (
     MAX_DEPTH,
     MAX_FIELD_CHARS,
@@ -12,6 +9,8 @@ from arbiter_operator.clients.s3_xml import (
     parse_error_code,
     parse_listing,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.hostile_s3 import error_xml, listing_xml
 
 keys = st.lists(st.tuples(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60),

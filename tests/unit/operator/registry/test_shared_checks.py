@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from arbiter_operator.observe.storage import SharedChecks
 from arbiter_operator.plan.artifacts import ArtifactReport
 

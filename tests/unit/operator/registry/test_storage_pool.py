@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-
 from arbiter_operator.clients.s3 import S3Credentials
 from arbiter_operator.observe.storage import StoragePool
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings, strategies as st
-
 from arbiter_operator.render.configmap import readable_json
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

@@ -3,19 +3,17 @@ DecisionModel's status through the planner."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
-
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from arbiter_operator.plan.model import Observations
 from arbiter_operator.plan.planner import plan
 from arbiter_operator.plan.predictors import CRASH_LOOP, UNSCHEDULABLE, deployment_available, predictor_problem
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.factory import make_dm
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 SCHEDULER_MSG = ("0/6 nodes are available: 4 Insufficient nvidia.com/gpu, "
                  "2 node(s) didn't match Pod's node affinity/selector.")

@@ -5,9 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from support.examples import example
-from support.factory import make_dm
 from arbiter_operator.render import (
     render_configmap,
     render_inferenceservice,
@@ -15,6 +12,8 @@ from arbiter_operator.render import (
     render_servingruntime,
 )
 from arbiter_operator.render.mesh import EXCLUDE_INBOUND, INJECT
+from support.examples import example
+from support.factory import make_dm
 
 
 def _isvc(raw=None, ns_labels=None, **kw):

@@ -4,7 +4,6 @@ SubjectAccessReview asks about, and the proxy's identity header is believed only
 from __future__ import annotations
 
 from arbiter_operator.render import render_configmap, render_inferenceservice, render_route
-
 from support.examples import example
 from support.factory import make_dm
 
