@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
-from arbiter_operator.clients.kube import KINDS, RestKubeClient
+from arbiter_operator.kube.client import KINDS, RestKubeClient
 
 OP_NS, FLOOR_NS = "conv-op", "conv-floor"
 TEMPLATE = "cvtemplate"

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = 50
-OPERATOR_BASE = ("kopf", "kubernetes", "httpx", "pydantic", "arbiter_operator.clients.kube",
+OPERATOR_BASE = ("kopf", "kubernetes", "httpx", "pydantic", "arbiter_operator.kube.client",
                  "arbiter_operator.plan.artifacts")
 MODEL = {
     "config.json": json.dumps({"architectures": ["Qwen3ForCausalLM"], "num_attention_heads": 32,

@@ -47,8 +47,8 @@ ISVC_KIND = "InferenceService"
 # -- the replayer (its own process: nothing of the benchmark's harness is in its CPU) --------------------------------
 
 class AiohttpWire:
-    """The operator's own HTTP stack: its aiohttp session (clients/aiokube.py, `new_session`: C parser, no cookie
-    jar, no decompression) with its credentials headers, as its requests and watches.py use them."""
+    """The operator's own HTTP stack: its aiohttp session (kube/transport.py, `new_session`: C parser, no cookie
+    jar, no decompression) with its credentials headers, as its requests and kube/watch.py use them."""
 
     def __init__(self, config: Any) -> None:
         import aiohttp
@@ -67,7 +67,7 @@ class AiohttpWire:
     async def watch(self, path: str, query: dict[str, str], on_line: Any) -> None:
         async with self.session.get(self.base + path, params=query, headers=self.auth) as resp:
             rest = b""
-            while chunk := await resp.content.readany():  # as watches.py reads them: chunks, split here
+            while chunk := await resp.content.readany():  # as kube/watch.py reads them: chunks, split here
                 *lines, rest = (rest + chunk).split(b"\n")
                 for line in lines:
                     on_line(line)
@@ -294,8 +294,8 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
     """What the replayer needs: the operator's kubeconfig, its watches (cluster-wide, or in each of `namespaces`), the
     template's passes as requests (names still the template's; the replayer swaps them)."""
     from arbiter_operator.api.times import format_time
-    from arbiter_operator.clients.kube import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, KINDS, event_body
     from arbiter_operator.handlers import WATCHED
+    from arbiter_operator.kube.client import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, KINDS, event_body
     from convergence import OP_NS, TEMPLATE
 
     passes = []

@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.namespace_selector:
         run(namespaces)
         return 0
-    from .clients.kube import new_api_client
-    from .shard import run_shard
+    from .kube.client import new_api_client
+    from .kube.shard import run_shard
 
     run_shard(new_api_client(args.kubeconfig), args.namespace_selector, run, args.liveness or None)
     return 0
@@ -170,8 +170,8 @@ def _memo(args: argparse.Namespace, handlers: Any, watched: list[str]) -> Any:
     memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
     memo[handlers.NAMESPACES_KEY] = list(watched)  # the children's watches follow kopf's scope
     if args.leader_elect:
-        from .clients import kube
-        from .leader import default_identity
+        from .kube import client as kube
+        from .kube.leader import default_identity
 
         identity = default_identity()
         kube.USER_AGENT = f"arbiter-operator/{identity}"

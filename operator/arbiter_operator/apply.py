@@ -15,7 +15,7 @@ from typing import Any
 
 from .api.models import DecisionModel
 from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
-from .clients.kube import KubeError, LoopKubeClient
+from .kube.client import KubeError, LoopKubeClient
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .observe.children import controller_of, owned_by
 from .plan.model import Event, Plan

@@ -1,5 +1,6 @@
-"""Thin kopf glue: kopf runs the operator's log-in, start-up and clean-up; the operator's own watches (watches.py) list
-and watch the DecisionModels and their children, and `WatchEvents` puts each event in the watch cache and, where a
+"""Thin kopf glue: kopf runs the operator's log-in, start-up and clean-up; the operator's own watches
+(kube/watch.py) list and watch the DecisionModels and their children, and `WatchEvents` puts each event in the watch cache
+and, where a
 pass must react, the owning DecisionModel in a work queue; workers run the one level-based reconcile
 (reconcile.Reconciler) and schedule the requeue the plan asks for.
 
@@ -26,10 +27,11 @@ from . import metrics
 from .api import jsonfast
 from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .api.names import API_VERSION, ISVC_LABEL, KIND, PLURAL
-from .cache import CachedKubeClient, WatchCache
-from .clients.aiokube import LoopTransport
-from .clients.kube import KubeError, RestKubeClient, new_api_client
 from .clients.prometheus import PrometheusClient, PrometheusConfig
+from .kube.cache import CachedKubeClient, WatchCache
+from .kube.client import KubeError, RestKubeClient, new_api_client
+from .kube.transport import LoopTransport
+from .kube.watch import Resource, Watches, WatchOptions
 from .plan import validate
 from .plan.planner import isvc_state
 from .plan.predictors import as_map, as_maps, deployment_problem, predictor_problem
@@ -37,7 +39,6 @@ from .reconcile import Reconciler
 from .render.common import LABEL_DM
 from .render.podmonitor import API_VERSION as PODMONITOR_API
 from .settings import runtime_image
-from .watches import Resource, Watches, WatchOptions
 
 log = logging.getLogger("arbiter.handlers")
 
@@ -218,7 +219,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     fence = None
     election = memo.get(LEADER_KEY)
     if election:
-        from .leader import LeaderElector
+        from .kube.leader import LeaderElector
 
         loop = asyncio.get_running_loop()
 
@@ -295,7 +296,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
 
 
 # The kinds held in the watch cache: (apiVersion, kind, plural, the label every held object carries or None), each
-# listed and watched by the operator's watches (watches.py, started in `startup`); no pass runs before every first
+# listed and watched by the operator's watches (kube/watch.py, started in `startup`); no pass runs before every first
 # list is held.
 CACHED = (
     (API_VERSION, KIND, PLURAL, None),
@@ -484,7 +485,7 @@ def _deployment_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) ->
         _queue_owner(memo, namespace, isvc, only_if_ready=not failure)
 
 
-# The operator's watches (watches.py): every kind of CACHED, with the same label selectors.
+# The operator's watches (kube/watch.py): every kind of CACHED, with the same label selectors.
 WATCHED = tuple(Resource(a, k, p, label) for a, k, p, label in CACHED)
 CHILDREN = tuple(r for r in WATCHED if r.kind != KIND)
 _EVENTS = {KIND: _decisionmodel_event, "Deployment": _deployment_event, "Pod": _pod_event}  # the rest: _child_event
@@ -521,7 +522,7 @@ class WatchEvents:
     def known(self, resource: Resource, namespace: str, name: str, resource_version: str) -> bool:
         """Whether the cache holds that object at exactly that resourceVersion: its ADDED or MODIFIED then carries
         nothing new (most often the echo of the operator's own write, whose answer is held already). For the kinds
-        in ECHOING only (watches.py reads their events' names and resourceVersions first): an InferenceService's
+        in ECHOING only (kube/watch.py reads their events' names and resourceVersions first): an InferenceService's
         echo still goes through, since its view is noted for every event (`_child_event`)."""
         key = (resource.api_version, resource.kind, namespace, name)
         if not self.cache.holds_version(key, resource_version):

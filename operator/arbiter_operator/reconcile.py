@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .api.names import API_VERSION, KIND
 from .apply import apply_plan
-from .clients.kube import LoopKubeClient
+from .kube.client import LoopKubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.children import observe_children, podmonitor_served
 from .observe.storage import VerdictCache, observe_artifacts

@@ -31,7 +31,7 @@ from .api.backoff import REGISTRY_ARCHIVE_BACKOFF
 from .api.conditions import REGISTERED, get_condition, set_condition
 from .api.models import DecisionModel
 from .api.names import API_VERSION, GROUP, KIND
-from .clients.kube import KubeError
+from .kube.client import KubeError
 from .observe.registry import resolve_registry
 from .sync.registry import archive_all, forget, mark_deleting, registry_lock
 

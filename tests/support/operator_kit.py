@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from arbiter_operator.clients.kube import KubeError, raw_call
+from arbiter_operator.kube.client import KubeError, raw_call
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from arbiter_operator.clients.kube import KubeError
+from arbiter_operator.kube.client import KubeError
 from kubernetes.client.rest import ApiException
 
 # What a half-written or not-yet-created object raises while a controller is still at work: retried, not failed.

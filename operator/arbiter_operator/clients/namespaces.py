@@ -1,5 +1,6 @@
-"""List and watch Namespaces on the apiserver's wire format, for the operator's own namespace watches (shard.py: the
-namespaces a shard owns; nswatch.py: the labels of namespaces holding DecisionModels), which run outside kopf.
+"""List and watch Namespaces on the apiserver's wire format, for the operator's own namespace watches
+(kube/shard.py: the namespaces a shard owns; nswatch.py: the labels of namespaces holding DecisionModels),
+which run outside kopf.
 
 The kubernetes library's `watch.Watch` is not used: it reads a line of any length into memory, an error body whole,
 and raises on an event that is JSON but not an event (a list, an object without `object`), which ends the watch.

@@ -18,7 +18,7 @@ from ..api.names import (
     ROUTE_API,
     SERVINGRUNTIME_API,
 )
-from ..clients.kube import KubeClient, KubeError, LoopKubeClient
+from ..kube.client import KubeClient, KubeError, LoopKubeClient
 from ..plan.model import Observations
 from ..render.common import runtime_name
 from ..render.podmonitor import podmonitor_name

@@ -13,8 +13,8 @@ from typing import Any
 from ..api.conditions import Condition
 from ..api.models import DecisionModel
 from ..api.names import MODEL_REGISTRY_API
-from ..clients.kube import KubeError
 from ..clients.registry import RegistryClient
+from ..kube.client import KubeError
 from ..render.registry import registered_condition
 
 

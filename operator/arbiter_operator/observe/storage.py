@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..api import jsonfast
-from ..clients.kube import KubeError
 from ..clients.s3 import (
     CredentialsInvalid,
     S3Credentials,
@@ -29,6 +28,7 @@ from ..clients.s3 import (
     credentials_from_secret,
     decode_secret_data,
 )
+from ..kube.client import KubeError
 from ..plan.artifacts import (
     RECHECKED,
     STORAGE_ACCESS_DENIED,

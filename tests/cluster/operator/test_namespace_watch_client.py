@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 from arbiter_operator.api.backoff import DoublingBackoff
-from arbiter_operator.cache import WatchCache
-from arbiter_operator.clients.kube import new_api_client
 from arbiter_operator.clients.namespaces import Failed, WatchOptions, list_namespaces, watch_namespaces
+from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.client import new_api_client
+from arbiter_operator.kube.shard import run_shard
 from arbiter_operator.nswatch import NamespaceWatch
-from arbiter_operator.shard import run_shard
 from kubernetes import client
 from support.polling import eventually
 

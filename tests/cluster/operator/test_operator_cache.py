@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from arbiter_operator.cache import CachedKubeClient, WatchCache, _requirements, matches
-from arbiter_operator.clients.kube import raw_call
+from arbiter_operator.kube.cache import CachedKubeClient, WatchCache, _requirements, matches
+from arbiter_operator.kube.client import raw_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
@@ -222,7 +222,7 @@ def test_label_selectors_match_as_the_apiserver_does(control_plane, namespace, a
 def test_a_list_the_cache_cannot_answer_goes_to_the_apiserver(control_plane, namespace, api):
     """A selector the cache's watch does not filter on (objects without the operator's label are not held) is
     answered by the apiserver, and so is a get of an object the cache does not hold."""
-    from arbiter_operator.clients.kube import RestKubeClient
+    from arbiter_operator.kube.client import RestKubeClient
 
     name = f"plain-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": name,

@@ -13,7 +13,7 @@ import pytest
 from arbiter_devenv.kwok import A100, NodePool
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.apply import needs_apply, with_hash
-from arbiter_operator.clients.kube import RestKubeClient
+from arbiter_operator.kube.client import RestKubeClient
 from arbiter_operator.render import render_configmap, render_inferenceservice, render_servingruntime
 from kubernetes import client
 from support.operator_kit import condition, create_dm, eventually, example, get

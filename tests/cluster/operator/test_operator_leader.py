@@ -8,8 +8,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from arbiter_operator.clients.kube import KubeError, NotLeader, RestKubeClient, raw_call
-from arbiter_operator.leader import LEASE_PATH, LeaderElector
+from arbiter_operator.kube.client import KubeError, NotLeader, RestKubeClient, raw_call
+from arbiter_operator.kube.leader import LEASE_PATH, LeaderElector
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client

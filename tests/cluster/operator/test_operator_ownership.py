@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from arbiter_operator.api.models import DecisionModel, isvc_name
-from arbiter_operator.clients.kube import raw_call
+from arbiter_operator.kube.client import raw_call
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.render.naming import derived_names
 from hypothesis import HealthCheck, given, settings
@@ -262,7 +262,7 @@ def test_a_create_never_touches_an_object_already_under_the_name(control_plane, 
     """Whoever made the object under the name (another team, a copy of our label, even our own field manager) and
     whatever it holds (our very fields, or conflicting ones), the operator's create is refused and the object stays
     byte for byte as it was; a free name is created by server-side apply, so later applies own their fields."""
-    from arbiter_operator.clients.kube import KubeError, RestKubeClient
+    from arbiter_operator.kube.client import KubeError, RestKubeClient
 
     kc = RestKubeClient(api)
     api_version, kind_name = kind

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import uuid
 
-from arbiter_operator.shard import membership_change
+from arbiter_operator.kube.shard import membership_change
 from kubernetes import client
 from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from arbiter_devenv.operator_process import OperatorProcess
-from arbiter_operator.clients.kube import KubeError, raw_call
+from arbiter_operator.kube.client import KubeError, raw_call
 from support.examples import example
 from support.operator_kit import seed_model_storage
 from support.paths import REPO

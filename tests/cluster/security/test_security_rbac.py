@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from arbiter_devenv.cluster import wait_default_service_account
 from arbiter_devenv.operator_process import OperatorProcess
-from arbiter_operator.clients.kube import raw_call
+from arbiter_operator.kube.client import raw_call
 from kubernetes import client
 from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 from support.rbackit import (
@@ -52,7 +52,7 @@ NOT_EXERCISABLE = {
     # the operator does send spec.host (spec.exposure.host), i.e. that OpenShift would make that check.
     ("route.openshift.io", "routes/custom-host", "create"),
     # A reason repeated on one DecisionModel is written into its earlier Event (count, message) at most once a
-    # minute (clients/kube.py, SERIES_WRITE_INTERVAL); these scenarios finish before any series is due a second
+    # minute (kube/client.py, SERIES_WRITE_INTERVAL); these scenarios finish before any series is due a second
     # write. tests/cluster/operator/test_operator_events.py makes that PATCH on the real apiserver.
     ("", "events", "patch"),
     # A namespace is read by name only by a reconcile that runs before the namespace's label watch (nswatch.py) has

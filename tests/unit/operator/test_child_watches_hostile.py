@@ -1,4 +1,4 @@
-"""The operator's watches (watches.py, fed into the cache and the work queue by handlers.WatchEvents) against a
+"""The operator's watches (kube/watch.py, fed into the cache and the work queue by handlers.WatchEvents) against a
 hostile apiserver (support/hostile_apiserver.py, a real HTTP server on loopback speaking the list/watch wire format
 for DecisionModels, InferenceServices and pods, and the Namespaces the namespace watch follows).
 
@@ -22,11 +22,11 @@ import pytest
 from arbiter_operator import handlers
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
-from arbiter_operator.cache import WatchCache
 from arbiter_operator.clients.namespaces import WatchOptions as NamespaceWatchOptions
+from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.watch import Watches, WatchOptions
 from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.render.common import LABEL_DM
-from arbiter_operator.watches import Watches, WatchOptions
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
@@ -112,7 +112,7 @@ event_line_st = st.one_of(
     st.builds(lambda t, o: _line({"type": t, "object": o}), st.sampled_from(["ADDED", "MODIFIED", "DELETED"]),
               lying_object()),  # well-formed lies: the relist must undo them
 )
-STATUS_CODES = (500, 502, 503, 504, 410, 429, 401, 403)  # 404 on a first list means "not served" (watches.py)
+STATUS_CODES = (500, 502, 503, 504, 410, 429, 401, 403)  # 404 on a first list means "not served" (kube/watch.py)
 behaviour_st = st.one_of(
     st.sampled_from(TRANSPORT).map(lambda t: (t,)),
     st.tuples(st.just("status"), st.sampled_from(STATUS_CODES),

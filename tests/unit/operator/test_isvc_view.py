@@ -145,7 +145,7 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
     DecisionModel when it comes); after KServe's Ready they decide readiness, and pods that cannot be created are
     reported at once."""
     from arbiter_operator import handlers
-    from arbiter_operator.cache import WatchCache
+    from arbiter_operator.kube.cache import WatchCache
 
     woken: list[tuple[str, str]] = []
 
@@ -205,7 +205,7 @@ def test_kserves_verdict_wakes_its_decision_model_in_the_urgent_lane_and_other_d
     """A version KServe has just made ready (or failed) is reconciled ahead of a fleet's first passes
     (handlers.WorkQueue); an edit of the operator's Route waits its turn."""
     from arbiter_operator import handlers
-    from arbiter_operator.cache import WatchCache
+    from arbiter_operator.kube.cache import WatchCache
 
     memo = {handlers.CACHE_KEY: WatchCache({(a, k): label for a, k, _, label in handlers.CACHED}),
             handlers.QUEUE_KEY: handlers.WorkQueue()}

@@ -1,4 +1,4 @@
-"""The operator's Kubernetes requests (clients/kube.py: every write, and the few reads not served from the watch
+"""The operator's Kubernetes requests (kube/client.py: every write, and the few reads not served from the watch
 cache) against a hostile apiserver or a broken proxy in front of it: a real HTTP server on loopback that answers with
 any status, any body, a lying or missing length, or not at all. Both transports: the operator's (aiohttp on an event
 loop, clients/aiokube.LoopTransport: the awaitable methods on that loop, as the apply step makes its writes, and the
@@ -20,8 +20,8 @@ import time
 import aiohttp
 import pytest
 import urllib3
-from arbiter_operator.clients.aiokube import LoopTransport
-from arbiter_operator.clients.kube import KubeError, RestKubeClient, raw_call
+from arbiter_operator.kube.client import KubeError, RestKubeClient, raw_call
+from arbiter_operator.kube.transport import LoopTransport
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s

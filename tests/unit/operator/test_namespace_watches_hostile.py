@@ -1,5 +1,5 @@
 """The operator's own namespace watches against a hostile apiserver (support/hostile_apiserver.py, a real HTTP server
-on loopback speaking the list/watch wire format): a shard's `run_shard` (which namespaces it owns, shard.py) and
+on loopback speaking the list/watch wire format): a shard's `run_shard` (which namespaces it owns, kube/shard.py) and
 `NamespaceWatch` (the labels of a namespace holding DecisionModels, nswatch.py).
 
 What a user would notice, whatever the peer does for a while (error statuses with or without bodies and Retry-After,
@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 from arbiter_operator.api.backoff import DoublingBackoff
-from arbiter_operator.cache import WatchCache
 from arbiter_operator.clients.namespaces import NAME, Failed, Gone, WatchOptions, parse_event, parse_list
+from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.shard import run_shard
 from arbiter_operator.nswatch import NamespaceWatch
-from arbiter_operator.shard import run_shard
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s

@@ -136,7 +136,7 @@ def test_a_remembered_spec_check_is_the_check_itself(edits):
 def test_kopf_handles_no_resource_so_it_never_writes_to_a_decisionmodel():
     """kopf runs the operator's log-in, start-up and clean-up only. Its resource handlers would store progress and a
     diff base on the DecisionModel (change handlers) or add a finalizer (daemons, timers); the watches are the
-    operator's own (watches.py), DecisionModels included."""
+    operator's own (kube/watch.py), DecisionModels included."""
     import kopf
     from arbiter_operator import handlers  # noqa: F401  (registers the handlers)
 

@@ -38,12 +38,12 @@ from typing import Any
 
 import aiohttp
 
-from .api import jsonfast
-from .api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
-from .api.kubejson import event_head, loads_event
-from .clients.aiokube import auth_headers, new_session
-from .clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
-from .metrics import WATCH_BYTES, WATCH_EVENTS
+from ..api import jsonfast
+from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
+from ..api.kubejson import event_head, loads_event
+from ..clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
+from ..metrics import WATCH_BYTES, WATCH_EVENTS
+from .transport import auth_headers, new_session
 
 log = logging.getLogger("arbiter.watches")
 

@@ -10,7 +10,7 @@ The protocol is client-go's (the same Lease fields, the same defaults: 15 s leas
 - The holder renews every retry period. It counts itself leader only until `renew_deadline` after the start of its
   last successful renewal; `renew_deadline` < `lease_duration`, so a holder that can no longer renew (partitioned,
   paused) stops writing before any other replica can take the Lease. `is_leader()` is that fence: the Kubernetes
-  client checks it before every write (clients/kube.py).
+  client checks it before every write (kube/client.py).
 - A holder that lost the Lease exits (its caller's `on_lost`), like client-go's controllers: it restarts as a
   standby with a clean work queue. A holder that shuts down cleanly releases the Lease (an empty holderIdentity), so
   the standby takes over at its next retry instead of after a lease duration. Whoever can write the Lease can hand
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .clients.kube import KubeError, raw_call
+from .client import KubeError, raw_call
 
 log = logging.getLogger("arbiter.leader")
 

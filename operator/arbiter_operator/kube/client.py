@@ -23,7 +23,7 @@ from ..api import jsonfast, kubejson
 from ..api.names import FIELD_MANAGER
 from ..api.times import format_time
 from ..metrics import count_request
-from .aiokube import LoopTransport
+from .transport import LoopTransport
 
 log = logging.getLogger("arbiter.kube")
 
