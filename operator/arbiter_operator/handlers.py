@@ -1,7 +1,6 @@
-"""Thin kopf glue: kopf runs the operator's log-in, start-up and clean-up; the operator's own watches
-(kube/watch.py) list and watch the DecisionModels and their children, and `WatchEvents` puts each event in the watch cache
-and, where a
-pass must react, the owning DecisionModel in a work queue; workers run the one level-based reconcile
+"""Thin kopf glue: kopf runs the operator's log-in, start-up and clean-up; the operator's own watches (kube/watch.py)
+list and watch the DecisionModels and their children, and `WatchEvents` puts each event in the watch cache and, where
+a pass must react, the owning DecisionModel in a work queue; workers run the one level-based reconcile
 (reconcile.Reconciler) and schedule the requeue the plan asks for.
 
 Why no kopf resource handler: kopf's change handlers store progress and diff-base annotations on the object, its
