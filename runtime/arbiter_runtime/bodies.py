@@ -20,6 +20,7 @@ from .protocol import BadRequest
 UTF8_BOM = b"\xef\xbb\xbf"
 # RFC 9110 section 8.4.1: x-gzip is an alias of gzip.
 CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+STEP = 1 << 16
 
 
 class UnsupportedMediaType(ValueError):
@@ -73,21 +74,28 @@ class Decoder:
             chunk, self._head = self._head, b""
             self._start(chunk)
         out: list[bytes] = []
-        while chunk:
+        while True:
             assert self._z is not None
             if self._z.eof:  # gzip: a further member (RFC 1952 allows several); deflate: bytes after the end
+                if not chunk:
+                    break
                 if self.coding != "gzip":
                     raise BadRequest("the deflate body has data after the end of its compressed stream")
                 self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            step = min(self.limit - self.size + 1, STEP)
             try:
-                piece = self._z.decompress(chunk, self.limit - self.size + 1)
+                # At most STEP bytes a call: a small chunk of a bomb never becomes one large buffer.
+                piece = self._z.decompress(chunk, step)
             except zlib.error as exc:
                 raise BadRequest(f"the body is not valid {self.coding} data ({exc})") from None
             self.size += len(piece)
             if self.size > self.limit:
                 raise BodyTooLarge(f"request body larger than {self.limit} bytes once decoded ({self.coding})")
             out.append(piece)
-            chunk = self._z.unconsumed_tail or self._z.unused_data
+            chunk = self._z.unused_data if self._z.eof else self._z.unconsumed_tail
+            # A full step may leave output inside zlib with no input left: ask again until a step comes back short.
+            if not chunk and (self._z.eof or len(piece) < step):
+                break
         return b"".join(out)
 
     def finish(self) -> bytes:
