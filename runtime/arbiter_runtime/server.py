@@ -311,7 +311,7 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         return JSONResponse({"ready": False, "error": rt.not_ready_reason}, status_code=status, headers=vary)
 
     async def server_meta(_: Request) -> Response:
-        return JSONResponse({"name": "arbiter-runtime", "version": __version__, "extensions": []})
+        return JSONResponse({"name": "arbiter-runtime", "version": __version__, "extensions": ["binary_tensor_data"]})
 
     async def model_meta(request: Request) -> Response:
         if (err := check_model(request)) is not None:

@@ -49,6 +49,7 @@ def test_tritonclient_defaults_are_answered(proc, expected):
     client = triton.InferenceServerClient(f"127.0.0.1:{proc.port}")
     try:
         assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("credit")
+        assert "binary_tensor_data" in client.get_server_metadata()["extensions"]
         result = client.infer("credit", [_triton_input()])  # no outputs named: binary_data_output is sent
         meta = {o["name"]: o for o in result.get_response()["outputs"]}
         assert all("binary_data_size" in o["parameters"] and "data" not in o for o in meta.values())
