@@ -4,6 +4,7 @@ front of the vLLM stand-in): binary BYTES inputs, binary outputs on and off, com
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 
 import httpx
@@ -119,6 +120,31 @@ def test_kserve_sdk_defaults_are_answered(proc, expected):
         assert got["confidence"].as_numpy().tolist() == pytest.approx(expected["confidence"], rel=1e-6), case
     assert [o.name for o in answers["json in, one binary out"].outputs] == ["decision", "confidence"]
     assert answers["binary out"].outputs[4].as_numpy().tolist() == expected["low_confidence"]
+
+
+class GzipTransport(httpx.AsyncHTTPTransport):
+    """KServe's SDK has no compression option; its RESTConfig takes an httpx transport: this one gzips bodies."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            packed = gzip.compress(await request.aread())
+            request = httpx.Request("POST", request.url, content=packed, headers={
+                **{k: v for k, v in request.headers.items() if k.lower() != "content-length"},
+                "content-encoding": "gzip"})
+        return await super().handle_async_request(request)
+
+
+async def _kserve_gzip(url: str) -> kserve.InferResponse:
+    config = kserve.RESTConfig(protocol="v2", transport=GzipTransport())
+    async with kserve.InferenceRESTClient(config) as client:
+        tensor = kserve.InferInput("input", [len(ROWS)], "BYTES")
+        tensor.set_data_from_numpy(_docs())
+        return await client.infer(url, kserve.InferRequest("credit", [tensor]), model_name="credit")
+
+
+def test_kserve_sdk_gzip_bodies_are_decoded(proc, expected):
+    answer = asyncio.run(_kserve_gzip(proc.url))
+    assert _texts(answer.outputs[0].as_numpy()) == expected["decision"]
 
 
 def test_a_utf16_body_is_400_over_the_socket(proc):
