@@ -113,8 +113,9 @@ def json_text(data: bytes, what: str = "request body") -> str:
     """`data` as text if it is UTF-8 (a UTF-8 byte order mark is dropped); BadRequest naming the encoding if not."""
     if data.startswith(UTF8_BOM):
         data = data[len(UTF8_BOM):]
-    else:
-        # RFC 4627 section 3: the byte order mark or the pattern of NULs in the first four bytes says UTF-16/32.
+    elif b"\x00" in data[:4] or data[:1] in (b"\xfe", b"\xff"):
+        # RFC 4627 section 3: the byte order mark or the pattern of NULs in the first four bytes says UTF-16/32
+        # (looked at only when one of them is there: most bodies are plain UTF-8, and this runs per BYTES element).
         encoding = json.detect_encoding(data)
         if encoding != "utf-8":
             raise BadRequest(f"{what} is {encoding.upper()}, not UTF-8; send JSON as UTF-8")
