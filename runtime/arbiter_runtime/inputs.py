@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .protocol import BadRequest
+from .bodies import BodyTooLarge, Decoder, UnsupportedMediaType, content_coding, json_text
+from .protocol import BadRequest, loads_strict
+from .tensor_binary import HEADER_LENGTH, split_body
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_DEPTH = 32  # objects/arrays nested in one input document
@@ -19,20 +21,21 @@ EXACT_INTEGER = 2 ** 53
 MAX_DOUBLE = 1.7976931348623157e308
 
 
-class UnsupportedMediaType(ValueError):
-    """415 with this message."""
+__all__ = ["BodyTooLarge", "UnsupportedMediaType", "canonicalise", "read_json"]
 
 
-class BodyTooLarge(ValueError):
-    """413 with this message."""
-
-
-def check_content_type(header: str | None) -> None:
-    """JSON only: application/json or application/*+json, UTF-8. No header is read as JSON (curl without -H)."""
+def check_content_type(header: str | None, framed: bool = False) -> None:
+    """JSON only: application/json or application/*+json, UTF-8. No header is read as JSON (curl without -H).
+    A body framed by the binary tensor extension (`framed`) may also be application/octet-stream (KServe's SDK)."""
     if header is None or not header.strip():
         return
     media, _, params = header.partition(";")
     media = media.strip().lower()
+    if framed and media == "application/octet-stream":
+        return
+    if media == "application/octet-stream":
+        raise UnsupportedMediaType(f"content type 'application/octet-stream' needs the {HEADER_LENGTH} header of "
+                                   "the binary tensor data extension (V2 infer only); otherwise send application/json")
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise UnsupportedMediaType(f"content type {media[:80]!r} is not supported; send the body as "
                                    "application/json")
@@ -43,21 +46,44 @@ def check_content_type(header: str | None) -> None:
 
 
 async def read_limited(headers, stream: AsyncIterator[bytes], limit: int = MAX_BODY_BYTES) -> bytes:
-    """The whole body, or BodyTooLarge as soon as more than `limit` bytes arrived (chunked bodies included)."""
+    """The whole body with its content coding undone, or BodyTooLarge as soon as more than `limit` bytes arrived
+    or were decoded (chunked bodies included): the server never holds more than `limit` of either."""
+    coding = content_coding(headers.get("content-encoding"))
     length = headers.get("content-length")
     if length is not None:
         if not length.strip().isdigit():
             raise BadRequest("invalid Content-Length")
         if int(length) > limit:
             raise BodyTooLarge(f"request body larger than {limit} bytes")
+    decoder = Decoder(coding, limit) if coding else None
     chunks: list[bytes] = []
     size = 0
     async for chunk in stream:
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge(f"request body larger than {limit} bytes")
-        chunks.append(chunk)
+        chunks.append(decoder.feed(chunk) if decoder else chunk)
+    if decoder:
+        chunks.append(decoder.finish())
     return b"".join(chunks)
+
+
+async def read_json(headers, stream: AsyncIterator[bytes], framed: bool = False) -> tuple[Any, bytes]:
+    """The body's JSON document and, when `framed` allows the binary tensor extension and the request uses it,
+    the binary data after it; 400/413/415 naming the problem otherwise."""
+    framing = headers.get(HEADER_LENGTH)
+    if framing is not None and not framed:
+        raise BadRequest(f"{HEADER_LENGTH} (binary tensor data) is only read by the V2 infer endpoints")
+    check_content_type(headers.get("content-type"), framing is not None)
+    body = await read_limited(headers, stream, MAX_BODY_BYTES)
+    if not body:
+        raise BadRequest("request body is empty; send a JSON document")
+    head, binary = split_body(body, framing)
+    text = json_text(head, "the JSON header" if framing is not None else "request body")
+    try:
+        return loads_strict(text), binary
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"request body is not JSON: {str(exc)[:200]}") from None
 
 
 def _where(path: list[Any]) -> str:

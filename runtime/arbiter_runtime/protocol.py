@@ -1,12 +1,14 @@
 """KServe V2 (Open Inference Protocol) REST bodies: parsing the infer request, building the response. Pure.
 
 The input is one BYTES tensor whose elements are JSON documents written as UTF-8 strings (the JSON form of
-BYTES; base64 is not part of it). Shape [N] or [N, 1]; `data` flat or nested one level per the spec.
+BYTES; base64 is not part of it). Shape [N] or [N, 1]; `data` flat or nested one level per the spec. The binary
+tensor data extension (tensor_binary.py) is undone before parsing and redone after `infer_response`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from .jsonutil import dumps
@@ -34,8 +36,48 @@ def loads_strict(text: str | bytes) -> Any:
     return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
 
 
-def parse_infer(body: Any) -> tuple[list[Any], str | None, list[str] | None]:
-    """Return (documents, request id, requested output names) or raise BadRequest naming what is wrong."""
+@dataclass(frozen=True)
+class Outputs:
+    """The outputs an infer request asks for, in answer order, and those it wants as binary tensor data."""
+
+    names: tuple[str, ...]
+    binary: frozenset[str] = frozenset()
+
+
+def _flag(params: Any, key: str, where: str) -> bool | None:
+    if params is None:
+        return None
+    if not isinstance(params, dict):
+        raise BadRequest(f"{where} must be an object")
+    value = params.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest(f"{where}.{key} must be true or false, got {value!r}")
+    return value
+
+
+def parse_outputs(body: dict[str, Any]) -> Outputs:
+    """`outputs` (names, each with an optional `parameters.binary_data`) and `parameters.binary_data_output`."""
+    all_binary = bool(_flag(body.get("parameters"), "binary_data_output", "'parameters'"))
+    outputs = body.get("outputs")
+    if outputs is None:
+        return Outputs(OUTPUT_NAMES, frozenset(OUTPUT_NAMES) if all_binary else frozenset())
+    if not isinstance(outputs, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
+                                                for o in outputs):
+        raise BadRequest("'outputs' must be a list of {name}")
+    names = tuple(o["name"] for o in outputs)
+    unknown = sorted(set(names) - set(OUTPUT_NAMES))
+    if unknown:
+        raise BadRequest(f"unknown outputs {unknown}; available: {list(OUTPUT_NAMES)}")
+    binary = set()
+    for i, o in enumerate(outputs):
+        own = _flag(o.get("parameters"), "binary_data", f"outputs[{i}].parameters")
+        if own or (own is None and all_binary):  # an output's own binary_data wins over the request's
+            binary.add(o["name"])
+    return Outputs(names or OUTPUT_NAMES, frozenset(binary))
+
+
+def parse_infer(body: Any) -> tuple[list[Any], str | None, Outputs]:
+    """Return (documents, request id, requested outputs) or raise BadRequest naming what is wrong."""
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object with 'inputs'")
     req_id = body.get("id")
@@ -91,17 +133,7 @@ def parse_infer(body: Any) -> tuple[list[Any], str | None, list[str] | None]:
             documents.append(loads_strict(item))
         except (ValueError, RecursionError) as exc:
             raise BadRequest(f"inputs[0].data[{i}] is not a JSON document: {exc}") from None
-    outputs = body.get("outputs")
-    wanted = None
-    if outputs is not None:
-        if not isinstance(outputs, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str)
-                                                    for o in outputs):
-            raise BadRequest("'outputs' must be a list of {name}")
-        wanted = [o["name"] for o in outputs]
-        unknown = sorted(set(wanted) - set(OUTPUT_NAMES))
-        if unknown:
-            raise BadRequest(f"unknown outputs {unknown}; available: {list(OUTPUT_NAMES)}")
-    return documents, req_id, wanted
+    return documents, req_id, parse_outputs(body)
 
 
 OUTPUT_NAMES = ("decision", "confidence", "trajectory", "source", "low_confidence")
@@ -116,7 +148,7 @@ OUTPUT_METADATA = [
 
 
 def infer_response(model: str, version: str, req_id: str | None, outcomes: list, parameters: dict[str, Any],
-                   wanted: list[str] | None) -> dict[str, Any]:
+                   wanted: Outputs | None = None) -> dict[str, Any]:
     n = len(outcomes)
     columns = {
         "decision": ("BYTES", [o.decision for o in outcomes]),
@@ -126,7 +158,7 @@ def infer_response(model: str, version: str, req_id: str | None, outcomes: list,
         "source": ("BYTES", [o.source for o in outcomes]),
         "low_confidence": ("BOOL", [o.flagged for o in outcomes]),
     }
-    names = wanted or list(OUTPUT_NAMES)
+    names = wanted.names if wanted else OUTPUT_NAMES
     body: dict[str, Any] = {
         "model_name": model,
         "model_version": version,
@@ -136,3 +168,15 @@ def infer_response(model: str, version: str, req_id: str | None, outcomes: list,
     if req_id is not None:
         body["id"] = req_id
     return body
+
+
+def wants_json_readiness(accept: str | None) -> bool:
+    """True when the caller names application/json in Accept (not through */*): it reads `{"ready": false}` from a
+    200 (KServe's SDK raises on any other status). Probes (the kubelet sends */*) and tritonclient get the 503."""
+    for item in (accept or "").split(","):
+        media, _, params = item.partition(";")
+        if media.strip().lower() == "application/json":
+            q = next((p.split("=", 1)[1].strip() for p in params.split(";") if p.strip().lower().startswith("q=")),
+                     "1")
+            return q not in ("0", "0.0", "0.00", "0.000")
+    return False

@@ -26,11 +26,12 @@ from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .config import DecisionConfig
 from .decide import Decider, Outcome, canonical_json, input_digest
 from .fallback import RulesEngine
-from .inputs import MAX_BODY_BYTES, BodyTooLarge, UnsupportedMediaType, canonicalise, check_content_type, read_limited
+from .inputs import BodyTooLarge, UnsupportedMediaType, canonicalise, read_json
 from .jsonutil import dumps_bytes
 from .metrics import Metrics
-from .protocol import OUTPUT_METADATA, BadRequest, infer_response, loads_strict, parse_infer
+from .protocol import OUTPUT_METADATA, BadRequest, Outputs, infer_response, parse_infer, wants_json_readiness
 from .shadow import SHADOW_HEADER, Shadow
+from .tensor_binary import HEADER_LENGTH, attach_inputs, encode_outputs
 from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
 from .trajectory import InputInvalid, InputValidator
 from .upstream import UpstreamClient, UpstreamFailure
@@ -258,15 +259,12 @@ def _timing(outcomes: list[Outcome], started: float) -> str:
     return f"upstream;dur={upstream * 1000:.3f}, total;dur={total * 1000:.3f}"
 
 
-async def _read_json(request: Request) -> Any:
-    check_content_type(request.headers.get("content-type"))
-    body = await read_limited(request.headers, request.stream(), MAX_BODY_BYTES)
-    if not body:
-        raise BadRequest("request body is empty; send a JSON document")
-    try:
-        return loads_strict(body)
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError (not UTF-8) is a ValueError
-        raise BadRequest(f"request body is not JSON: {str(exc)[:200]}") from None
+def _answer(body: Any, headers: dict[str, str]) -> Response:
+    """A JSON answer, or (bytes, JSON header length): one in the binary tensor data extension's framing."""
+    if isinstance(body, tuple):
+        content, head = body
+        return Response(content, media_type="application/octet-stream", headers={**headers, HEADER_LENGTH: str(head)})
+    return FastJSONResponse(body, headers=headers)
 
 
 def _boundary(handler):
@@ -306,13 +304,15 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
     async def live(_: Request) -> Response:
         return JSONResponse({"live": True})
 
-    async def ready(_: Request) -> Response:
+    async def ready(request: Request) -> Response:
+        vary = {"vary": "accept"}  # the unready answer depends on Accept: a cache must not mix them
         if rt.ready:
-            return JSONResponse({"ready": True})
-        return JSONResponse({"ready": False, "error": rt.not_ready_reason}, status_code=503)
+            return JSONResponse({"ready": True}, headers=vary)
+        status = 200 if wants_json_readiness(request.headers.get("accept")) else 503
+        return JSONResponse({"ready": False, "error": rt.not_ready_reason}, status_code=status, headers=vary)
 
     async def server_meta(_: Request) -> Response:
-        return JSONResponse({"name": "arbiter-runtime", "version": __version__, "extensions": []})
+        return JSONResponse({"name": "arbiter-runtime", "version": __version__, "extensions": ["binary_tensor_data"]})
 
     async def model_meta(request: Request) -> Response:
         if (err := check_model(request)) is not None:
@@ -387,20 +387,22 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
             return result
         outcomes, canonicals = result
         headers["server-timing"] = _timing(outcomes, started)
-        response = FastJSONResponse(answer(outcomes, trace, req_id, wanted), headers=headers)
+        response = _answer(answer(outcomes, trace, req_id, wanted), headers)
         if not shadow:
             rt.shadow.offer(outcomes, canonicals, trace, req_id)
         return response
 
-    async def read_infer(request: Request) -> tuple[list[Any], str | None, list[str] | None]:
-        return parse_infer(await _read_json(request))
+    async def read_infer(request: Request) -> tuple[list[Any], str | None, Outputs]:
+        document, binary = await read_json(request.headers, request.stream(), framed=True)
+        return parse_infer(attach_inputs(document, binary))
 
-    def answer_infer(outcomes: list[Outcome], trace: Trace, req_id: str | None, wanted: list[str] | None) -> Any:
+    def answer_infer(outcomes: list[Outcome], trace: Trace, req_id: str | None, wanted: Outputs) -> Any:
         params = {"trace_id": trace.trace_id, "traceparent": trace.traceparent}
-        return infer_response(model, version, req_id, outcomes, params, wanted)
+        body = infer_response(model, version, req_id, outcomes, params, wanted)
+        return encode_outputs(body, wanted.binary) if wanted.binary else body
 
     async def read_decision(request: Request) -> tuple[list[Any], None, None]:
-        return [await _read_json(request)], None, None
+        return [(await read_json(request.headers, request.stream()))[0]], None, None
 
     def answer_decision(outcomes: list[Outcome], trace: Trace, req_id: None, wanted: None) -> Any:
         (out,) = outcomes

@@ -2,7 +2,10 @@
 and the oracle every answer must satisfy.
 
 The oracle (what a caller or an auditor would notice):
-- no 5xx except 503 with a non-empty `error` saying why; an unsupported content type is 415;
+- no 5xx except 503 with a non-empty `error` saying why; an unsupported content type is 415; a UTF-16 body is
+  never decided;
+- bodies come plain, gzip or deflate, and V2 tensors in JSON or in the binary tensor data extension, with outputs
+  asked for as JSON or binary (a binary answer is read back with tritonclient, as a caller would);
 - every 200 carries schema-valid, self-consistent decisions: a model decision passes the trajectory checks, equals
   the last step's label/argmax and carries its probability; a rules decision is the matching rule's label with
   `source: rules`, a reason and no confidence;
@@ -12,8 +15,11 @@ The oracle (what a caller or an auditor would notice):
 
 from __future__ import annotations
 
+import gzip
 import json
 import secrets
+import struct
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +27,7 @@ import httpx
 from arbiter_runtime.config import parse_config
 from arbiter_runtime.trajectory import TrajectoryChecker
 from hypothesis import strategies as st
+from tritonclient.http import InferResult
 
 from support.hostile_upstream import BEHAVIOURS
 from support.runtime_helpers import base_config
@@ -120,11 +127,35 @@ class Case:
     chunked: bool
     rows: int = 1
     script: list[str] = field(default_factory=lambda: ["valid"])
+    headers: dict[str, str] = field(default_factory=dict)  # content coding, binary framing
+    framed: bool = False
+    utf16: bool = False
+
+
+def _frame(req: dict[str, Any], tensor: dict[str, Any]) -> tuple[bytes, str]:
+    """The request in the binary tensor data extension (as tritonclient sends it): (body, JSON header length)."""
+    raw = b"".join(struct.pack("<I", len(b)) + b for b in (d.encode() for d in tensor.pop("data")))
+    tensor["parameters"] = {"binary_data_size": len(raw)}
+    head = json.dumps(req, ensure_ascii=True).encode()
+    return head + raw, str(len(head))
+
+
+def _code(draw, body: bytes, case_headers: dict[str, str], text: bool) -> tuple[bytes, bool]:
+    """Maybe compress the body (gzip, deflate) or, for a JSON text body, send it as UTF-16; (body, is UTF-16)."""
+    coding = draw(st.sampled_from([None] * 6 + ["gzip", "deflate", "utf-16"]))
+    if coding == "utf-16" and text:
+        return body.decode("utf-8").encode("utf-16"), True
+    if coding in ("gzip", "deflate"):
+        case_headers["content-encoding"] = coding
+        return (gzip.compress(body) if coding == "gzip" else zlib.compress(body)), False
+    return body, False
 
 
 @st.composite
 def cases(draw, hostile: bool = False) -> Case:
     kind = draw(st.sampled_from(["decisions"] * 4 + ["infer"] * 4 + ["raw"]))
+    extra: dict[str, str] = {}
+    framed = False
     if kind == "decisions":
         path, rows = "/v1/decisions", 1
         body = dumps_doc(draw(documents)).encode()
@@ -140,23 +171,43 @@ def cases(draw, hostile: bool = False) -> Case:
         if draw(st.booleans()):
             req["outputs"] = [{"name": n} for n in draw(st.lists(st.sampled_from(
                 ["decision", "confidence", "trajectory", "source", "low_confidence", "nope"]), max_size=3))]
+        if draw(st.integers(0, 3)) == 0:
+            req["parameters"] = {"binary_data_output": True}
         path = draw(st.sampled_from(["/v2/models/credit/infer", "/v2/models/credit/versions/v1/infer"] * 4
                                     + ["/v2/models/other/infer", "/v2/models/credit/versions/v9/infer"]))
-        body, rows = json.dumps(req, ensure_ascii=True).encode(), len(docs)
+        framed = isinstance(tensor.get("data"), list) and draw(st.integers(0, 2)) == 0
+        if framed:
+            body, extra["inference-header-content-length"] = _frame(req, tensor)
+        else:
+            body = json.dumps(req, ensure_ascii=True).encode()
+        rows = len(docs)
     else:
         path, rows = draw(st.sampled_from(["/v1/decisions", "/v2/models/credit/infer"])), 1
         body = draw(st.one_of(st.binary(max_size=64), st.sampled_from(
             [b"", b"{", b"[" * 5000, b'{"amount": 1e999, "country": "DE"}', b'{"amount": NaN, "country": "DE"}',
              b'\xff\xfe{"amount": 1}', b'{"amount": 1, "country": "\\ud800"}', b"<xml/>", b"amount=1&country=DE",
              b'{"amount": 1' + b"0" * 5000 + b', "country": "DE"}'])))
+    body, utf16 = _code(draw, body, extra, text=kind != "raw" and not framed)
     content_type = draw(st.sampled_from(CONTENT_TYPES)) if draw(st.integers(0, 5)) == 0 else "application/json"
+    if framed and draw(st.booleans()):
+        content_type = draw(st.sampled_from(["application/octet-stream", None]))  # KServe's SDK, tritonclient
     script = ["valid"]
     if hostile:
         # A third of the calls are answered well (so retries can succeed); a few are slower than the deadline.
         pick = st.integers(0, 299).map(lambda i: SLOW_BEHAVIOURS[i % 2] if i < 4 else "valid" if i < 100 else
                                        FAST_BEHAVIOURS[i % len(FAST_BEHAVIOURS)])
         script = draw(st.lists(pick, min_size=1, max_size=3))
-    return Case(path, body, content_type, draw(st.booleans()), rows, script)
+    return Case(path, body, content_type, draw(st.booleans()), rows, script, extra, framed, utf16)
+
+
+def _binary_answer(r: httpx.Response) -> dict[str, Any]:
+    """A binary tensor data answer as its JSON form, decoded by tritonclient (a real client, not our encoder)."""
+    result = InferResult.from_response_body(r.content, header_length=int(r.headers["inference-header-content-length"]))
+    body = result.get_response()
+    for out in body["outputs"]:
+        if "data" not in out:
+            out["data"] = [v.decode() if isinstance(v, bytes) else v for v in result.as_numpy(out["name"]).tolist()]
+    return body
 
 
 # -- the oracle ---------------------------------------------------------------------------------------------------
@@ -230,15 +281,15 @@ class Oracle:
         if hostile is not None:
             hostile.set_script(case.script)
         trace = secrets.token_hex(16)
-        headers = {"traceparent": f"00-{trace}-{secrets.token_hex(8)}-01"}
+        headers = {"traceparent": f"00-{trace}-{secrets.token_hex(8)}-01", **case.headers}
         if case.content_type is not None:
             headers["content-type"] = case.content_type
         content: Any = case.body
         if case.chunked:
             body = case.body
             content = iter([body[i:i + 7] for i in range(0, len(body), 7)] or [b""])
-        where = (f"{case.path} ct={case.content_type} chunked={case.chunked} script={case.script} "
-                 f"body={case.body[:300]!r}")
+        where = (f"{case.path} ct={case.content_type} headers={case.headers} chunked={case.chunked} "
+                 f"script={case.script} body={case.body[:300]!r}")
         try:
             r = client.post(case.path, content=content, headers=headers)
         except httpx.HTTPError as exc:
@@ -246,8 +297,8 @@ class Oracle:
             return
         t.by_status[r.status_code] = t.by_status.get(r.status_code, 0) + 1
         try:
-            body = r.json()
-        except ValueError:
+            body = _binary_answer(r) if "inference-header-content-length" in r.headers else r.json()
+        except Exception:
             t.server_errors.append(f"{r.status_code} with a body that is not JSON: {r.text[:200]!r} | {where}")
             return
         delivered = 0
@@ -256,7 +307,10 @@ class Oracle:
                                          and body["error"]):
             t.server_errors.append(f"{r.status_code} {r.text[:300]} | {where}")
         ct = (case.content_type or "application/json").split(";")[0].strip().lower()
-        bad_type = (ct != "application/json" and not ct.endswith("+json")) or "latin-1" in (case.content_type or "")
+        bad_type = ((ct != "application/json" and not ct.endswith("+json")) or "latin-1" in (case.content_type or "")
+                    ) and not (case.framed and ct == "application/octet-stream")
+        if case.utf16 and r.status_code == 200:
+            t.inconsistent.append(f"a UTF-16 body was decided | {where}")
         if bad_type and r.status_code in (200, 400, 413) and case.content_type is not None:
             t.inconsistent.append(f"unsupported content type answered {r.status_code} | {where}")
         if r.status_code == 200:

@@ -137,6 +137,19 @@ def test_not_ready_is_503_until_the_upstream_answers(make_runtime):
         assert c.get("/v2/health/live").status_code == 200
 
 
+def test_unready_is_200_ready_false_only_to_callers_that_ask_for_json(make_runtime):
+    server = make_runtime(base_config(f"http://127.0.0.1:{free_port()}/v1"), wait_ready=False)
+    with server.client() as c:
+        for accept, status in [("*/*", 503), ("application/*", 503), ("text/plain, */*;q=0.8", 503),
+                               ("application/json;q=0", 503), ("application/json", 200),
+                               ("text/html, Application/JSON;q=0.5", 200)]:
+            r = c.get("/v2/health/ready", headers={"accept": accept, "user-agent": "kube-probe/1.31"})
+            assert r.status_code == status and r.json()["ready"] is False, accept
+            assert r.headers["vary"] == "accept"
+        # the model's readiness stays 503: both SDKs read it as False, and a 200 would be True to KServe's
+        assert c.get("/v2/models/credit/ready", headers={"accept": "application/json"}).status_code == 503
+
+
 def test_no_decision_at_all_is_503(standin, make_runtime):
     cfg = base_config(standin.url, fallbackRules=[
         {"name": "large-amount", "when": "input.amount > 10000.0", "decision": "deny", "reasoningCode": "debt_high"}])
