@@ -25,7 +25,7 @@ from .jsonutil import loads
 from .metrics import Metrics
 from .tokens import LabelTokens
 from .scored_format import scored_format
-from .upstream import UpstreamClient, UpstreamFailure
+from .upstream import UpstreamClient, UpstreamFailure, answer_bound
 from .trajectory import TrajectoryChecker, TrajectoryInvalid, derived_output_schema
 from .wire import WireError, check_choice
 
@@ -117,6 +117,8 @@ class ScoredMode:
             "logprob_token_ids": self._label_ids,
             "structured_outputs": {"regex": self.regex},
         }
+        # The chosen token and one entry per label at every position: an answer above this is not vLLM's.
+        self.max_answer_bytes = answer_bound(max_tokens, 1 + len(self._label_ids))
 
     def request(self, canonical: str, seed: int) -> dict[str, Any]:
         body = dict(self._base)
@@ -191,6 +193,7 @@ class GeneratedMode:
         self._system = {"role": "system", "content": system}
         self._base: dict[str, Any] = {"model": cfg.upstream.served_model_name,
                                       "max_tokens": cfg.upstream.max_tokens or 1024}
+        self.max_answer_bytes = answer_bound(self._base["max_tokens"])
         if not cfg.diffusion:
             # Diffusion models in vLLM 0.26 reject structured outputs, seed and temperature != 1.0.
             self._base["temperature"] = 0.0
@@ -249,7 +252,8 @@ class Decider:
             self.mode = GeneratedMode(self.cfg)
 
     async def _call(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        status, content = await self.client.post(self._url, body, timeout)
+        assert self.mode is not None
+        status, content = await self.client.post(self._url, body, timeout, self.mode.max_answer_bytes)
         if status >= 500 or status == 429:
             raise UpstreamFailure("http_5xx" if status >= 500 else "http_4xx", f"upstream answered {status}",
                                   retryable=True)

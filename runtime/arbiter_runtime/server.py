@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -282,6 +282,9 @@ def _boundary(handler):
             return _error(413, str(exc))
         except BadRequest as exc:
             return _error(400, str(exc))
+        except ClientDisconnect:  # the caller left mid-body (or the edge closed a slow one): nobody to answer
+            log.debug("client disconnected during %s %s", request.method, request.url.path)
+            return Response(status_code=499)
         except Exception as exc:  # a defect: say so, log it, keep serving
             log.exception("unexpected error answering %s %s", request.method, request.url.path)
             return _error(503, f"the decision server could not answer ({type(exc).__name__}); retry, and report "
