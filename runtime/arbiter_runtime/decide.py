@@ -45,10 +45,12 @@ class DeadlineReserve:
     that lands after 85% of the deadline (the rest is for what the server cannot see: queueing before the handler
     runs, the network) grows the reserve by a tenth of its overshoot; one that lands earlier shrinks it by a
     fiftieth of that rate. The reserve settles where late fallbacks are rare, between the floor above and
-    half the deadline.
+    half the deadline. A model answer within its budget relaxes the reserve by RELAX of its excess over the floor:
+    once the upstream is healthy again the model gets its time back (a few hundred answers after a stall), instead
+    of keeping the reserve a burst of timeouts had grown.
     """
 
-    GROW, SHRINK, TARGET = 0.1, 0.002, 0.85
+    GROW, SHRINK, TARGET, RELAX = 0.1, 0.002, 0.85, 0.01
 
     def __init__(self, deadline_s: float):
         self.deadline_s = deadline_s
@@ -59,6 +61,10 @@ class DeadlineReserve:
         error = latency_s - self.TARGET * self.deadline_s
         step = self.GROW * error if error > 0 else self.SHRINK * error
         self.s = min(max(self.s + step, self.floor), self.deadline_s / 2)
+
+    def relax(self) -> None:
+        if self.s > self.floor:
+            self.s -= self.RELAX * (self.s - self.floor)
 
 
 def canonical_json(document: Any) -> str:
@@ -117,8 +123,9 @@ class ScoredMode:
             "logprob_token_ids": self._label_ids,
             "structured_outputs": {"regex": self.regex},
         }
-        # The chosen token and one entry per label at every position: an answer above this is not vLLM's.
-        self.max_answer_bytes = answer_bound(max_tokens, 1 + len(self._label_ids))
+        # At every position the chosen token, in top_logprobs again, and one entry per label: an answer above this
+        # is not vLLM's.
+        self.max_answer_bytes = answer_bound(max_tokens, 2 + len(self._label_ids))
 
     def request(self, canonical: str, seed: int) -> dict[str, Any]:
         body = dict(self._base)
@@ -330,6 +337,7 @@ class Decider:
             out.notes.append(f"no valid answer within deadlineMs ({self.cfg.deadline_ms} ms)")
             result = "deadline"
         if isinstance(result, tuple):
+            self.reserve.relax()
             trajectory, decision, confidence = result
             out.trajectory, out.decision, out.confidence, out.source = trajectory, decision, confidence, "model"
             if confidence >= self.cfg.confidence_threshold:

@@ -38,6 +38,9 @@ log = logging.getLogger("arbiter.runtime.edge")
 FD_RESERVE = 64
 
 
+EXTENSION = "arbiter.edge"  # scope["extensions"][EXTENSION]["arrived"]: time.perf_counter() when the head was read
+
+
 class EdgeConfigError(ValueError):
     pass
 
@@ -246,6 +249,9 @@ def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedB
                 raise HeadTooLarge
 
         def on_headers_complete(self) -> None:
+            # The request's arrival, for its deadline (server.py): the head is read, the handler may only run after
+            # the other requests of a burst, and that wait is the server's, not the caller's.
+            self.scope["extensions"] = {EXTENSION: {"arrived": time.perf_counter()}}
             self._in_head, self._head_bytes = False, 0
             edge.heads.pop(self, None)
             edge.bodies[self] = time.monotonic()
@@ -266,3 +272,8 @@ def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedB
     return GuardedProtocol
 
 
+
+
+def arrived(scope: Mapping[str, Any]) -> float:
+    """When the request's head was read (time.perf_counter()); now under a server without the edge protocol."""
+    return ((scope.get("extensions") or {}).get(EXTENSION) or {}).get("arrived") or time.perf_counter()

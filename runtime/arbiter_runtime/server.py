@@ -23,6 +23,7 @@ from . import __version__, vllm_metrics
 from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso, trace_from_header
 from .config import DecisionConfig
+from .edge import arrived
 from .decide import Decider, Outcome, canonical_json, input_digest
 from .fallback import RulesEngine
 from .inputs import MAX_BODY_BYTES, BodyTooLarge, UnsupportedMediaType, canonicalise, check_content_type, read_limited
@@ -414,14 +415,14 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
 
     @_boundary
     async def infer(request: Request) -> Response:
-        started = time.perf_counter()
+        started = arrived(request.scope)
         if (err := check_model(request)) is not None:
             return err
         return await serve(request, started, read_infer, answer_infer)
 
     @_boundary
     async def decisions(request: Request) -> Response:
-        return await serve(request, time.perf_counter(), read_decision, answer_decision)
+        return await serve(request, arrived(request.scope), read_decision, answer_decision)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
