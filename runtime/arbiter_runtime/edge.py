@@ -164,6 +164,7 @@ def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedB
         _head_bytes = 0  # bytes received while the head is incomplete
         _parsed = 0  # the head's bytes as the parser reported them
         _in_head = True
+        _in_body = False  # the head is read, the body is not all read yet
         _idle = False  # between requests on keep-alive
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -190,8 +191,11 @@ def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedB
             log.debug("closing a connection from %s: %s", self.client, message)
             self._forget()
             cycle = self.cycle
-            if cycle is not None and cycle.response_started and not cycle.response_complete:
-                self.transport.close()  # an answer is on its way out: no second status line into it
+            # The status line goes out only where no answer is: not into one on its way out, and not after the
+            # answer to a request whose body is still coming in (a 413 sent early).
+            answered = cycle is not None and cycle.response_started and (self._in_body or not cycle.response_complete)
+            if answered:
+                self.transport.close()
             else:
                 _reply(self.transport, 408, "Request Timeout", message)
 
@@ -252,26 +256,31 @@ def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedB
             # The request's arrival, for its deadline (server.py): the head is read, the handler may only run after
             # the other requests of a burst, and that wait is the server's, not the caller's.
             self.scope["extensions"] = {EXTENSION: {"arrived": time.perf_counter()}}
-            self._in_head, self._head_bytes = False, 0
+            self._in_head, self._in_body, self._head_bytes = False, True, 0
             edge.heads.pop(self, None)
             edge.bodies[self] = time.monotonic()
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             edge.bodies.pop(self, None)
+            self._in_body = False
             super().on_message_complete()
+            if self.cycle is not None and self.cycle.response_complete:
+                self._become_idle()  # answered before its body was all read (a 413): idle from now on
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing() and not self._in_head and self.cycle.response_complete:
-                # Idle on keep-alive (no pipelined request pending): shed first when the cap is reached; uvicorn's
-                # keep-alive timeout closes it before the head's deadline would.
+            if not self._in_head and not self._in_body and self.cycle.response_complete:
+                self._become_idle()  # not while a pipelined request or the rest of this body is still read
+
+        def _become_idle(self) -> None:
+            # Idle on keep-alive: shed first when the cap is reached; uvicorn's keep-alive timeout closes it before
+            # the head's deadline would.
+            if not self.transport.is_closing():
                 self._in_head = self._idle = True
                 edge.heads[self] = time.monotonic()
 
     return GuardedProtocol
-
-
 
 
 def arrived(scope: Mapping[str, Any]) -> float:

@@ -167,3 +167,24 @@ def test_an_upstream_answer_over_its_bound_falls_back_with_memory_flat(standin, 
     finally:
         server.stop()
         flood.stop()
+
+
+def test_a_body_refused_early_is_answered_413_once(short_server):
+    """A declared body over the 8 MiB limit is refused before it arrives; the bytes still coming are neither
+    counted as a request head (no 431) nor answered a second time when the body deadline passes."""
+    sock = socket.create_connection(("127.0.0.1", short_server.port), timeout=10)
+    sock.sendall(b"POST /v1/decisions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                 b"content-length: 9437184\r\n\r\n" + b" " * 200_000)
+    got = b""
+    t_end = time.monotonic() + BODY_S + 3
+    while time.monotonic() < t_end:
+        try:
+            chunk = sock.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    sock.close()
+    assert got.startswith(b"HTTP/1.1 413 "), got[:200]
+    assert got.count(b"HTTP/1.1 ") == 1, got[:400]
