@@ -12,6 +12,8 @@ import time
 import urllib.request
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from arbiter_devenv.vllm_standin import StandinServer
 from support.edge_kit import FloodUpstream, ServeProc
@@ -188,3 +190,36 @@ def test_a_body_refused_early_is_answered_413_once(short_server):
     sock.close()
     assert got.startswith(b"HTTP/1.1 413 "), got[:200]
     assert got.count(b"HTTP/1.1 ") == 1, got[:400]
+
+
+@pytest.fixture(scope="module")
+def edge_server(standin, tmp_path_factory):
+    s = ServeProc(tmp_path_factory.mktemp("edge"), standin.url, env=SHORT).start()
+    yield s
+    s.stop()
+
+
+LIMIT = 32 * 1024  # ARBITER_MAX_HEADER_BYTES' default
+
+
+@settings(deadline=None, database=None, max_examples=60, suppress_health_check=list(HealthCheck))
+@given(pad=st.one_of(st.integers(0, LIMIT - 1024), st.integers(LIMIT + 1, 4 * LIMIT)),
+       cuts=st.lists(st.floats(0, 1), max_size=6), pause=st.floats(0, 0.05))
+def test_a_head_is_answered_or_refused_by_its_size_however_it_is_split(edge_server, pad, cuts, pause):
+    """Any split of the head into reads, slow or fast (within the deadline): a head within the limit is served, one
+    over it gets 431; the accounting does not depend on where the reads fall."""
+    head = b"GET /v2/health/live HTTP/1.1\r\nhost: x\r\nx-pad: " + b"p" * pad + b"\r\n\r\n"
+    points = sorted({int(c * len(head)) for c in cuts} | {0, len(head)})
+    sock = socket.create_connection(("127.0.0.1", edge_server.port), timeout=10)
+    try:
+        for a, b in zip(points, points[1:], strict=False):
+            try:
+                sock.sendall(head[a:b])
+            except OSError:
+                break  # refused and closed before the whole head was sent
+            time.sleep(pause)
+        answer = sock.recv(4096)
+    finally:
+        sock.close()
+    want = b"HTTP/1.1 200 " if pad <= LIMIT - 1024 else b"HTTP/1.1 431 "
+    assert answer.startswith(want), (pad, points, answer[:100])
