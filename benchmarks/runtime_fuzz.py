@@ -160,7 +160,7 @@ def deadline(args) -> int:
           f"p99 - deadline = {q(99) - args.deadline_ms:+.1f} ms; over the deadline: {over}; answers: {sources}; "
           f"server exit code {server.returncode}")
     if server_ms:
-        print(f"inside the server (Server-Timing total, handler start to answer): p50 {sq(50):.1f} ms, "
+        print(f"inside the server (Server-Timing total, request head read to answer): p50 {sq(50):.1f} ms, "
               f"p99 {sq(99):.1f} ms, max {server_ms[-1]:.1f} ms")
     return 0 if q(99) <= args.deadline_ms else 1
 

@@ -31,17 +31,20 @@ def serve(argv: list[str]) -> int:
 
     import uvicorn
 
+    from .edge import EdgeConfigError, EdgeLimits, guarded_protocol, raise_fd_limit
     from .server import RuntimeOptions, create_app, resolve_from_model_dir
     from .shadow import shadow_path_for
     from .tokens import TokenizerRefused
+    from .upstream import UPSTREAM_MAX_CONNECTIONS
 
     try:
+        limits = EdgeLimits.from_env(os.environ)
         cfg = load_config(args.config)
         if args.upstream:
             cfg = dataclasses.replace(cfg, upstream=dataclasses.replace(cfg.upstream, url=args.upstream.rstrip("/")))
         options = RuntimeOptions(model_dir=args.model_dir, shadow_config=shadow_path_for(args.config))
         app = create_app(cfg, options)
-    except (ConfigError, ValueError) as exc:
+    except (ConfigError, EdgeConfigError, ValueError) as exc:
         print(f"arbiter-runtime: {exc}", file=sys.stderr)
         return 2
     if cfg.trajectory_mode == "scored" and args.model_dir:
@@ -50,10 +53,16 @@ def serve(argv: list[str]) -> int:
         except TokenizerRefused as exc:
             print(f"arbiter-runtime: {exc}", file=sys.stderr)
             return 3
+    # The edge's limits (edge.py) live in uvicorn's httptools protocol: read deadlines, the head's size, a
+    # connection cap below the descriptor limit, which is first lifted to the hard limit.
+    raise_fd_limit()
+    protocol = guarded_protocol(limits, reserved_fds=UPSTREAM_MAX_CONNECTIONS)
+    logging.getLogger("arbiter.runtime").info(
+        "edge: request head within %g s and %d bytes, body within %g s, at most %d connections",
+        limits.header_timeout_s, limits.max_header_bytes, limits.body_timeout_s, protocol.cap)
     config = uvicorn.Config(app, host=args.host, port=args.port, lifespan="on", access_log=False,
                             log_level="info", timeout_graceful_shutdown=20,
-                            loop="uvloop" if _fast("uvloop") else "asyncio",
-                            http="httptools" if _fast("httptools") else "h11")
+                            loop="uvloop" if _fast("uvloop") else "asyncio", http=protocol, ws="none")
     server = uvicorn.Server(config)
     options.on_fatal = lambda _msg: setattr(server, "should_exit", True)
     # uvicorn re-raises the signal it shut down on once it is done, with the handler that was there before it:

@@ -26,7 +26,7 @@ from .metrics import Metrics
 from .scored_format import scored_format
 from .tokens import LabelTokens
 from .trajectory import TrajectoryChecker, TrajectoryInvalid, derived_output_schema
-from .upstream import UpstreamClient, UpstreamFailure
+from .upstream import UpstreamClient, UpstreamFailure, answer_bound
 from .wire import WireError, check_choice
 
 MASKED_AT = -9998.0  # vLLM writes -inf (a token the constraint masks) as -9999.0
@@ -45,10 +45,12 @@ class DeadlineReserve:
     that lands after 85% of the deadline (the rest is for what the server cannot see: queueing before the handler
     runs, the network) grows the reserve by a tenth of its overshoot; one that lands earlier shrinks it by a
     fiftieth of that rate. The reserve settles where late fallbacks are rare, between the floor above and
-    half the deadline.
+    half the deadline. A model answer within its budget relaxes the reserve by RELAX of its excess over the floor:
+    once the upstream is healthy again the model gets its time back (a few hundred answers after a stall), instead
+    of keeping the reserve a burst of timeouts had grown.
     """
 
-    GROW, SHRINK, TARGET = 0.1, 0.002, 0.85
+    GROW, SHRINK, TARGET, RELAX = 0.1, 0.002, 0.85, 0.01
 
     def __init__(self, deadline_s: float):
         self.deadline_s = deadline_s
@@ -59,6 +61,10 @@ class DeadlineReserve:
         error = latency_s - self.TARGET * self.deadline_s
         step = self.GROW * error if error > 0 else self.SHRINK * error
         self.s = min(max(self.s + step, self.floor), self.deadline_s / 2)
+
+    def relax(self) -> None:
+        if self.s > self.floor:
+            self.s -= self.RELAX * (self.s - self.floor)
 
 
 def canonical_json(document: Any) -> str:
@@ -117,6 +123,9 @@ class ScoredMode:
             "logprob_token_ids": self._label_ids,
             "structured_outputs": {"regex": self.regex},
         }
+        # At every position the chosen token, in top_logprobs again, and one entry per label: an answer above this
+        # is not vLLM's.
+        self.max_answer_bytes = answer_bound(max_tokens, 2 + len(self._label_ids))
 
     def request(self, canonical: str, seed: int) -> dict[str, Any]:
         body = dict(self._base)
@@ -191,6 +200,7 @@ class GeneratedMode:
         self._system = {"role": "system", "content": system}
         self._base: dict[str, Any] = {"model": cfg.upstream.served_model_name,
                                       "max_tokens": cfg.upstream.max_tokens or 1024}
+        self.max_answer_bytes = answer_bound(self._base["max_tokens"])
         if not cfg.diffusion:
             # Diffusion models in vLLM 0.26 reject structured outputs, seed and temperature != 1.0.
             self._base["temperature"] = 0.0
@@ -249,7 +259,8 @@ class Decider:
             self.mode = GeneratedMode(self.cfg)
 
     async def _call(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
-        status, content = await self.client.post(self._url, body, timeout)
+        assert self.mode is not None
+        status, content = await self.client.post(self._url, body, timeout, self.mode.max_answer_bytes)
         if status >= 500 or status == 429:
             raise UpstreamFailure("http_5xx" if status >= 500 else "http_4xx", f"upstream answered {status}",
                                   retryable=True)
@@ -326,6 +337,7 @@ class Decider:
             out.notes.append(f"no valid answer within deadlineMs ({self.cfg.deadline_ms} ms)")
             result = "deadline"
         if isinstance(result, tuple):
+            self.reserve.relax()
             trajectory, decision, confidence = result
             out.trajectory, out.decision, out.confidence, out.source = trajectory, decision, confidence, "model"
             if confidence >= self.cfg.confidence_threshold:

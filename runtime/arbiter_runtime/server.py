@@ -16,7 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -25,6 +25,7 @@ from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso
 from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .config import DecisionConfig
 from .decide import Decider, Outcome, canonical_json, input_digest
+from .edge import arrived
 from .fallback import RulesEngine
 from .inputs import BodyTooLarge, UnsupportedMediaType, canonicalise, read_json
 from .jsonutil import dumps_bytes
@@ -281,6 +282,9 @@ def _boundary(handler):
             return _error(413, str(exc))
         except BadRequest as exc:
             return _error(400, str(exc))
+        except ClientDisconnect:  # the caller left mid-body (or the edge closed a slow one): nobody to answer
+            log.debug("client disconnected during %s %s", request.method, request.url.path)
+            return Response(status_code=499)
         except Exception as exc:  # a defect: say so, log it, keep serving
             log.exception("unexpected error answering %s %s", request.method, request.url.path)
             return _error(503, f"the decision server could not answer ({type(exc).__name__}); retry, and report "
@@ -414,14 +418,14 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
 
     @_boundary
     async def infer(request: Request) -> Response:
-        started = time.perf_counter()
+        started = arrived(request.scope)
         if (err := check_model(request)) is not None:
             return err
         return await serve(request, started, read_infer, answer_infer)
 
     @_boundary
     async def decisions(request: Request) -> Response:
-        return await serve(request, time.perf_counter(), read_decision, answer_decision)
+        return await serve(request, arrived(request.scope), read_decision, answer_decision)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)

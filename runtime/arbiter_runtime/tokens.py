@@ -58,7 +58,8 @@ class UpstreamTokenizeSource:
 
     async def encode(self, text: str) -> list[int]:
         status, content = await self._client.post(self._url, {"model": self._model, "prompt": text,
-                                                               "add_special_tokens": False}, timeout=30.0)
+                                                               "add_special_tokens": False}, timeout=30.0,
+                                                  max_bytes=1 << 20)  # the ids of one label's text: a few bytes
         if status != 200:
             raise TokenizerRefused(f"{self._url} answered {status}: {content[:200]!r}")
         body = json.loads(content)

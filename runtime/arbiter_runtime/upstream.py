@@ -23,8 +23,25 @@ class UpstreamFailure(Exception):
         self.retryable = retryable
 
 
+UPSTREAM_MAX_CONNECTIONS = 512  # the pool's size; the edge keeps this many descriptors for it (edge.py)
+# An answer's size bound (answer_bound): the longest token of common vocabularies in UTF-8 bytes (cl100k and
+# Llama 3's are at most 128), JSON's worst escape (\u00XX: 6 bytes a byte), what vLLM writes around the choice.
+TOKEN_BYTES = 128
+ESCAPED = 6
+ENVELOPE_BYTES = 64 * 1024
+READ_CHUNK = 64 * 1024
+HEALTH_BODY_BYTES = 64 * 1024
+
+
+def answer_bound(max_tokens: int, logprob_entries: int = 0) -> int:
+    """The most bytes a chat completion of at most `max_tokens` tokens can take, each token carrying
+    `logprob_entries` log-probability entries (token, logprob, bytes; scored mode: the chosen one + the labels)."""
+    per_entry = 128 + TOKEN_BYTES * (ESCAPED + 4)  # keys and a logprob; the token escaped; "bytes": [255, ...]
+    return ENVELOPE_BYTES + max_tokens * (TOKEN_BYTES * ESCAPED + logprob_entries * per_entry)
+
+
 class UpstreamClient:
-    def __init__(self, headers: dict[str, str] | None = None, max_connections: int = 512):
+    def __init__(self, headers: dict[str, str] | None = None, max_connections: int = UPSTREAM_MAX_CONNECTIONS):
         self._headers = {"content-type": "application/json", **(headers or {})}
         self._max = max_connections
         self._session: aiohttp.ClientSession | None = None
@@ -40,12 +57,16 @@ class UpstreamClient:
             await self._session.close()
             self._session = None
 
-    async def post(self, url: str, body: Any, timeout: float) -> tuple[int, bytes]:
+    async def post(self, url: str, body: Any, timeout: float, max_bytes: int | None = None) -> tuple[int, bytes]:
+        """Status and body; a body over `max_bytes` is not read further (UpstreamFailure "too_large"): the
+        connection is closed, not returned to the pool, and no more than max_bytes and one read are held."""
         assert self._session is not None, "UpstreamClient.start() first"
         try:
             async with self._session.post(url, data=dumps_bytes(body),
                                           timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                return resp.status, await resp.read()
+                if max_bytes is None:
+                    return resp.status, await resp.read()
+                return resp.status, await _read_capped(resp, max_bytes)
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamFailure("connect", f"upstream unreachable: {exc.os_error or exc}", retryable=False) \
                 from None
@@ -60,7 +81,27 @@ class UpstreamClient:
         assert self._session is not None, "UpstreamClient.start() first"
         try:
             async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-                await resp.read()
+                try:
+                    await _read_capped(resp, HEALTH_BODY_BYTES)
+                except UpstreamFailure:
+                    pass  # the status is the answer; an endless health body costs a closed connection
                 return resp.status
         except (TimeoutError, aiohttp.ClientError):
             return None
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    if resp.content_length is not None and resp.content_length > limit:
+        resp.close()
+        raise UpstreamFailure("too_large", f"upstream answer of {resp.content_length} bytes is over the "
+                                           f"{limit}-byte bound of its max_tokens", retryable=False)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(READ_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            resp.close()
+            raise UpstreamFailure("too_large", f"upstream answer over the {limit}-byte bound of its max_tokens",
+                                  retryable=False)
+        chunks.append(chunk)
+    return b"".join(chunks)
