@@ -78,8 +78,8 @@ def serve(argv: list[str]) -> int:
     server.run()
     if rt.fatal or not server.started:
         return 3
-    if rt.audit_lost is None:  # a forced exit (a second Ctrl-C) skips the shutdown: nothing was flushed
-        logging.getLogger("arbiter.audit").error("audit not flushed: forced exit before the shutdown")
+    if rt.audit_lost is None:  # a forced exit (a second Ctrl-C) or an error skipped the audit's close
+        logging.getLogger("arbiter.audit").error("audit not closed: the shutdown did not run to its end")
         return EXIT_AUDIT_LOST
     return EXIT_AUDIT_LOST if any(rt.audit_lost.values()) else 0
 

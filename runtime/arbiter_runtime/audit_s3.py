@@ -193,7 +193,8 @@ class S3BatchSink:
                 return
             self._buffer.append(line)
             self._waiting += 1
-            full = len(self._buffer) >= self.s.batch_records
+            # Once per batch's worth: a failing S3 is asked again per batch, not per record.
+            full = len(self._buffer) == self.s.batch_records
         if full:
             self._wake.set()
 
