@@ -109,6 +109,7 @@ class S3BatchSink:
         self.failures = 0
         self.dropped = 0  # records never added to a batch (the buffer was full)
         self._last_error = ""
+        self._may_head = True  # False once the bucket refuses HEAD (a put-only role)
 
     @staticmethod
     def _new_client(settings: S3Settings) -> Any:
@@ -236,12 +237,22 @@ class S3BatchSink:
         for i in range(0, len(lines), self.s.batch_records):
             self._pending.append(self._seal(lines[i:i + self.s.batch_records], now))
 
-    def _stored(self, batch: _Batch) -> bool:
-        """Whether S3 holds the batch's object (after a failed PUT it may: the acknowledgement can be lost)."""
+    def _stored(self, batch: _Batch) -> bool | None:
+        """Whether S3 holds the batch's object (after a failed PUT it may: the acknowledgement can be lost);
+        None: S3 will not say."""
+        if not self._may_head:
+            return None
         try:
             head = self._client.head_object(Bucket=self.s.bucket, Key=batch.key)
         except Exception as exc:
-            if _code(exc) in ("404", "NoSuchKey", "NotFound"):
+            code = _code(exc)
+            if code in ("403", "AccessDenied", "Forbidden"):
+                # A put-only role: the retry cannot ask, so it PUTs the same key and bytes again (idempotent).
+                log.warning("audit: s3://%s refuses HEAD (%s): a failed upload is retried without checking "
+                            "first (grant s3:GetObject to avoid a second version of its key)", self.s.bucket, code)
+                self._may_head = False
+                return None
+            if code in ("404", "NoSuchKey", "NotFound"):
                 return False
             raise
         # Only this process writes under the batch's random id: an object of the batch's size is the batch.
@@ -249,9 +260,10 @@ class S3BatchSink:
 
     def _upload(self, batch: _Batch) -> None:
         if batch.tried:
-            if self._stored(batch):
+            stored = self._stored(batch)
+            if stored:
                 return
-            if batch.retention != self.retention:
+            if stored is False and batch.retention != self.retention:
                 # Never stored under the old key, so it may move: its records follow the bucket's retention now.
                 assert self.retention is not None
                 batch.retention = self.retention

@@ -138,6 +138,7 @@ class S3FaultProxy(LoopbackPeer):
         reset_after  forward (S3 stores it), then reset the connection instead of answering
         reset        reset the connection; S3 never sees the request
         slow_down    503 SlowDown; S3 never sees the request
+        forbidden    403 AccessDenied (a role without that permission); S3 never sees the request
 
     Requests are forwarded byte for byte (the Host header and the path as signed), so SigV4 signatures hold.
     `throttle_for(seconds)` answers slow_down to everything for that long. `seen` lists (request, fault).
@@ -193,8 +194,9 @@ class S3FaultProxy(LoopbackPeer):
         if fault == "reset":
             await self._break_connection(writer, "reset")
             return False
-        if fault == "slow_down":
-            await self._answer(writer, 503, [], error_xml("SlowDown", "Please reduce your request rate."))
+        if fault in ("slow_down", "forbidden"):
+            status, code = (503, "SlowDown") if fault == "slow_down" else (403, "AccessDenied")
+            await self._answer(writer, status, [], error_xml(code), head=method == "HEAD")
             return True
         status, answer_headers, content = await self._forward(method, target, pairs, body)
         if fault == "reset_after":

@@ -108,7 +108,7 @@ def test_throttled_for_five_seconds_every_record_lands_once(s3_server, proxy, st
     assert server.runtime.audit_lost == {"stdout": 0, "s3": 0}
 
 
-FAULTS = st.sampled_from(["pass", "ack_lost", "reset_after", "reset", "slow_down"])
+FAULTS = st.sampled_from(["pass", "ack_lost", "reset_after", "reset", "slow_down", "forbidden"])
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
