@@ -63,7 +63,9 @@ class S3Settings:
 
 
 def _code(exc: Exception) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__))
+    # A connection reset is a botocore error whose `response` is None, not absent.
+    response = getattr(exc, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", type(exc).__name__))
 
 
 @dataclass
@@ -104,7 +106,7 @@ class S3BatchSink:
         self._deadline = 0.0
         self._thread: threading.Thread | None = None
         self.retention: str | None = None  # locked | unlocked | None: not known (S3 did not answer)
-        self._retention_why = ""
+        self._announced: tuple[str | None, str] | None = None  # the retention last logged, and why
         self.uploaded_objects: list[str] = []
         self.failures = 0
         self.dropped = 0  # records never added to a batch (the buffer was full)
@@ -174,14 +176,15 @@ class S3BatchSink:
             return False
 
     def _set_retention(self, state: str | None, why: str) -> None:
-        if state != self.retention or self._retention_why != why:
+        # Logged when it changes, not at every re-check after an S3 error that left the bucket as it was.
+        if (state, why) != self._announced:
             level = logging.INFO if state == "locked" else logging.WARNING if state is None else logging.ERROR
             where = {"locked": f"s3://{self.s.bucket}/{self.s.prefix}/",
                      "unlocked": f"s3://{self.s.bucket}/{self.s.prefix}{UNRETAINED_SUFFIX}/ (records WITHOUT "
                                  "retention)",
                      None: "nowhere yet: records wait in memory and the check is repeated"}[state]
             log.log(level, "audit retention: %s; writing to %s", why, where)
-        self.retention, self._retention_why = state, why
+        self.retention, self._announced = state, (state, why)
 
     def write(self, line: str) -> None:
         with self._lock:

@@ -57,8 +57,8 @@ def is_object_put(request: S3Request) -> bool:
 
 
 def test_a_lost_acknowledgement_never_duplicates_records(s3_server, proxy, standin, make_runtime):
-    """S3 stores every upload but answers 500, three times per object (boto3's own retries included): the
-    decision server's 300 records are 300 lines in S3, one object per batch."""
+    """S3 stores every upload but answers 500, up to three times per object (boto3's own retries and the sink's):
+    the decision server's 300 records are 300 lines in S3, one object per batch."""
     s3 = s3_server.client()
     bucket = new_bucket(s3)
     puts: collections.Counter[str] = collections.Counter()
@@ -80,7 +80,8 @@ def test_a_lost_acknowledgement_never_duplicates_records(s3_server, proxy, stand
     server.stop()
     assert server.runtime.audit_lost == {"stdout": 0, "s3": 0}
     stored = lines_per_key(s3, bucket)
-    assert proxy.faults("ack_lost") >= 3 * len(stored)  # every object was stored and its answer lost, thrice
+    assert proxy.faults("ack_lost") >= len(stored)  # each object stored with its answer lost, at least once
+    assert any(request.method == "HEAD" for request, _ in proxy.seen)  # the sink asked before a PUT again
     on_stdout = stdout.getvalue().splitlines()
     in_s3 = [line for lines in stored.values() for line in lines]
     assert len(on_stdout) == 300 and sorted(in_s3) == sorted(on_stdout)  # each record once: 300 lines, not 350
