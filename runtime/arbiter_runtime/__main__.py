@@ -7,8 +7,11 @@ import importlib.util
 import logging
 import os
 import sys
+import time
 
 from .config import ConfigError, load_config
+
+EXIT_AUDIT_LOST = 4  # serve: some audit record is missing from some sink; the log says how many per sink
 
 
 def _fast(module: str) -> bool:
@@ -53,6 +56,7 @@ def serve(argv: list[str]) -> int:
         except TokenizerRefused as exc:
             print(f"arbiter-runtime: {exc}", file=sys.stderr)
             return 3
+    rt = app.state.runtime
     # The edge's limits (edge.py) live in uvicorn's httptools protocol: read deadlines, the head's size, a
     # connection cap below the descriptor limit, which is first lifted to the hard limit.
     raise_fd_limit()
@@ -60,10 +64,18 @@ def serve(argv: list[str]) -> int:
     logging.getLogger("arbiter.runtime").info(
         "edge: request head within %g s and %d bytes, body within %g s, at most %d connections",
         limits.header_timeout_s, limits.max_header_bytes, limits.body_timeout_s, protocol.cap)
+    # Requests in flight get half the grace period; the audit flush has until its end (Runtime.stop).
     config = uvicorn.Config(app, host=args.host, port=args.port, lifespan="on", access_log=False,
-                            log_level="info", timeout_graceful_shutdown=20,
+                            log_level="info", timeout_graceful_shutdown=max(1, int(rt.shutdown_grace_s / 2)),
                             loop="uvloop" if _fast("uvloop") else "asyncio", http=protocol, ws="none")
     server = uvicorn.Server(config)
+    handle_exit = server.handle_exit
+
+    def on_signal(sig, frame) -> None:  # the shutdown's deadline counts from the first signal (Runtime.stop)
+        rt.stop_requested_at = rt.stop_requested_at or time.monotonic()
+        handle_exit(sig, frame)
+
+    server.handle_exit = on_signal  # type: ignore[method-assign]  # uvicorn installs it as the signal handler
     options.on_fatal = lambda _msg: setattr(server, "should_exit", True)
     # uvicorn re-raises the signal it shut down on once it is done, with the handler that was there before it:
     # make that one a no-op, so a clean SIGTERM/SIGINT shutdown exits 0 (not 143), as the supervisor expects.
@@ -72,10 +84,13 @@ def serve(argv: list[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     server.run()
-    rt = app.state.runtime
     if rt.fatal or not server.started:
         return 3
-    return 0
+    if rt.audit_lost is None:  # a forced exit (a second Ctrl-C) or an error skipped the audit's close
+        logging.getLogger("arbiter.audit").error("audit not closed: the shutdown did not run to its end")
+        return EXIT_AUDIT_LOST
+    return EXIT_AUDIT_LOST if any(rt.audit_lost.values()) else 0
+
 
 
 COMMANDS = ("serve", "supervise", "worker")

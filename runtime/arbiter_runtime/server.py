@@ -32,6 +32,7 @@ from .jsonutil import dumps_bytes
 from .metrics import Metrics
 from .protocol import OUTPUT_METADATA, BadRequest, Outputs, infer_response, parse_infer, wants_json_readiness
 from .shadow import SHADOW_HEADER, Shadow
+from .supervisor import shutdown_grace_s
 from .tensor_binary import HEADER_LENGTH, attach_inputs, encode_outputs
 from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
 from .trajectory import InputInvalid, InputValidator
@@ -89,6 +90,9 @@ class Runtime:
         self.shadow = Shadow(cfg, self.metrics, lambda: self.audit, options.shadow_config, options.shadow_poll_s)
         self._loader: asyncio.Task | None = None
         self._watcher: asyncio.Task | None = None
+        self.shutdown_grace_s = shutdown_grace_s(options.env)
+        self.stop_requested_at: float | None = None  # time.monotonic() of the SIGTERM (set by the CLI)
+        self.audit_lost: dict[str, int] | None = None  # per sink, once the audit is closed
         root = cfg.upstream.url
         self.upstream_root = root[:-3] if root.endswith("/v1") else root
 
@@ -190,14 +194,18 @@ class Runtime:
                 log.error("%s", self.not_ready_reason)
 
     async def stop(self) -> None:
+        # One deadline from the signal for all of it, a moment before the grace period ends: the supervisor's
+        # SIGKILL must not come before the audit's count is logged.
+        grace = self.shutdown_grace_s
+        deadline = (self.stop_requested_at or time.monotonic()) + grace - min(1.0, grace / 2)
         for task in (self._loader, self._watcher):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.shadow.stop()  # before the audit closes: a cancelled mirror gives its slots back
-        if self.audit is not None:
-            await self.audit.close()  # flushes the S3 batch: no record lost on a clean shutdown
+        # Every sink gets until the deadline (S3 retried with backoff); what is missing is counted per sink.
+        self.audit_lost = await self.audit.close(deadline) if self.audit is not None else {}
         if self.client is not None:
             await self.client.close()
 

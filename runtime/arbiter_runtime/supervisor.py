@@ -30,6 +30,20 @@ from pathlib import Path
 log = logging.getLogger("arbiter.supervisor")
 
 DEFAULT_VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+# From SIGTERM, how long the shutdown may take: the supervisor's SIGKILL bound, and the decision server's deadline
+# for its audit (server.Runtime.stop). Below Kubernetes' default terminationGracePeriodSeconds (30 s).
+DEFAULT_SHUTDOWN_GRACE_S = 25.0
+
+
+def shutdown_grace_s(env: dict[str, str]) -> float:
+    raw = env.get("ARBITER_SHUTDOWN_GRACE_S", "")
+    try:
+        grace = float(raw) if raw else DEFAULT_SHUTDOWN_GRACE_S
+    except ValueError:
+        grace = -1.0
+    if not 0 < grace < float("inf"):
+        raise ValueError(f"ARBITER_SHUTDOWN_GRACE_S must be a number of seconds above 0, not {raw!r}")
+    return grace
 
 
 def vllm_args_from_env(env: dict[str, str]) -> list[str]:
@@ -137,11 +151,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-dir", default=os.environ.get("ARBITER_MODEL_DIR") or None)
     p.add_argument("--upstream", default=os.environ.get("ARBITER_UPSTREAM_URL") or None,
                    help="use this OpenAI-compatible server instead of starting vllm serve")
-    p.add_argument("--grace-s", type=float, default=float(os.environ.get("ARBITER_SHUTDOWN_GRACE_S", "25")),
-                   help="how long children get to exit after SIGTERM before SIGKILL")
+    p.add_argument("--grace-s", type=float, default=None,
+                   help="how long children get to exit after SIGTERM before SIGKILL (default: "
+                        "$ARBITER_SHUTDOWN_GRACE_S, else 25)")
     opts = p.parse_args(argv)
     env = dict(os.environ)
     try:
+        grace = shutdown_grace_s({"ARBITER_SHUTDOWN_GRACE_S": str(opts.grace_s)} if opts.grace_s is not None
+                                 else env)
         vllm_args = vllm_cli or vllm_args_from_env(env)
     except ValueError as exc:
         print(f"arbiter-runtime supervise: {exc}", file=sys.stderr)
@@ -157,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             log.error("ray start --head failed with code %s", rc)
             return rc
     children = build_commands(opts, vllm_args, env)
-    return Supervisor(children, opts.grace_s).run()
+    return Supervisor(children, grace).run()
 
 
 class Supervisor:
@@ -166,10 +183,12 @@ class Supervisor:
         self.grace_s = grace_s
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopping: int | None = None
+        self._stop_at: float | None = None  # time.monotonic() of the first stop: the grace period counts from it
 
     def _signal(self, signum, _frame) -> None:
         if self.stopping is None:
             self.stopping = signum
+            self._stop_at = time.monotonic()
             log.info("received %s: stopping children", signal.Signals(signum).name)
             for proc in self.procs.values():
                 if proc.poll() is None:
@@ -180,7 +199,8 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._signal)
         for name, cmd in self.children:
             log.info("starting %s: %s", name, shlex.join(cmd))
-            self.procs[name] = subprocess.Popen(cmd)
+            # The children get the same grace: the decision server times its audit flush to end before the SIGKILL.
+            self.procs[name] = subprocess.Popen(cmd, env=dict(os.environ, ARBITER_SHUTDOWN_GRACE_S=str(self.grace_s)))
         code = 0
         while True:
             if os.getpid() == 1:
@@ -197,10 +217,13 @@ class Supervisor:
                 break
             time.sleep(0.1)
         if self.stopping is not None and code == 0:
-            # Clean stop on request: exit 0 when every child stopped cleanly.
-            code = max((abs(p.returncode or 0) for p in self.procs.values()), default=0)
-            code = 0 if all(p.returncode in (0, -signal.SIGTERM, -signal.SIGINT) for p in self.procs.values()) \
-                else code
+            # Stop on request: exit 0 when every child stopped cleanly, else with the code of one that did not (the
+            # decision server's 4: audit records were lost, its log says how many per sink).
+            unclean = {n: p.returncode for n, p in self.procs.items()
+                       if p.returncode not in (0, -signal.SIGTERM, -signal.SIGINT)}
+            for name, rc in unclean.items():
+                log.error("%s exited with code %s while stopping", name, rc)
+            code = max((abs(rc or 1) for rc in unclean.values()), default=0)
         return code
 
     def _reap_orphans(self) -> None:
@@ -221,7 +244,8 @@ class Supervisor:
         for proc in self.procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
+        self._stop_at = self._stop_at or time.monotonic()
+        deadline = self._stop_at + self.grace_s
         for proc in self.procs.values():
             remaining = max(0.0, deadline - time.monotonic())
             try:

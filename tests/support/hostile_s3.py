@@ -128,3 +128,107 @@ class HostileS3(LoopbackPeer):
                 if answer.trickle:
                     await asyncio.sleep(answer.trickle)
         return not answer.close and length == real and not answer.chunked
+
+
+class S3FaultProxy(LoopbackPeer):
+    """A real S3 (MinIO) behind a proxy that breaks what `fault(request)` names, per request:
+
+        pass         forward, answer what S3 answered
+        ack_lost     forward (S3 stores it), then answer 500 InternalError: the acknowledgement is lost
+        reset_after  forward (S3 stores it), then reset the connection instead of answering
+        reset        reset the connection; S3 never sees the request
+        slow_down    503 SlowDown; S3 never sees the request
+        forbidden    403 AccessDenied (a role without that permission); S3 never sees the request
+
+    Requests are forwarded byte for byte (the Host header and the path as signed), so SigV4 signatures hold.
+    `throttle_for(seconds)` answers slow_down to everything for that long. `seen` lists (request, fault).
+    """
+
+    name = "s3-fault-proxy"
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        self.target = target.rstrip("/")
+        self.fault: Callable[[S3Request], str] = lambda request: "pass"
+        self.seen: list[tuple[S3Request, str]] = []
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def throttle_for(self, seconds: float) -> None:
+        import time
+
+        until = time.monotonic() + seconds
+        self.fault = lambda request: "slow_down" if time.monotonic() < until else "pass"
+
+    def faults(self, name: str) -> int:
+        return sum(1 for _, fault in self.seen if fault == name)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._one(reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            writer.close()
+
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        pairs = [(k.strip(), v.strip()) for k, _, v in (h.partition(":") for h in lines[1:] if h)]
+        headers = {k.lower(): v for k, v in pairs}
+        if "chunked" in headers.get("transfer-encoding", ""):
+            raise ValueError("chunked request bodies are not forwarded")  # boto3 over http sends Content-Length
+        if headers.get("expect", "").lower() == "100-continue":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            await writer.drain()
+        body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+        split = urlsplit(target)
+        request = S3Request(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers)
+        fault = self.fault(request)
+        self.seen.append((request, fault))
+        if fault == "reset":
+            await self._break_connection(writer, "reset")
+            return False
+        if fault in ("slow_down", "forbidden"):
+            status, code = (503, "SlowDown") if fault == "slow_down" else (403, "AccessDenied")
+            await self._answer(writer, status, [], error_xml(code), head=method == "HEAD")
+            return True
+        status, answer_headers, content = await self._forward(method, target, pairs, body)
+        if fault == "reset_after":
+            await self._break_connection(writer, "reset")
+            return False
+        if fault == "ack_lost":
+            status, answer_headers, content = 500, [], error_xml("InternalError", "We encountered an internal error.")
+        await self._answer(writer, status, answer_headers, content, head=method == "HEAD")
+        return True
+
+    async def _forward(self, method: str, target: str, pairs: list[tuple[str, str]],
+                       body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        import yarl
+
+        assert self._session is not None
+        skip = {"content-length", "expect", "connection", "transfer-encoding"}
+        async with self._session.request(method, yarl.URL(self.target + target, encoded=True),
+                                         headers=[(k, v) for k, v in pairs if k.lower() not in skip],
+                                         data=body if body or method in ("PUT", "POST") else None,
+                                         skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"),
+                                         allow_redirects=False, auto_decompress=False) as resp:
+            content = await resp.read()
+            return resp.status, [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers], content
+
+    async def _answer(self, writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]],
+                      body: bytes, head: bool = False) -> None:
+        keep = [(k, v) for k, v in headers
+                if k.lower() not in ("transfer-encoding", "connection") and (head or k.lower() != "content-length")]
+        if not head:
+            keep.append(("Content-Length", str(len(body))))
+        if not any(k.lower() == "content-type" for k, _ in keep):
+            keep.append(("Content-Type", "application/xml"))
+        lines = [f"HTTP/1.1 {status} Proxied", *(f"{k}: {v}" for k, v in keep), "", ""]
+        writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head else body))
+        await writer.drain()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +50,8 @@ def supervised(tmp_path):
     # The container's form: `arbiter-runtime <vllm serve args>` with the server's settings in the environment, as
     # the operator renders them; the stand-in plays `vllm serve`.
     env = dict(os.environ, ARBITER_VLLM_COMMAND=f"{sys.executable} -m arbiter_devenv.vllm_standin",
-               ARBITER_DECISION_CONFIG=str(cfg), ARBITER_PORT=str(port), ARBITER_AUTH="false", PYTHONUNBUFFERED="1")
+               ARBITER_DECISION_CONFIG=str(cfg), ARBITER_PORT=str(port), ARBITER_AUTH="false", PYTHONUNBUFFERED="1",
+               ARBITER_SHUTDOWN_GRACE_S="6")
     proc = subprocess.Popen(
         [sys.executable, "-m", "arbiter_runtime", f"--port={upstream_port}", "--served-model-name", "credit-v1",
          "--words", ",".join(LABELS), "--model-dir", str(model_dir)],
@@ -88,6 +90,22 @@ def test_sigterm_stops_both_and_the_audit_is_on_stdout(supervised):
                    for c in children)
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert len(records) == 1 and records[0]["traceId"] == r.json()["traceId"]
+
+
+def test_a_lost_audit_record_is_the_containers_exit_code(supervised):
+    """Nobody reads the container's stdout: the decision server gives up on it at the deadline and exits 4; the
+    container exits 4 too, after SIGTERM, with the count in the log."""
+    proc, url = supervised  # its stdout is a pipe this test reads only once the container is gone
+    with httpx.Client(base_url=url, timeout=10) as c:
+        for n in range(300):
+            c.post("/v1/decisions", json={"amount": n, "country": "DE"}).raise_for_status()
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)  # still not reading
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 4, err
+    assert "decision-server exited with code 4 while stopping" in err
+    found = re.search(r"audit records not written at shutdown: stdout (\d+) \(of 300 recorded\)", err)
+    assert found and int(found[1]) == 300 - out.count("\n") > 0
 
 
 def test_supervisor_exits_when_vllm_dies(supervised):
