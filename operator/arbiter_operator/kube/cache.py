@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, cast
 import msgspec
 
 from ..api import jsonfast
-from ..api.kubejson import STATUS_ONLY
+from ..api.kubejson import REFUSED, STATUS_ONLY
 from .client import LoopKubeClient, Objects
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
@@ -103,11 +103,21 @@ def _held_bytes(obj: dict[str, Any]) -> bytes:
     """Compact JSON of an object to hold. msgspec: about ten times faster than the standard library's encoder (which
     was a few percent of the operator's CPU at fleet scale), and its bytes are exactly as long as the text (orjson's
     were measured to hold about 65 MiB more at 1,000 DecisionModels: its output buffers). The standard library for
-    what msgspec refuses (integers beyond 64 bits)."""
+    what msgspec refuses (integers beyond 64 bits). An object nested too deep for either is held as a stand-in
+    (`api.kubejson.refused`: its metadata and why), which the reconcile reports."""
     try:
-        return _encode(obj)
-    except (TypeError, ValueError, OverflowError):
-        return json.dumps(obj, separators=(",", ":")).encode()
+        try:
+            return _encode(obj)
+        except (TypeError, ValueError, OverflowError):
+            return json.dumps(obj, separators=(",", ":")).encode()
+    except RecursionError as exc:
+        stand_in: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind", "metadata", "status") if k in obj}
+        stand_in[REFUSED] = f"it is nested too deep to hold ({exc})"
+        try:
+            return _encode(stand_in)
+        except RecursionError:  # a status nested that deep too: the metadata, which the apiserver keeps shallow
+            stand_in.pop("status", None)
+            return _encode(stand_in)
 
 
 class _Held(NamedTuple):
