@@ -19,7 +19,7 @@ import re
 
 import orjson
 
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\],:]', re.DOTALL)
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|["{}\[\],:]', re.DOTALL)  # a lone quote: a string never closed
 _OPEN, _CLOSE = frozenset(b"{["), frozenset(b"}]")
 _QUOTE, _COMMA, _COLON = ord('"'), ord(","), ord(":")
 
@@ -43,6 +43,8 @@ def children(data: bytes, start: int = 0, end: int | None = None
     depth, key, value_at, key_next = 0, None, pos + 1, is_object
     for m in _TOKEN.finditer(data, pos, stop):
         c = data[m.start()]
+        if c == _QUOTE and m.end() - m.start() == 1:
+            return None
         if depth == 1 and c == _QUOTE and key_next:
             try:
                 key = orjson.loads(m.group())

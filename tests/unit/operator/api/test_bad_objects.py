@@ -5,6 +5,7 @@ or watch stream is read as usual, and the bad one is named, with the reason, ins
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ import pytest
 from arbiter_operator.api import jsonscan
 from arbiter_operator.api.kubejson import REFUSED, loads_event, loads_list, loads_object
 from arbiter_operator.api.models import MAX_SCHEMA_DEPTH, DecisionModel, schema_depth
+from arbiter_operator.kube.cache import WatchCache
 from arbiter_operator.refuse import refusal_status, undecodable_message
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -86,13 +88,30 @@ def test_an_item_nothing_names_still_fails_its_list():
         loads_list(b'{"metadata":{"resourceVersion":"9"},"items":[' + item("ok") + b"," + deep(2000)[:-3])
 
 
-@pytest.mark.parametrize("levels", [1_100, 3_000])
+@pytest.mark.parametrize("levels", [20_000, 200_000])  # past any recursion limit (msgspec's depth follows it)
 def test_a_watch_line_or_write_answer_too_deep_is_a_stand_in(levels):
     line = b'{"type":"MODIFIED","object":' + item("bad", deep(levels)) + b"}"
     type_, obj = loads_event(line, "DecisionModel")
     assert type_ == "MODIFIED" and obj["metadata"]["name"] == "bad" and REFUSED in obj
     assert loads_object(item("bad", deep(levels)))["metadata"]["uid"] == "u-bad"
     assert loads_event(line[:-20], "DecisionModel") is None  # cut: not an event at all
+
+
+@pytest.mark.parametrize("levels", [1_100, 3_000])
+def test_the_cache_reads_back_what_it_holds_or_a_stand_in(levels):
+    """msgspec (watch lines) may decode deeper than orjson (the cache's reads) goes: a pass still reads a stand-in."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(levels + 500)  # msgspec's depth follows Python's recursion limit, which a caller may raise
+    try:
+        cache = WatchCache()
+        line = b'{"type":"MODIFIED","object":' + item("bad", deep(levels)) + b"}"
+        _, obj = loads_event(line, "DecisionModel")
+        cache.put(obj)
+    finally:
+        sys.setrecursionlimit(limit)
+    read = cache.get("arbiter.dev/v1alpha1", "DecisionModel", "ns", "bad")
+    assert read is not None and REFUSED in read and read["metadata"]["uid"] == "u-bad"
+    assert [o["metadata"]["name"] for o in cache.list("arbiter.dev/v1alpha1", "DecisionModel", "ns", [])] == ["bad"]
 
 
 def test_a_normal_page_decodes_as_before():
