@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from arbiter_operator.api import jsonscan
-from arbiter_operator.api.kubejson import REFUSED, loads_event, loads_list, loads_object
+from arbiter_operator.api.kubejson import REFUSED, loads_event, loads_list, loads_object, refused
 from arbiter_operator.api.models import MAX_SCHEMA_DEPTH, DecisionModel, schema_depth
 from arbiter_operator.kube.cache import WatchCache
 from arbiter_operator.refuse import refusal_status, undecodable_message
@@ -156,7 +156,8 @@ def test_depth_is_counted_without_recursion():
 
 def test_the_refusal_status_names_the_limit_and_keeps_the_rest():
     from datetime import UTC, datetime
-    raw = loads_object(item("bad", deep(2000)))
+    raw = refused(item("bad", deep(2000)), "it cannot be decoded (depth limit exceeded)")
+    assert raw is not None
     raw["status"] = {"observedGeneration": 2, "promotion": {"stable": "1.0.0"}}
     status = refusal_status(raw, undecodable_message(raw), datetime(2026, 1, 1, tzinfo=UTC))
     conds = {c["type"]: c for c in status["conditions"]}
