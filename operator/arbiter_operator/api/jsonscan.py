@@ -26,7 +26,7 @@ _QUOTE, _COMMA, _COLON = ord('"'), ord(","), ord(":")
 Span = tuple[int, int]
 
 
-def children(data: bytes, start: int = 0, end: int | None = None
+def children(data: bytes | bytearray, start: int = 0, end: int | None = None
              ) -> tuple[bool, list[tuple[str | None, Span]], int] | None:
     """The direct children of the object or array whose first non-blank byte is at or after `start`: whether it is an
     object, (key or None for an array element, (first byte, byte after the last) of its value) for each child, and
@@ -67,7 +67,7 @@ def children(data: bytes, start: int = 0, end: int | None = None
     return None
 
 
-def members(data: bytes, start: int = 0, end: int | None = None) -> dict[str, Span] | None:
+def members(data: bytes | bytearray, start: int = 0, end: int | None = None) -> dict[str, Span] | None:
     """An object's members by key (the last of a repeated key, as a JSON decoder keeps it); None where `data` there is
     not a whole object."""
     found = children(data, start, end)
@@ -76,7 +76,7 @@ def members(data: bytes, start: int = 0, end: int | None = None) -> dict[str, Sp
     return {k: span for k, span in found[1] if k is not None}
 
 
-def elements(data: bytes, start: int = 0, end: int | None = None) -> list[Span] | None:
+def elements(data: bytes | bytearray, start: int = 0, end: int | None = None) -> list[Span] | None:
     """An array's elements; None where `data` there is not a whole array."""
     found = children(data, start, end)
     if found is None or found[0]:

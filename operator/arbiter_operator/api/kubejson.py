@@ -151,21 +151,27 @@ def refused(data: bytes, reason: str, start: int = 0, end: int | None = None) ->
     if found is None or "metadata" not in found:
         return None
     out: dict[str, Any] = {}
-    for key in ("apiVersion", "kind", "metadata"):
+    for key in ("apiVersion", "kind"):
         if key in found:
             try:
                 out[key] = orjson.loads(data[slice(*found[key])])
-            except (ValueError, RecursionError):
+            except ValueError:
                 return None
+    # Member by member: managedFields mirror the fields set (fieldsV1), so they nest as deep as the spec does.
+    meta_spans = jsonscan.members(data, *found["metadata"])
+    if meta_spans is None:
+        return None
+    try:
+        out["metadata"] = {k: orjson.loads(data[slice(*span)]) for k, span in meta_spans.items() if k in _META_FIELDS}
+    except (ValueError, RecursionError):
+        return None
     if "status" in found:  # a status the operator wrote before decodes (it holds no schema): kept, to write less
         try:
             out["status"] = orjson.loads(data[slice(*found["status"])])
         except (ValueError, RecursionError):
             pass
-    meta = out["metadata"]
-    if not isinstance(meta, dict) or any(not isinstance(out.get(k, ""), str) for k in ("apiVersion", "kind")):
+    if any(not isinstance(out.get(k, ""), str) for k in ("apiVersion", "kind")):
         return None
-    out["metadata"] = {k: v for k, v in meta.items() if k in _META_FIELDS}
     out[REFUSED] = reason[:300]
     return out
 
@@ -190,10 +196,13 @@ def _reason(exc: BaseException) -> str:
     return f"it cannot be decoded ({str(exc)[:120] or type(exc).__name__})"
 
 
-def loads_list(data: bytes) -> Any:
+def loads_list(data: bytes | bytearray) -> Any:
     """A list answer: decoded whole when it decodes (orjson, the common case: no cost added), else its metadata and
     each item apart, an item that does not decode as a stand-in (`refused`); an item with no usable metadata leaves
-    the list undecodable (ValueError). Raises ValueError where `data` is not a JSON object."""
+    the list undecodable (ValueError). Raises ValueError where `data` is not a JSON object.
+    Why only then, and not one item at a time always: the scanner steps through every token in Python, about twenty
+    times the cost of orjson's decode of the whole page (measured: a page of 500 DecisionModels, 0.9 MB, with one item
+    nested 3,000 levels, 1.5 s against 0.07 s); a page that decodes pays nothing more than before."""
     try:
         return orjson.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -208,8 +217,8 @@ def loads_list(data: bytes) -> Any:
         return page
 
 
-def _item(data: bytes, span: tuple[int, int]) -> Any:
-    piece = data[span[0]:span[1]]
+def _item(data: bytes | bytearray, span: tuple[int, int]) -> Any:
+    piece = bytes(data[span[0]:span[1]])
     try:
         return orjson.loads(piece)
     except (ValueError, RecursionError) as exc:

@@ -309,7 +309,7 @@ class Watches:
                 for r in stack:
                     r.close()
             try:
-                doc = loads_list(bytes(body))
+                doc = loads_list(body)
             except (ValueError, RecursionError):
                 raise Failed("the list is not JSON") from None
             meta = doc.get("metadata") if isinstance(doc, dict) else None

@@ -88,16 +88,17 @@ def test_deep_schemas_are_refused_on_their_status_and_never_stop_the_others(
     started = time.monotonic()
     for levels in DEPTHS:
         ready_cond = eventually(lambda lv=levels: refused(control_plane.kubeconfig, bad, f"deep-{lv}"), 90,
-                                f"deep-{levels} refused on its status")
+                                f"deep-{levels} refused on its status", context=lambda: op.log()[-6000:])
         assert "64 levels" in ready_cond["message"], ready_cond["message"]  # the limit a user can act on
     print(f"every deep DecisionModel refused {time.monotonic() - started:.1f}s after the operator started")
     op.stop()
 
     # A fresh operator lists that namespace again (a page holding objects it cannot decode) and still works.
-    operator_process(namespaces=[namespace, bad])
+    again = operator_process(namespaces=[namespace, bad])
     started = time.monotonic()
     create_dm(api, namespace, example())
-    eventually(lambda: ready(api, namespace), 120, "the other namespace's DecisionModel Ready after the restart")
+    eventually(lambda: ready(api, namespace), 120, "the other namespace's DecisionModel Ready after the restart",
+               context=lambda: again.log()[-6000:])
     print(f"Ready {time.monotonic() - started:.1f}s after the restart")
     for levels in DEPTHS:
         assert refused(control_plane.kubeconfig, bad, f"deep-{levels}") is not None

@@ -33,8 +33,11 @@ def deep(levels: int, leaf: bytes = b"1") -> bytes:
 
 
 def item(name: str, spec: bytes = b"{}", **meta: Any) -> bytes:
+    """An object as the apiserver serves it: its managedFields mirror the spec's fields (fieldsV1), so they nest as
+    deep as the spec does."""
     head = json.dumps({"name": name, "namespace": "ns", "resourceVersion": "7", "uid": f"u-{name}",
-                       "generation": 3, "managedFields": [{"manager": "x"}], **meta})
+                       "generation": 3, "managedFields": [{"manager": "x", "fieldsV1": "@@fields@@"}], **meta})
+    head = head.replace('"@@fields@@"', spec.replace(b'"a"', b'"f:a"').decode())
     return (b'{"apiVersion":"arbiter.dev/v1alpha1","kind":"DecisionModel","metadata":' + head.encode()
             + b',"spec":' + spec + b',"status":{"observedGeneration":2}}')
 
@@ -72,7 +75,7 @@ def test_a_list_page_with_one_undecodable_item_delivers_the_others(levels):
     doc = loads_list(page)
     assert doc["metadata"] == {"resourceVersion": "9"}
     good_1, bad, good_2 = doc["items"]
-    assert good_1 == orjson.loads(item("good-1")) and good_2 == orjson.loads(item("good-2"))
+    assert good_1 == orjson.loads(item("good-1")) and good_2 == orjson.loads(item("good-2"))  # whole, as before
     assert REFUSED not in good_1 and "cannot be decoded" in bad[REFUSED]
     assert bad["metadata"] == {"name": "bad", "namespace": "ns", "resourceVersion": "7", "uid": "u-bad",
                                "generation": 3}  # managedFields dropped, as for any object
