@@ -68,8 +68,8 @@ Label = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"
 # How deep an inputSchema or outputSchema may nest (objects and arrays, the schema itself counting as one). A JSON
 # Schema of a real request or trajectory nests a few levels (each property adds two: `properties`, then the property's
 # schema); the apiserver admits 10,000, deeper than the operator's JSON libraries go (orjson writes 255 levels, reads
-# 1,024). The CRD cannot refuse it (CEL has no recursion, and one comprehension per level on an untyped field costs
-# past the apiserver's limit), so the operator does, as InvalidSpec (docs/user-guide.md "Limits").
+# 1,024). The CRD cannot refuse it (CEL has no recursion, and may not read a member of a preserve-unknown-fields
+# object at all: the apiserver refuses such a rule), so the operator does, as InvalidSpec (docs/user-guide.md "Limits").
 MAX_SCHEMA_DEPTH = 64
 
 
