@@ -53,6 +53,14 @@ PROMOTIONS = Counter(
     ["outcome"],
 )
 
+OBJECTS_REFUSED = Counter(
+    "arbiter_operator_objects_refused_total",
+    "Objects the operator could not take in, by kind and reason (Undecodable: nested deeper than its decoders go, held "
+    "as a stand-in; InvalidSpec: a DecisionModel its API refuses; StatusRefused: not even its status could be "
+    "written, an Event says why).",
+    ["kind", "reason"],
+)
+
 ECHOES_SKIPPED = Counter(
     "arbiter_operator_watch_echoes_skipped_total",
     "Watch events that carried exactly what the operator's own last write produced, so queued no reconcile.",

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from .api.kubejson import REFUSED
 from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .api.names import API_VERSION, KIND
 from .apply import apply_plan
@@ -28,6 +29,7 @@ from .observe.children import observe_children, podmonitor_served
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
 from .plan.model import Observations
+from .refuse import invalid_message, refuse, undecodable_message
 from .registry_handlers import RegistryFinalizer
 from .registry_handlers import holds as registry_holds
 from .sync.registry import sync_registry_step
@@ -103,11 +105,16 @@ class Reconciler:
         if (raw.get("metadata") or {}).get("deletionTimestamp"):
             # Children go with it (owner references); what lives outside the cluster is the finalizer's.
             return await self.finalizer.finalize(raw, self.clock()) if registry_holds(raw) else None
+        # One the operator cannot read (nested deeper than its decoders go: held as a stand-in), or whose spec its API
+        # refuses (a schema nested too deep, or a CRD older than this operator): its status says so, and no child is
+        # touched.
+        if REFUSED in raw:
+            await refuse(self.client, raw, undecodable_message(raw), self.clock())
+            return None
         try:
             dm = DecisionModel.model_validate(raw)
         except ValidationError as exc:
-            # The apiserver validated it, so this means the CRD and the operator disagree (version skew).
-            log.error("%s/%s does not match this operator's API: %s", namespace, name, exc.errors()[:3])
+            await refuse(self.client, raw, invalid_message(exc), self.clock())
             return None
         await self.finalizer.keep(raw, dm)
         if self.podmonitor_api is None:

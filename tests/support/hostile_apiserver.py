@@ -15,6 +15,10 @@ as DELETED), then live changes until `timeoutSeconds`. Without a resourceVersion
 match. A resourceVersion from before the last compaction (`go_honest`), or one it never issued, gets the 410 ERROR
 event a real apiserver sends.
 
+Bad objects: `set_spec(ref, raw)` gives an object a spec of raw JSON bytes, served as they are in lists and honest
+watches (nested deeper than Python's json module writes, huge, of the wrong shape), as an apiserver serves what it
+admitted.
+
 Hostile answers: each request takes the next behaviour from `script` (cycled) while one is set. Written on raw
 asyncio streams so it can do what a framework would not (reset, cut a chunk, send a line that never ends).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -77,6 +82,10 @@ def namespace_object(name: str, labels: dict[str, str], rv: int) -> dict[str, An
             "metadata": {"name": name, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)), "resourceVersion": str(rv),
                          "labels": dict(labels)},
             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}}
+
+
+_SPEC_MARK = "@@spec@@"
+_SPEC_RE = re.compile(rb'"@@spec@@(\d+)@@spec@@"')
 
 
 def object_for(kinds: dict[str, tuple[str, str]], ref: Ref, labels: dict[str, str], rv: int) -> dict[str, Any]:
@@ -156,6 +165,8 @@ class HostileApiserver(LoopbackPeer):
         self._cycle = True
         self._lock = threading.Lock()
         self._writers: set[asyncio.StreamWriter] = set()
+        self.specs: dict[Ref, int] = {}  # a namespaced object's spec (set_spec): its index in _raw_specs
+        self._raw_specs: list[bytes] = []
         super().__init__()
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -185,6 +196,27 @@ class HostileApiserver(LoopbackPeer):
                 self._put(name, None)
             for name, labels in sorted(truth.items(), key=repr):
                 self._put(name, labels)
+
+    def set_spec(self, name: Ref, raw: bytes | None) -> None:
+        """Serve `raw` (JSON bytes, not checked) as the object's spec from now on (None: no spec)."""
+        with self._lock:
+            if raw is None:
+                self.specs.pop(name, None)
+            else:
+                self.specs[name] = len(self._raw_specs)
+                self._raw_specs.append(raw)
+
+    def _object(self, ref: Ref, labels: dict[str, str], rv: int) -> dict[str, Any]:
+        obj = object_for(self.kinds, ref, labels, rv)
+        if ref in self.specs:
+            obj["spec"] = f"{_SPEC_MARK}{self.specs[ref]}{_SPEC_MARK}"  # replaced by the raw bytes in _dumps
+        return obj
+
+    def _dumps(self, doc: Any) -> bytes:
+        out = json.dumps(doc).encode()
+        if _SPEC_MARK.encode() not in out:
+            return out
+        return _SPEC_RE.sub(lambda m: self._raw_specs[int(m.group(1))], out)
 
     def set_script(self, script: list[Behaviour], cycle: bool = True) -> None:
         """Misbehave from now on: each request takes the next behaviour of `script` (cycled, or honest once it is
@@ -371,8 +403,8 @@ class HostileApiserver(LoopbackPeer):
         if limit and offset + limit < len(matching):
             meta["continue"] = f"{rv}:{offset + limit}"
         api_version, kind = self.kinds[scope[0]]
-        return json.dumps({"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta,
-                           "items": [object_for(self.kinds, ref, labels, orv) for ref, labels, orv in page]}).encode()
+        return self._dumps({"kind": f"{kind}List", "apiVersion": api_version, "metadata": meta,
+                            "items": [self._object(ref, labels, orv) for ref, labels, orv in page]})
 
     async def _list(self, writer: asyncio.StreamWriter, query: dict[str, str], behaviour: Behaviour,
                     scope: Scope = ("namespaces", None)) -> None:
@@ -410,11 +442,11 @@ class HostileApiserver(LoopbackPeer):
                 kind = "ADDED" if now and not was else "MODIFIED" if now else "DELETED" if was else None
                 if kind is not None:
                     labels = after if after is not None else before or {}
-                    obj = object_for(self.kinds, name, labels, rv)
-                    lines.append(json.dumps({"type": kind, "object": obj}).encode())
+                    obj = self._object(name, labels, rv)
+                    lines.append({"type": kind, "object": obj})
                 cursor = rv
             cursor = max(cursor, self.rv)
-        return lines, cursor
+        return [self._dumps(line) for line in lines], cursor
 
     async def _honest_watch(self, writer: asyncio.StreamWriter, query: dict[str, str], head_sent: bool = False,
                             scope: Scope = ("namespaces", None)) -> None:
@@ -423,12 +455,12 @@ class HostileApiserver(LoopbackPeer):
         asked = query.get("resourceVersion", "")
         with self._lock:
             now_rv, compacted = self.rv, self.compacted
-            initial = [json.dumps({"type": "ADDED", "object": object_for(self.kinds, n, labels, self.object_rv[n])})
-                       .encode() for n, labels in sorted(self.truth.items(), key=repr)
+            initial = [{"type": "ADDED", "object": self._object(n, labels, self.object_rv[n])}
+                       for n, labels in sorted(self.truth.items(), key=repr)
                        if _matches(query, n, labels, scope)]
         if asked in ("", "0"):
             for line in initial:
-                await self._chunk(writer, line + b"\n")
+                await self._chunk(writer, self._dumps(line) + b"\n")
             cursor = now_rv
         elif not asked.isdigit() or not compacted <= int(asked) <= now_rv:
             await self._chunk(writer, json.dumps({"type": "ERROR", "object": GONE_STATUS}).encode() + b"\n")
@@ -472,10 +504,10 @@ class HostileApiserver(LoopbackPeer):
         elif kind == "not_chunked":  # honest events on a body without chunks, closed after them
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n")
             with self._lock:
-                lines = [json.dumps({"type": "ADDED", "object": object_for(self.kinds, n, labels, self.object_rv[n])})
-                         .encode() + b"\n" for n, labels in sorted(self.truth.items(), key=repr)
+                lines = [{"type": "ADDED", "object": self._object(n, labels, self.object_rv[n])}
+                         for n, labels in sorted(self.truth.items(), key=repr)
                          if _matches(query, n, labels, scope)]
-            writer.write(b"".join(lines))
+            writer.write(b"".join(self._dumps(line) + b"\n" for line in lines))
             await writer.drain()
         elif kind == "events":
             _, lines, then = behaviour

@@ -48,9 +48,11 @@ def get(api: client.ApiClient, api_version: str, kind_plural: str, namespace: st
         raise
 
 
-def eventually(fn: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """support.polling.eventually, retrying while the object is not there yet or half-written."""
-    return _eventually(fn, timeout, what, ignoring=(AssertionError, KeyError, TypeError, ApiException))
+def eventually(fn: Callable[[], Any], timeout: float = 60.0, what: str = "condition",
+               context: Callable[[], str] | None = None) -> Any:
+    """support.polling.eventually, retrying while the object is not there yet or half-written; `context`: appended to
+    the timeout error (an operator's log tail)."""
+    return _eventually(fn, timeout, what, ignoring=(AssertionError, KeyError, TypeError, ApiException), context=context)
 
 
 def kubectl(kubeconfig: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -6,6 +6,10 @@ are most of a watched object's bytes, and building them, only for the watch cach
 share of the operator's CPU at fleet scale. The operator reads managedFields only of objects of other owners
 (`apply.describe_owner`), which it GETs from the apiserver whole.
 
+An object the decoders cannot build (nested deeper than they go) is held as a stand-in (`refused`): its apiVersion,
+kind and metadata, found by `api.jsonscan` and decoded alone, and REFUSED, the decoder's reason. The reconcile writes
+its status from that; no list, watch or write answer fails for it.
+
 Kept: apiVersion, kind, metadata (every ObjectMeta field but managedFields), spec, status, and a ConfigMap's data,
 binaryData and immutable (of a Deployment or a pod: apiVersion, kind, metadata and status); any other top-level field
 is dropped (no kind the operator watches or writes has one).
@@ -20,6 +24,8 @@ from typing import Any
 
 import msgspec
 import orjson
+
+from . import jsonscan
 
 UNSET: Any = msgspec.UNSET
 
@@ -132,29 +138,126 @@ def _to_builtins(obj: _StatusOnly) -> dict[str, Any]:
     return out
 
 
+# The key of a stand-in's reason: no Kubernetes object has it (their top-level fields are camelCase words).
+REFUSED = "@refused"
+
+
+def refused(data: bytes, reason: str, start: int = 0, end: int | None = None) -> dict[str, Any] | None:
+    """A stand-in for the object in data[start:end] that could not be decoded: its apiVersion and kind (where they
+    are strings), its metadata without managedFields, its status where that decodes, and REFUSED: `reason`; None
+    where the object has no metadata that decodes as an object (nothing names it: the answer, not one object, is
+    broken)."""
+    found = jsonscan.members(data, start, end)
+    if found is None or "metadata" not in found:
+        return None
+    out: dict[str, Any] = {}
+    for key in ("apiVersion", "kind"):
+        if key in found:
+            try:
+                out[key] = orjson.loads(data[slice(*found[key])])
+            except ValueError:
+                return None
+    # Member by member: managedFields mirror the fields set (fieldsV1), so they nest as deep as the spec does.
+    meta_spans = jsonscan.members(data, *found["metadata"])
+    if meta_spans is None:
+        return None
+    try:
+        out["metadata"] = {k: orjson.loads(data[slice(*span)]) for k, span in meta_spans.items() if k in _META_FIELDS}
+    except (ValueError, RecursionError):
+        return None
+    if "status" in found:  # a status the operator wrote before decodes (it holds no schema): kept, to write less
+        try:
+            out["status"] = orjson.loads(data[slice(*found["status"])])
+        except (ValueError, RecursionError):
+            pass
+    if any(not isinstance(out.get(k, ""), str) for k in ("apiVersion", "kind")):
+        return None
+    out[REFUSED] = reason[:300]
+    return out
+
+
 def loads_object(data: bytes, kind: str | None = None) -> Any:
     """One object (an apiserver's answer to a write) without managedFields (and without the spec for a STATUS_ONLY
-    `kind`). Raises ValueError (or RecursionError) where `data` is not JSON."""
+    `kind`); a stand-in (`refused`) for one nested too deep to decode. Raises ValueError (or RecursionError) where
+    `data` is not a JSON object."""
     try:
-        return _to_builtins(_OBJECT[kind in STATUS_ONLY].decode(data))
-    except msgspec.ValidationError:  # JSON, but not shaped like an object: as a generic decode sees it
+        try:
+            return _to_builtins(_OBJECT[kind in STATUS_ONLY].decode(data))
+        except msgspec.ValidationError:  # JSON, but not shaped like an object: as a generic decode sees it
+            return orjson.loads(data)
+    except (ValueError, RecursionError) as exc:
+        stand_in = refused(data, _reason(exc))
+        if stand_in is None:
+            raise
+        return stand_in
+
+
+def _reason(exc: BaseException) -> str:
+    return f"it cannot be decoded ({str(exc)[:120] or type(exc).__name__})"
+
+
+def loads_list(data: bytes | bytearray) -> Any:
+    """A list answer: decoded whole when it decodes (orjson, the common case: no cost added), else its metadata and
+    each item apart, an item that does not decode as a stand-in (`refused`); an item with no usable metadata leaves
+    the list undecodable (ValueError). Raises ValueError where `data` is not a JSON object.
+    Why only then, and not one item at a time always: the scanner steps through every token in Python, about twenty
+    times the cost of orjson's decode of the whole page (measured: a page of 500 DecisionModels, 0.9 MB, with one item
+    nested 3,000 levels, 1.5 s against 0.07 s); a page that decodes pays nothing more than before."""
+    try:
         return orjson.loads(data)
+    except (ValueError, RecursionError) as exc:
+        found = jsonscan.members(data)
+        if found is None or "items" not in found:
+            raise ValueError(f"not a list ({exc})") from None
+        page = {k: orjson.loads(data[slice(*span)]) for k, span in found.items() if k != "items"}
+        spans = jsonscan.elements(data, *found["items"])
+        if spans is None:
+            raise ValueError("the list's items are not an array") from None
+        page["items"] = [_item(data, span) for span in spans]
+        return page
+
+
+def _item(data: bytes | bytearray, span: tuple[int, int]) -> Any:
+    piece = bytes(data[span[0]:span[1]])
+    try:
+        return orjson.loads(piece)
+    except (ValueError, RecursionError) as exc:
+        stand_in = refused(piece, _reason(exc))
+        if stand_in is None:
+            raise ValueError("a list item has no metadata to name it by") from None
+        return stand_in
 
 
 def loads_event(line: bytes, kind: str | None = None) -> tuple[Any, Any] | None:
-    """(type, object) of one watch line, the object slimmed as `loads_object` does; None where the line is not a JSON
-    object. An ERROR event's object (a Status) comes whole."""
+    """(type, object) of one watch line, the object slimmed as `loads_object` does, a stand-in (`refused`) for one
+    nested too deep to decode; None where the line is not a JSON object. An ERROR event's object (a Status) comes
+    whole."""
+    try:
+        return _loads_event(line, kind)
+    except (ValueError, RecursionError) as exc:
+        return _refused_event(line, _reason(exc))
+
+
+def _refused_event(line: bytes, reason: str) -> tuple[Any, Any] | None:
+    found = jsonscan.members(line)
+    if found is None or "type" not in found or "object" not in found:
+        return None
+    try:
+        type_ = orjson.loads(line[slice(*found["type"])])
+    except ValueError:
+        return None
+    obj = refused(line, reason, *found["object"])
+    return (type_, obj) if isinstance(type_, str) and type_ != "ERROR" and obj is not None else None
+
+
+def _loads_event(line: bytes, kind: str | None) -> tuple[Any, Any] | None:
     try:
         event = _EVENT[kind in STATUS_ONLY].decode(line)
         if event.type != "ERROR":
             obj = event.object
             return event.type, None if obj is UNSET else _to_builtins(obj)
         doc = orjson.loads(line)
-    except msgspec.ValidationError:
-        try:
-            doc = orjson.loads(line)
-        except ValueError:
-            return None
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested deeper than the parser goes
-        return None
+    except msgspec.ValidationError:  # JSON, but not shaped like an event: as a generic decode sees it
+        doc = orjson.loads(line)
+    # ValueError, RecursionError (not JSON, not UTF-8, nested deeper than the parser goes) go to the caller
     return (doc.get("type"), doc.get("object")) if isinstance(doc, dict) else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic.json_schema import JsonDict  # type: ignore[attr-defined]  # pydantic defines it, exports none
 
 from .conditions import Condition
@@ -65,7 +65,38 @@ ShortStr = Annotated[str, StringConstraints(max_length=256)]
 LongStr = Annotated[str, StringConstraints(max_length=4096)]
 Arg = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 Label = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-JsonSchemaObject = dict[str, Any]
+# How deep an inputSchema or outputSchema may nest (objects and arrays, the schema itself counting as one). A JSON
+# Schema of a real request or trajectory nests a few levels (each property adds two: `properties`, then the property's
+# schema); the apiserver admits 10,000, deeper than the operator's JSON libraries go (orjson writes 255 levels, reads
+# 1,024). The CRD cannot refuse it (CEL has no recursion, and may not read a member of a preserve-unknown-fields
+# object at all: the apiserver refuses such a rule), so the operator does, as InvalidSpec (docs/user-guide.md "Limits").
+MAX_SCHEMA_DEPTH = 64
+
+
+def schema_depth(value: Any, limit: int = MAX_SCHEMA_DEPTH) -> int:
+    """How deep `value` nests (a scalar: 0, `{}`: 1), counted iteratively (no recursion on hostile input) and only up
+    to `limit` + 1: beyond that the answer is "too deep"."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        if depth > limit:
+            return depth
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def _not_too_deep(schema: dict[str, Any]) -> dict[str, Any]:
+    if schema_depth(schema) > MAX_SCHEMA_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_SCHEMA_DEPTH} levels, the most the operator accepts: a JSON Schema "
+                         "that deep describes no real document")
+    return schema
+
+
+JsonSchemaObject = Annotated[dict[str, Any], AfterValidator(_not_too_deep)]
 
 # vLLM 0.26 refuses these flags at start-up. Each entry: flag -> what to write instead (the message the user sees).
 REMOVED_VLLM_FLAGS: dict[str, str] = {
@@ -284,11 +315,12 @@ class TrainingData(_Model):
 class VersionMetadata(_Model):
     """Governance metadata, recorded in the Model Registry and enforced by the runtime."""
 
-    inputSchema: JsonSchemaObject = Field(description="JSON Schema every request is validated against.")
+    inputSchema: JsonSchemaObject = Field(
+        description="JSON Schema every request is validated against (nested at most 64 levels deep).")
     outputSchema: JsonSchemaObject = Field(
         description="JSON Schema every trajectory must also pass: the document {\"steps\": [{step, reasoningCode, "
         "label, probabilities, confidence}, ...]}. The operator refuses one that no trajectory of the version's "
-        "decision settings can satisfy."
+        "decision settings can satisfy, and one nested more than 64 levels deep."
     )
     sla: Sla
     trainingData: TrainingData

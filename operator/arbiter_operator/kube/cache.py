@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, cast
 import msgspec
 
 from ..api import jsonfast
-from ..api.kubejson import STATUS_ONLY
+from ..api.kubejson import REFUSED, STATUS_ONLY, refused
 from .client import LoopKubeClient, Objects
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
@@ -103,11 +103,21 @@ def _held_bytes(obj: dict[str, Any]) -> bytes:
     """Compact JSON of an object to hold. msgspec: about ten times faster than the standard library's encoder (which
     was a few percent of the operator's CPU at fleet scale), and its bytes are exactly as long as the text (orjson's
     were measured to hold about 65 MiB more at 1,000 DecisionModels: its output buffers). The standard library for
-    what msgspec refuses (integers beyond 64 bits)."""
+    what msgspec refuses (integers beyond 64 bits). An object nested too deep for either is held as a stand-in
+    (`api.kubejson.refused`: its metadata and why), which the reconcile reports."""
     try:
-        return _encode(obj)
-    except (TypeError, ValueError, OverflowError):
-        return json.dumps(obj, separators=(",", ":")).encode()
+        try:
+            return _encode(obj)
+        except (TypeError, ValueError, OverflowError):
+            return json.dumps(obj, separators=(",", ":")).encode()
+    except RecursionError as exc:
+        stand_in: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind", "metadata", "status") if k in obj}
+        stand_in[REFUSED] = f"it is nested too deep to hold ({exc})"
+        try:
+            return _encode(stand_in)
+        except RecursionError:  # a status nested that deep too: the metadata, which the apiserver keeps shallow
+            stand_in.pop("status", None)
+            return _encode(stand_in)
 
 
 class _Held(NamedTuple):
@@ -230,7 +240,7 @@ class WatchCache:
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         held = self._objs.get((api_version, kind, namespace or "", name))
-        return jsonfast.loads(held.data) if held is not None else None
+        return _read(held.data) if held is not None else None
 
     def list(self, api_version: str, kind: str, namespace: str | None,
              reqs: list[tuple[str, str, set[str]]]) -> list[dict[str, Any]]:
@@ -240,7 +250,20 @@ class WatchCache:
                 held = [self._objs[(api_version, kind, namespace, n)] for n in sorted(names)]
             else:
                 held = [h for k, h in sorted(self._objs.items()) if k[:2] == (api_version, kind)]
-        return [jsonfast.loads(h.data) for h in held if matches(h.labels, reqs)]
+        return [_read(h.data) for h in held if matches(h.labels, reqs)]
+
+
+def _read(data: bytes) -> dict[str, Any]:
+    """A held object, parsed; a stand-in (`api.kubejson.refused`) where it nests deeper than orjson reads (a watch
+    line's decoder, msgspec, goes as deep as Python's recursion limit lets it, which may be deeper)."""
+    try:
+        out: dict[str, Any] = jsonfast.loads(data)
+        return out
+    except (ValueError, RecursionError) as exc:
+        stand_in = refused(data, f"it is nested too deep to read ({exc})")
+        if stand_in is None:  # what was held was encoded from a decoded object: it has metadata
+            raise
+        return stand_in
 
 
 class CachedKubeClient:

@@ -18,6 +18,9 @@ plain dict.
   not an event, or whose object is not a well-formed object of the kind (metadata, name, namespace, labels,
   resourceVersion of the right types, the selector's label present) is skipped; a list page holding such an item
   fails as a whole (nothing is acted on half of an answer). No exception ends a task but cancellation.
+- One object the decoders cannot build (nested deeper than they go: the apiserver admits 10,000 levels) fails
+  nothing: it is handed on as a stand-in (`api.kubejson.refused`: its metadata and the reason), in a list page as in
+  a watch line, and the reconcile reports it on the object's status; the rest of the page is decoded as usual.
 - For the kinds the caller names (`skim`), an event's type, namespace, name and resourceVersion are read first; an
   ADDED or MODIFIED of an object the caller says it holds at that resourceVersion (`known`: most often the echo of
   its own write) is not decoded whole nor handed on, only its resourceVersion moves the watch on.
@@ -40,9 +43,9 @@ import aiohttp
 
 from ..api import jsonfast
 from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
-from ..api.kubejson import event_head, loads_event
+from ..api.kubejson import REFUSED, event_head, loads_event, loads_list
 from ..clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
-from ..metrics import WATCH_BYTES, WATCH_EVENTS
+from ..metrics import OBJECTS_REFUSED, WATCH_BYTES, WATCH_EVENTS
 from .transport import auth_headers, new_session
 
 log = logging.getLogger("arbiter.watches")
@@ -306,7 +309,7 @@ class Watches:
                 for r in stack:
                     r.close()
             try:
-                doc = jsonfast.loads(body)
+                doc = loads_list(body)
             except (ValueError, RecursionError):
                 raise Failed("the list is not JSON") from None
             meta = doc.get("metadata") if isinstance(doc, dict) else None
@@ -320,6 +323,7 @@ class Watches:
                 obj = object_of(resource, namespace, item)
                 if obj is None:
                     raise Failed(f"the list holds an item that is not a {resource.kind}")
+                _note_refused(obj)
                 objs.append(obj)
             token = meta.get("continue") or ""
             if not isinstance(token, str) or len(token) > 4096:
@@ -402,7 +406,17 @@ class Watches:
         held = object_of(resource, namespace, obj, deleted=type_ == "DELETED")
         if held is None:
             return None
+        _note_refused(held)
         return type_, held, resource_version(held["metadata"].get("resourceVersion"))
+
+
+def _note_refused(obj: dict[str, Any]) -> None:
+    """Count and log a stand-in for an object that could not be decoded (the reconcile reports it on its status)."""
+    if REFUSED in obj:
+        meta = obj["metadata"]
+        OBJECTS_REFUSED.labels(obj["kind"], "Undecodable").inc()
+        log.warning("%s %s/%s: %s; held as a stand-in (its metadata only)", obj["kind"], meta["namespace"],
+                    meta["name"], obj[REFUSED])
 
 
 class _Silence:
