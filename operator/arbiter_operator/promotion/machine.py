@@ -78,6 +78,9 @@ class VersionObservation:
     ready: bool = False
     failed: bool = False  # KServe reports a terminal failure (e.g. crash loop, image pull, OOM)
     message: str = ""
+    # A transient cause (plan/signals.py: a webhook unreachable, the apiserver timing out, a full quota) the version
+    # waits on: its reason. Never a failure; the progress deadline bounds the wait.
+    held: str = ""
     artifacts_valid: bool | None = True  # None: not checked yet; the ISVC is not created before it is known valid
 
 
@@ -578,6 +581,8 @@ class _Run:
         else:
             where = f"step {st.step + 1}/{len(spec.steps)} did not pass"
         msg = f"{where} within progressDeadlineSeconds={secs}"
+        if self.obs(cand).held:
+            msg += f"; held by {self.obs(cand).held}: {self.obs(cand).message}"
         if st.lastAnalysis is not None and st.phase in ("Progressing", "Shadowing"):
             msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
         return msg
@@ -686,6 +691,13 @@ def _conditions(run: _Run, traffic: Mapping[str, int]) -> tuple[Condition, Condi
         if st.stable:
             msg += f"; {st.stable} serves the rest"
         reason = "WaitingForApproval" if st.phase == "Paused" else "Progressing"
+        held = run.obs(st.candidate)
+        if held.held:  # an outage outside the candidate: the reason names it, and how long the promotion waits
+            reason = held.held
+            until = run.deadline()
+            msg += (f"; held: {held.message}. This is an outage, not the candidate's failure: the promotion goes on "
+                    f"by itself once it clears" + (f", and rolls back at {format_time(until)} (progress deadline)"
+                                                    if until is not None else ""))
         return (
             cond(PROMOTED, "False", reason, msg),
             cond(STALLED, "False", reason, msg),
