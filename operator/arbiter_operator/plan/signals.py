@@ -20,8 +20,8 @@ QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota is full: it frees when other
 TRANSIENT_REASONS = (WEBHOOK_UNAVAILABLE, APISERVER_UNAVAILABLE, QUOTA_EXCEEDED)
 
 # A refusal: someone answered, and the answer is no. Checked before any outage text.
-_REFUSED = ("denied the request", "denied request", "violates podsecurity", "is forbidden: unable to validate against any",
-            "is invalid", "admission webhook denied")
+_REFUSED = ("denied the request", "denied request", "violates podsecurity",
+            "is forbidden: unable to validate against any", "is invalid", "admission webhook denied")
 _WEBHOOK = ("failed calling webhook", "failed to call webhook")
 _QUOTA = ("exceeded quota",)
 _APISERVER = ("context deadline exceeded", "connection refused", "i/o timeout", "timeout awaiting",
