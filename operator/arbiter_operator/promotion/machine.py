@@ -36,8 +36,9 @@ from arbiter_operator.promotion.analysis import (
     next_analysis_at,
     whole_seconds,
 )
+from arbiter_operator.promotion.history import HISTORY_LIMIT as HISTORY_LIMIT  # re-exported
+from arbiter_operator.promotion.history import SUPERSEDED, append_record
 
-HISTORY_LIMIT = 10
 # While waiting on something that has no timer (a candidate being deleted, a candidate turning ready during a canary),
 # poll at this pace; the operator's watch on its children usually wakes it sooner.
 POLL_SECONDS = 2.0
@@ -168,7 +169,7 @@ class _Run:
             finishedAt=format_time(self.now),
             durationSeconds=max(0.0, (self.now - started).total_seconds()),
         )
-        self.set(history=([*list(self.st.history), rec])[-HISTORY_LIMIT:])
+        self.set(history=append_record(self.st.history, rec))
 
     def start(self, version: str, why: str, announce: bool = True) -> None:
         """Begin promoting `version` (Deploying). Annotation values seen now are consumed, so only a later change
@@ -402,7 +403,7 @@ class _Run:
             self.event("Normal", ABORTED, f"spec.promote names {target} again: promotion of {cand} aborted")
             return
         if target != cand:
-            self.record(cand, "Aborted", "Superseded", st.stable)
+            self.record(cand, "Aborted", SUPERSEDED, st.stable)
             self.event("Normal", ABORTED, f"Promotion of {cand} superseded by {target}")
             self.start(target, f"spec.promote changed from {cand}")
             cand = target
