@@ -9,7 +9,6 @@ from arbiter_operator.api.promotion import PromotionRecord
 from arbiter_operator.promotion.history import HISTORY_LIMIT, SUPERSEDED, append_record
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_promotion_machine import READY, Sim, canary, run_to_step
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
