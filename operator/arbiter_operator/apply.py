@@ -13,14 +13,22 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from .api.conditions import EXPOSED
 from .api.models import DecisionModel
 from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
 from .kube.client import KubeError, LoopKubeClient, NotLeader
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .observe.children import controller_of, owned_by
+from .plan.exposure import ROUTE_NOT_OWNED
 from .plan.model import Event, Plan
 from .plan.planner import CHILD_CONFLICT, conflict_message, with_child_conflicts
-from .plan.writes import CHILD_WRITE_REFUSED, WriteFailure, with_write_failures, write_failure_message
+from .plan.writes import (
+    CHILD_WRITE_REFUSED,
+    WriteFailure,
+    with_condition,
+    with_write_failures,
+    write_failure_message,
+)
 from .render.common import checksum
 
 log = logging.getLogger("arbiter.apply")
@@ -105,6 +113,7 @@ async def apply_plan(
     writes = 0
     conflicts: list[str] = []
     failed: list[WriteFailure] = []
+    route_conflict: str | None = None  # the Route under our name is someone else's: not exposed by us
     ns = dm.metadata.namespace
     if plan.children is not None:
         for desired in plan.children:
@@ -119,6 +128,7 @@ async def apply_plan(
             writes += n
             if conflict:
                 conflicts.append(conflict)
+                route_conflict = route_conflict or (conflict if kind == "Route" else None)
         for api_version, kind, name in plan.deletions:
             live = live_children.get((kind, name)) or {}
             try:
@@ -132,6 +142,10 @@ async def apply_plan(
     status = plan.status
     if conflicts:
         status = with_child_conflicts(status, conflicts, dm.metadata.generation, now)
+    if route_conflict:
+        status = with_condition(status, EXPOSED, "False", ROUTE_NOT_OWNED,
+                                f"{route_conflict}: the operator does not write to it, so what it routes to is not "
+                                "this DecisionModel's doing; rename or delete it", dm.metadata.generation, now)
     if failed:
         status = with_write_failures(status, failed, dm.metadata.generation, now)
     patch = merge_patch(dm_raw.get("status") or {}, status)

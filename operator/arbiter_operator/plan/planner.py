@@ -23,6 +23,7 @@ from ..render import (
 )
 from ..render.common import LABEL_VERSION
 from ..render.shadow_rbac import render_shadow_rbac
+from .exposure import TARGET_PORT_MISSING, route_backend_problem
 from .model import ArtifactObservation, Event, Observations, Plan
 from .predictors import (
     CRASH_LOOP,
@@ -275,8 +276,11 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
              f"Route {dm.metadata.name} was not admitted: {route_msg}; fix spec.exposure.host or the router shard")
     elif route is None:
         cond(c.EXPOSED, "False", "NoReadyBackend", "The Route is created once a version is ready")
+    elif (unreachable := route_backend_problem(dm, route, obs.predictor_services)) is not None:
+        cond(c.EXPOSED, "False", TARGET_PORT_MISSING, unreachable)
     else:
-        # The Route is applied in this same reconcile (a failed apply fails the reconcile, which is retried).
+        # The Route is applied in this same reconcile (a refused write says so on Reconciling, one another owner
+        # holds turns this False: apply.py).
         where = url or "the router's default host"
         reason = "RouteAdmitted" if admitted else "RouteConfigured"
         cond(c.EXPOSED, "True", reason, f"Route {dm.metadata.name} sends traffic to ready backends at {where}")

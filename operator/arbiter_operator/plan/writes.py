@@ -61,11 +61,20 @@ def failure_reason(failures: list[WriteFailure]) -> str:
     return refused.reason if refused is not None else failures[0].reason
 
 
+def with_condition(
+    status: dict[str, Any], type_: str, value: c.ConditionStatus, reason: str, message: str, generation: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """The planned status with one condition set (what apply learns only by writing, e.g. a Route another owner
+    holds)."""
+    conditions = [Condition.model_validate(x) for x in status.get("conditions") or []]
+    conditions = set_condition(conditions, make_condition(type_, value, reason, message, generation, now))
+    return {**status, "conditions": [x.model_dump(mode="json", exclude_none=True) for x in conditions]}
+
+
 def with_write_failures(
     status: dict[str, Any], failures: list[WriteFailure], generation: int, now: datetime
 ) -> dict[str, Any]:
     """The planned status with the failed writes on Reconciling (True: the operator is still at it)."""
-    conditions = [Condition.model_validate(x) for x in status.get("conditions") or []]
-    conditions = set_condition(conditions, make_condition(
-        c.RECONCILING, "True", failure_reason(failures), write_failure_message(failures), generation, now))
-    return {**status, "conditions": [x.model_dump(mode="json", exclude_none=True) for x in conditions]}
+    return with_condition(status, c.RECONCILING, "True", failure_reason(failures), write_failure_message(failures),
+                          generation, now)
