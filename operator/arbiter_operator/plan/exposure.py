@@ -1,7 +1,9 @@
 """Exposed means reachable (pure): the Route the operator renders reaches a backend only where the Service it points
-to has the Route's target port. OpenShift AI's KServe, for instance, removes the runtime's plain port 8080 from the
-predictor Service when auth is on (only its authenticating proxy's `https` port stays); KServe without OpenShift AI
-has no `https` port. A Service not seen yet (still being made, or the operator may not read it) is not judged.
+to has the Route's target port. OpenShift AI's KServe removes the runtime's plain port 8080 from the predictor
+Service when auth is on (only its authenticating proxy's `https` port stays), so a Route to 8080 there reaches
+nothing. The runtime's port is judged; the proxy's named port `https` is OpenShift AI's to provide and is not (on
+KServe without that proxy, expose with `auth: false`). A Service not seen yet (still being made, or not readable) is
+not judged either.
 """
 
 from __future__ import annotations
@@ -41,12 +43,9 @@ def route_backend_problem(
     for backend in [as_map(spec.get("to")), *as_maps(spec.get("alternateBackends"))]:
         name = backend.get("name")
         service = services.get(str(name))
-        if service is None or _has_port(service, target):
+        if service is None or not isinstance(target, int) or _has_port(service, target):
             continue
-        hint = ("the predictor has no authenticating proxy (KServe without OpenShift AI): set "
-                "spec.exposure.auth: false to route to the runtime's port, or serve through OpenShift AI"
-                if target == "https" else
-                "with auth on, OpenShift AI's KServe keeps only its proxy's port https: leave spec.exposure.tls unset"
+        hint = ("with auth on, OpenShift AI's KServe keeps only its proxy's port https: leave spec.exposure.tls unset"
                 if dm.spec.exposure.auth else "check KServe's predictor Service")
         return (f"Route {dm.metadata.name} sends traffic to port {target!r} of Service {name}, which has no such port "
                 f"(its ports: {_ports(service)}): {hint}")

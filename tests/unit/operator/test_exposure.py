@@ -36,10 +36,9 @@ def test_a_route_to_a_port_the_predictor_service_lacks_is_not_exposed():
     assert (c["Exposed"]["status"], c["Exposed"]["reason"]) == ("False", "RouteTargetPortMissing")
     assert "port 8080" in c["Exposed"]["message"] and "https:8443" in c["Exposed"]["message"]
     assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "RouteTargetPortMissing"
-    # reencrypt to a predictor without the authenticating proxy: no `https` port there.
-    c = _exposed({"auth": True}, {f"{ISVC}-predictor": PLAIN_ONLY})
+    assert "leave spec.exposure.tls unset" in c["Exposed"]["message"]
+    c = _exposed({"auth": False}, {f"{ISVC}-predictor": PROXY_ONLY})
     assert (c["Exposed"]["status"], c["Exposed"]["reason"]) == ("False", "RouteTargetPortMissing")
-    assert "no authenticating proxy" in c["Exposed"]["message"]
 
 
 def test_a_route_to_a_port_the_service_has_is_exposed():
