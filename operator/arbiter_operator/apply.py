@@ -129,7 +129,9 @@ async def apply_plan(
             if conflict:
                 conflicts.append(conflict)
                 route_conflict = route_conflict or (conflict if kind == "Route" else None)
-        for api_version, kind, name in plan.deletions:
+        # A child not written (a Route still naming the old version, say) may still need what the plan deletes:
+        # deletions wait for a pass whose writes all went through.
+        for api_version, kind, name in plan.deletions if not failed else ():
             live = live_children.get((kind, name)) or {}
             try:
                 await client.adelete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
