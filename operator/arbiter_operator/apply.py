@@ -13,13 +13,22 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from .api.conditions import EXPOSED
 from .api.models import DecisionModel
 from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
-from .kube.client import KubeError, LoopKubeClient
+from .kube.client import KubeError, LoopKubeClient, NotLeader
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .observe.children import controller_of, owned_by
+from .plan.exposure import ROUTE_NOT_OWNED
 from .plan.model import Event, Plan
 from .plan.planner import CHILD_CONFLICT, conflict_message, with_child_conflicts
+from .plan.writes import (
+    CHILD_WRITE_REFUSED,
+    WriteFailure,
+    with_condition,
+    with_write_failures,
+    write_failure_message,
+)
 from .render.common import checksum
 
 log = logging.getLogger("arbiter.apply")
@@ -91,8 +100,9 @@ async def apply_plan(
     live_children: dict[tuple[str, str], dict[str, Any]],
     now: datetime,
 ) -> tuple[int, list[str]]:
-    """Returns the number of writes made and the children refused because another owner holds them. Awaited on the
-    operator's event loop, where the requests are made: no thread per request.
+    """Returns the number of writes made and the children not written: another owner holds them, or the apiserver
+    refused the write (plan/writes.py; both are looked at again within a minute). Awaited on the operator's event
+    loop, where the requests are made: no thread per request.
 
     Ownership is decided here, before any write, never by server-side apply: a child is updated only when its
     controller ownerReference is this DecisionModel (uid); a child not among ours is created with a create-only apply
@@ -102,39 +112,44 @@ async def apply_plan(
     """
     writes = 0
     conflicts: list[str] = []
+    failed: list[WriteFailure] = []
+    route_conflict: str | None = None  # the Route under our name is someone else's: not exposed by us
     ns = dm.metadata.namespace
     if plan.children is not None:
         for desired in plan.children:
-            stamped = with_hash(desired)
             kind, name = desired["kind"], desired["metadata"]["name"]
-            live = _live_child(live_children, desired)
-            if live is None:  # not among the children we found as ours: create it, if (and only if) the name is free
-                try:
-                    await client.acreate(stamped)
-                    writes += 1
-                    continue
-                except KubeError as exc:
-                    if exc.status != 409:
-                        raise
-                    # Taken: by another owner, or by our own child the cache does not hold (e.g. its label was
-                    # removed). Only now is it read, to tell which.
-                    live = await client.aget(desired["apiVersion"], kind, ns, name)
-                    if live is None:  # deleted in between: the next reconcile creates it
-                        raise
-            if live is not None and not owned_by(live, dm.metadata.uid):
-                conflicts.append(f"{kind} {ns}/{name} already exists and is {describe_owner(live, dm)}")
+            try:
+                n, conflict = await _write_child(client, dm, desired, _live_child(live_children, desired))
+            except NotLeader:
+                raise
+            except KubeError as exc:  # refused or not answered: shown on status; the other children still go
+                failed.append(WriteFailure("apply", kind, ns, name, exc.status or None, exc.message or str(exc)))
                 continue
-            if needs_apply(stamped, live):
-                # force only on our own object (taking back fields someone edited); a create never forces.
-                await client.aapply(stamped, force=live is not None)
-                writes += 1
-        for api_version, kind, name in plan.deletions:
+            writes += n
+            if conflict:
+                conflicts.append(conflict)
+                route_conflict = route_conflict or (conflict if kind == "Route" else None)
+        # A child not written (a Route still naming the old version, say) may still need what the plan deletes:
+        # deletions wait for a pass whose writes all went through.
+        for api_version, kind, name in plan.deletions if not failed else ():
             live = live_children.get((kind, name)) or {}
-            await client.adelete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
+            try:
+                await client.adelete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
+            except NotLeader:
+                raise
+            except KubeError as exc:
+                failed.append(WriteFailure("delete", kind, ns, name, exc.status or None, exc.message or str(exc)))
+                continue
             writes += 1
     status = plan.status
     if conflicts:
         status = with_child_conflicts(status, conflicts, dm.metadata.generation, now)
+    if route_conflict:
+        status = with_condition(status, EXPOSED, "False", ROUTE_NOT_OWNED,
+                                f"{route_conflict}: the operator does not write to it, so what it routes to is not "
+                                "this DecisionModel's doing; rename or delete it", dm.metadata.generation, now)
+    if failed:
+        status = with_write_failures(status, failed, dm.metadata.generation, now)
     patch = merge_patch(dm_raw.get("status") or {}, status)
     if patch is not None:
         try:
@@ -151,7 +166,41 @@ async def apply_plan(
     old_ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     if conflicts and old_ready.get("reason") != CHILD_CONFLICT:
         events.append(Event("Warning", CHILD_CONFLICT, conflict_message(conflicts)))
+    if failed:  # one Event a pass; the client counts repeats into one series (kube/client.py)
+        events.append(Event("Warning", CHILD_WRITE_REFUSED, write_failure_message(failed)))
     for ev in events:
         await client.aevent(involved, ev.type, ev.reason, ev.message)
         writes += 1
-    return writes, conflicts
+    transient = next((f for f in failed if f.transient), None)
+    if transient is not None and all(f.transient for f in failed):
+        # Not answered: status says so; the pass fails so the work queue retries it with back-off.
+        raise KubeError(transient.status or 503, transient.reason, transient.line())
+    return writes, conflicts + [f.line() for f in failed]
+
+
+async def _write_child(
+    client: LoopKubeClient, dm: DecisionModel, desired: dict[str, Any], live: dict[str, Any] | None
+) -> tuple[int, str | None]:
+    """Create or update one child; (writes made, the conflict when another owner holds the name)."""
+    ns = dm.metadata.namespace
+    stamped = with_hash(desired)
+    kind, name = desired["kind"], desired["metadata"]["name"]
+    if live is None:  # not among the children we found as ours: create it, if (and only if) the name is free
+        try:
+            await client.acreate(stamped)
+            return 1, None
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+            # Taken: by another owner, or by our own child the cache does not hold (e.g. its label was
+            # removed). Only now is it read, to tell which.
+            live = await client.aget(desired["apiVersion"], kind, ns, name)
+            if live is None:  # deleted in between: the next reconcile creates it
+                raise
+    if not owned_by(live, dm.metadata.uid):
+        return 0, f"{kind} {ns}/{name} already exists and is {describe_owner(live, dm)}"
+    if needs_apply(stamped, live):
+        # force only on our own object (taking back fields someone edited); a create never forces.
+        await client.aapply(stamped, force=True)
+        return 1, None
+    return 0, None

@@ -188,7 +188,10 @@ def name_rules() -> list[dict[str, str]]:
             "rule": f"self.spec.versions.all(v, size(self.metadata.name) + size(v.name) <= {m.MAX_NAME_PLUS_VERSION})",
             "message": f"metadata.name plus each version name must be at most {m.MAX_NAME_PLUS_VERSION} characters: "
             f"the InferenceService is <name>{m.NAME_SEPARATOR}<version> and KServe labels its pods "
-            f"app=isvc.<InferenceService>-predictor, a label value of at most {m.LABEL_VALUE_MAX} characters",
+            f"app=isvc.<InferenceService>-predictor, a label value of at most {m.LABEL_VALUE_MAX} characters; "
+            "in a namespace longer than 4 characters the limit is lower, 50 less the namespace's length (KServe's host "
+            "label <InferenceService>-predictor-<namespace>), which this schema cannot see: the chart's admission "
+            "policy and the operator (InvalidSpec) refuse that",
         },
         {
             "rule": f"self.spec.serving.nodes == 1 || self.spec.versions.all(v, size(self.metadata.name) + "

@@ -437,6 +437,16 @@ class ServingSpec(_Model):
 
 
 class ExposureSpec(_Model):
+    model_config = _checked(
+        _cel(
+            "!(self.auth && has(self.tls) && self.tls == 'edge')",
+            "exposure.tls edge with auth on cannot be reached: edge sends plain HTTP to the predictor, and OpenShift "
+            "AI's KServe serves an authenticated predictor only through its authenticating proxy (Service port "
+            "https, TLS), removing the runtime's port 8080 from the predictor Service; leave tls unset (reencrypt "
+            "to the proxy) or set auth: false",
+            ".tls",
+        )
+    )
     host: Annotated[str, StringConstraints(max_length=253)] | None = Field(
         None,
         pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$",

@@ -221,6 +221,11 @@ class PromotionRecord(_Model):
     startedAt: str
     finishedAt: str
     durationSeconds: float = Field(ge=0)
+    count: int | None = Field(
+        None, ge=1,
+        description="Superseded attempts this record counts (reason Superseded): version and finishedAt are the last "
+        "one's, startedAt the first one's, durationSeconds their sum.",
+    )
 
 
 class PromotionStatus(_Model):
@@ -246,7 +251,10 @@ class PromotionStatus(_Model):
         None, description="Value of the arbiter.dev/approve annotation when the promotion started (not an approval)."
     )
     consecutiveFailures: int = Field(0, ge=0, description="Failed analyses in a row, tolerated up to failureLimit.")
-    history: list[PromotionRecord] = Field(default_factory=list, max_length=10)
+    history: list[PromotionRecord] = Field(
+        default_factory=list, max_length=11,
+        description="The last 10 real outcomes, and one record counting the attempts superseded before they finished.",
+    )
 
 
 

@@ -317,9 +317,11 @@ def print_history(obj: dict[str, Any], out: TextIO) -> None:
         return
     print(f"{'FINISHED':<22}{'VERSION':<14}{'FROM':<14}{'OUTCOME':<12}{'DURATION':>10}  REASON", file=out)
     for rec in reversed(history):
+        # One record counts every attempt superseded before it finished (promotion/history.py).
+        count = f" x{rec['count']}" if isinstance(rec.get("count"), int) and rec["count"] > 1 else ""
         print(
             f"{rec.get('finishedAt', ''):<22}{rec.get('version', ''):<14}{rec.get('fromVersion') or '-':<14}"
-            f"{rec.get('outcome', ''):<12}{rec.get('durationSeconds', 0):>9.0f}s  {rec.get('reason', '')}",
+            f"{rec.get('outcome', ''):<12}{rec.get('durationSeconds', 0):>9.0f}s  {rec.get('reason', '')}{count}",
             file=out,
         )
 

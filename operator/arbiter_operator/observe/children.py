@@ -87,10 +87,14 @@ async def observe_children(client: LoopKubeClient, dm: DecisionModel, podmonitor
         log.warning("cannot read namespace %s labels (%s); mesh auto mode assumes no injection", ns, exc.reason)
         ns_labels = {}
     deployments, pods, workloads = await _observe_workloads(client, ns, isvcs)
+    # KServe's predictor Services carry the InferenceService's labels (ours among them): the watch cache holds them.
+    services = {f"{n}-predictor": s for n in sorted(isvcs)
+                if (s := await read("v1", "Service", ns, f"{n}-predictor")) is not None}
     return Observations(
         workloads_observed=workloads,
         predictor_deployments=deployments,
         predictor_pods=pods,
+        predictor_services=services,
         namespace_labels=ns_labels,
         inferenceservices=isvcs,
         configmaps=cms,

@@ -54,6 +54,9 @@ class Observations:
     workloads_observed: bool = False
     predictor_deployments: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     predictor_pods: Mapping[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
+    # KServe's predictor Services (`<isvc>-predictor`), keyed by Service name, where seen: whether the Route's target
+    # port is there (plan/exposure.py).
+    predictor_services: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

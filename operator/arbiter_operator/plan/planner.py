@@ -23,10 +23,12 @@ from ..render import (
 )
 from ..render.common import LABEL_VERSION
 from ..render.shadow_rbac import render_shadow_rbac
+from .exposure import TARGET_PORT_MISSING, route_backend_problem
 from .model import ArtifactObservation, Event, Observations, Plan
 from .predictors import (
     CRASH_LOOP,
     FAILED_CREATE,
+    IMAGE_PULL,
     UNSCHEDULABLE,
     PredictorProblem,
     as_map,
@@ -36,12 +38,13 @@ from .predictors import (
     predictor_problem,
 )
 from .recheck import recheck_after, sooner
+from .signals import TRANSIENT_REASONS, classify_message
 from .validate import operator_side_problems, size_problems
 
 INVALID_SPEC = "InvalidSpec"
 # KServe's model transition states that mean "this will not become ready without a change".
 FAILED_TRANSITIONS = {"BlockedByFailedLoad", "InvalidSpec"}
-PREDICTOR_CAUSES = (FAILED_CREATE, UNSCHEDULABLE, CRASH_LOOP)
+PREDICTOR_CAUSES = (FAILED_CREATE, UNSCHEDULABLE, CRASH_LOOP, IMAGE_PULL, *TRANSIENT_REASONS)
 
 
 def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
@@ -60,9 +63,17 @@ def isvc_state(isvc: dict[str, Any] | None) -> tuple[bool, bool, bool, str]:
     if failed:
         info = as_map(model_status.get("lastFailureInfo"))
         message = info.get("message") or info.get("reason") or transition
+        # KServe records what it met, outages included: a failure that is one (plan/signals.py) only holds.
+        failed = not classify_message(str(message), "Failed").transient
     elif ready_cond and not ready:
         message = ready_cond.get("message") or ready_cond.get("reason") or ""
     return True, ready, failed, message if isinstance(message, str) else str(message)
+
+
+def _held_reason(message: str) -> str:
+    """The transient reason KServe's own message shows (its webhook or the apiserver out), else none."""
+    verdict = classify_message(message, "")
+    return verdict.reason if verdict.transient else ""
 
 
 def _workload_state(
@@ -161,14 +172,16 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     for v in set(names) | set(isvc_by_version):
         message: str | None
         exists, ready, failed, message = isvc_state(isvc_by_version.get(v))
+        held = "" if ready or failed or not message else _held_reason(message)
         if exists and obs.workloads_observed:
             ready, failed, message, problem = _workload_state(
                 isvc_name(dm.metadata.name, v), ready, failed, message, obs, serves=v in serving_before)
             if problem is not None:
                 problems[v] = problem
+                held = problem.reason if problem.transient and not failed else held
         art = obs.artifacts.get(v, ArtifactObservation())
         vobs[v] = VersionObservation(
-            exists=exists, ready=ready, failed=failed, message=message, artifacts_valid=art.valid
+            exists=exists, ready=ready, failed=failed, message=message, artifacts_valid=art.valid, held=held
         )
 
     promote = dm.spec.promote
@@ -263,8 +276,11 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
              f"Route {dm.metadata.name} was not admitted: {route_msg}; fix spec.exposure.host or the router shard")
     elif route is None:
         cond(c.EXPOSED, "False", "NoReadyBackend", "The Route is created once a version is ready")
+    elif (unreachable := route_backend_problem(dm, route, obs.predictor_services)) is not None:
+        cond(c.EXPOSED, "False", TARGET_PORT_MISSING, unreachable)
     else:
-        # The Route is applied in this same reconcile (a failed apply fails the reconcile, which is retried).
+        # The Route is applied in this same reconcile (a refused write says so on Reconciling, one another owner
+        # holds turns this False: apply.py).
         where = url or "the router's default host"
         reason = "RouteAdmitted" if admitted else "RouteConfigured"
         cond(c.EXPOSED, "True", reason, f"Route {dm.metadata.name} sends traffic to ready backends at {where}")

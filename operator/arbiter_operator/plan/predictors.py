@@ -3,7 +3,8 @@
 KServe's InferenceService status says *that* a predictor is not ready; the pods say *why*: the scheduler's
 ``PodScheduled=False/Unschedulable`` message (not enough GPUs on any node, no node with the GPU product), or a
 serving container in ``CrashLoopBackOff`` with its restart count and last termination reason (``OOMKilled``,
-``Error``). SREs get that cause on the DecisionModel instead of "not ready".
+``Error``). SREs get that cause on the DecisionModel instead of "not ready". Whether a cause fails the version or
+only holds it is plan/signals.py's one verdict.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .signals import classify_message
+
 UNSCHEDULABLE = "Unschedulable"
 CRASH_LOOP = "CrashLoopBackOff"
-FAILED_CREATE = "FailedCreate"  # the ReplicaSet cannot create pods (admission: Pod Security, quota, webhooks)
+FAILED_CREATE = "FailedCreate"  # the ReplicaSet cannot create pods and no retry helps (Pod Security, a denial)
+IMAGE_PULL = "ImagePullBackOff"  # the serving image cannot be pulled: the candidate's own (a wrong image or tag)
+_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
 # The kubelet says CrashLoopBackOff once a container has failed and is held back before its next start; a predictor
 # in that state, or past this many restarts, is not going to come up by itself: the version counts as failed (the
 # promotion machine may roll back).
@@ -24,9 +29,10 @@ FAILED_AFTER_RESTARTS = 3
 
 @dataclass(frozen=True)
 class PredictorProblem:
-    reason: str  # UNSCHEDULABLE | CRASH_LOOP
+    reason: str  # UNSCHEDULABLE | CRASH_LOOP | IMAGE_PULL | FAILED_CREATE | a transient reason of plan/signals.py
     message: str
     failed: bool = False  # will not recover without a change (the promotion machine may roll back)
+    transient: bool = False  # an outage outside the version (plan/signals.py): the promotion holds, never fails
 
 
 def as_map(value: Any) -> Mapping[str, Any]:
@@ -75,6 +81,14 @@ def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | N
             waiting = as_map(as_map(cs.get("state")).get("waiting"))
             last = as_map(as_map(cs.get("lastState")).get("terminated"))
             restarts = _int(cs.get("restartCount"))
+            if waiting.get("reason") in _PULL_REASONS:
+                return PredictorProblem(
+                    IMAGE_PULL,
+                    f"pod {_name(pod)}: container {cs.get('name')} image cannot be pulled "
+                    f"({waiting.get('reason')}): {waiting.get('message') or ''}",
+                    # ErrImagePull is the first try (a registry hiccup heals); BackOff: the kubelet already retried.
+                    failed=waiting.get("reason") != "ErrImagePull",
+                )
             if waiting.get("reason") == CRASH_LOOP or (restarts and last and not cs.get("ready")):
                 why = last.get("reason") or "Error"
                 code = last.get("exitCode")
@@ -89,15 +103,19 @@ def predictor_problem(pods: Iterable[Mapping[str, Any]]) -> PredictorProblem | N
 
 
 def deployment_problem(deployment: Mapping[str, Any] | None) -> PredictorProblem | None:
-    """Pods that cannot even be created (Pod Security admission, quota): the Deployment's ReplicaFailure says why."""
+    """Pods that cannot even be created: the Deployment's ReplicaFailure says why. A refusal (Pod Security, a
+    webhook that denied the pod) fails the version; an unreachable webhook, a timeout or a full quota only holds it
+    (plan/signals.py)."""
     if not isinstance(deployment, Mapping):
         return None
     failure = next((c for c in as_maps(as_map(deployment.get("status")).get("conditions"))
                     if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None)
     if failure is None:
         return None
-    return PredictorProblem(FAILED_CREATE, f"predictor pods cannot be created: {failure.get('message') or ''}",
-                            failed=True)
+    message = str(failure.get("message") or "")
+    verdict = classify_message(message, FAILED_CREATE)
+    return PredictorProblem(verdict.reason, f"predictor pods cannot be created: {message}",
+                            failed=not verdict.transient, transient=verdict.transient)
 
 
 def deployment_available(deployment: Mapping[str, Any] | None, current_spec: bool = True) -> bool:

@@ -10,7 +10,15 @@ from typing import Any
 import jsonschema
 from arbiter_runtime.contract import DecisionJsonError
 
-from ..api.models import DecisionModel, DecisionModelSpec, effective_decision
+from ..api.models import (
+    LABEL_VALUE_MAX,
+    MAX_NAME_PLUS_VERSION,
+    DecisionModel,
+    DecisionModelSpec,
+    effective_decision,
+    isvc_name,
+    version_slug,
+)
 from ..render.common import CONFIG_FILE
 from ..render.configmap import decision_config, readable_json
 from .output_schema import output_schema_clash
@@ -123,6 +131,7 @@ def size_problems(dm: DecisionModel) -> list[str]:
             f"the router's default host for Route {name} begins with {name}-{ns}, {len(name) + 1 + len(ns)} "
             "characters, and a DNS label holds at most 63: set spec.exposure.host, or use a shorter name"
         )
+    problems.extend(host_label_problems(dm))
     for version in dm.spec.versions:
         try:
             config = decision_config(dm, version)
@@ -138,3 +147,33 @@ def size_problems(dm: DecisionModel) -> list[str]:
                 "inputSchema/outputSchema"
             )
     return problems
+
+
+# KServe's RawDeployment host label for a predictor: `<isvc>-predictor-<namespace>`, one DNS label (at most 63), and
+# KServe refuses the InferenceService when it is longer. With `<isvc>` = `<name>--<slug>`, that leaves name plus slug
+# 63 - len("--") - len("-predictor-") = 50 characters less the namespace's length.
+HOST_LABEL_SUFFIX = "-predictor-"
+NAME_PLUS_VERSION_BEFORE_NAMESPACE = LABEL_VALUE_MAX - 2 - len(HOST_LABEL_SUFFIX)
+
+
+def name_plus_version_limit(namespace: str) -> int:
+    """How long a DecisionModel's name plus a version's name may be in `namespace` (never more than the CRD's)."""
+    return min(MAX_NAME_PLUS_VERSION, NAME_PLUS_VERSION_BEFORE_NAMESPACE - len(namespace))
+
+
+def host_label_problems(dm: DecisionModel) -> list[str]:
+    """Versions whose predictor host label KServe would refuse in this namespace (the CRD cannot see the namespace)."""
+    name, ns = dm.metadata.name, dm.metadata.namespace
+    limit = name_plus_version_limit(ns)
+    out = []
+    for version in dm.spec.versions:
+        if len(name) + len(version_slug(version.name)) > limit:
+            host = f"{isvc_name(name, version.name)}{HOST_LABEL_SUFFIX}{ns}"
+            out.append(
+                f"spec.versions[{version.name}]: KServe names its predictor's host {host}, {len(host)} characters, "
+                f"and a DNS label holds at most {LABEL_VALUE_MAX}: in namespace {ns} the DecisionModel's name plus a "
+                f"version's name may be at most {limit} characters ({NAME_PLUS_VERSION_BEFORE_NAMESPACE} less the "
+                f"namespace's {len(ns)}; the CRD admits {MAX_NAME_PLUS_VERSION} because it cannot see the namespace): "
+                "use a shorter name or version"
+            )
+    return out

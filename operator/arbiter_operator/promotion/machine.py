@@ -36,8 +36,9 @@ from arbiter_operator.promotion.analysis import (
     next_analysis_at,
     whole_seconds,
 )
+from arbiter_operator.promotion.history import HISTORY_LIMIT as HISTORY_LIMIT  # re-exported
+from arbiter_operator.promotion.history import SUPERSEDED, append_record
 
-HISTORY_LIMIT = 10
 # While waiting on something that has no timer (a candidate being deleted, a candidate turning ready during a canary),
 # poll at this pace; the operator's watch on its children usually wakes it sooner.
 POLL_SECONDS = 2.0
@@ -78,6 +79,9 @@ class VersionObservation:
     ready: bool = False
     failed: bool = False  # KServe reports a terminal failure (e.g. crash loop, image pull, OOM)
     message: str = ""
+    # A transient cause (plan/signals.py: a webhook unreachable, the apiserver timing out, a full quota) the version
+    # waits on: its reason. Never a failure; the progress deadline bounds the wait.
+    held: str = ""
     artifacts_valid: bool | None = True  # None: not checked yet; the ISVC is not created before it is known valid
 
 
@@ -165,7 +169,7 @@ class _Run:
             finishedAt=format_time(self.now),
             durationSeconds=max(0.0, (self.now - started).total_seconds()),
         )
-        self.set(history=([*list(self.st.history), rec])[-HISTORY_LIMIT:])
+        self.set(history=append_record(self.st.history, rec))
 
     def start(self, version: str, why: str, announce: bool = True) -> None:
         """Begin promoting `version` (Deploying). Annotation values seen now are consumed, so only a later change
@@ -399,7 +403,7 @@ class _Run:
             self.event("Normal", ABORTED, f"spec.promote names {target} again: promotion of {cand} aborted")
             return
         if target != cand:
-            self.record(cand, "Aborted", "Superseded", st.stable)
+            self.record(cand, "Aborted", SUPERSEDED, st.stable)
             self.event("Normal", ABORTED, f"Promotion of {cand} superseded by {target}")
             self.start(target, f"spec.promote changed from {cand}")
             cand = target
@@ -578,6 +582,8 @@ class _Run:
         else:
             where = f"step {st.step + 1}/{len(spec.steps)} did not pass"
         msg = f"{where} within progressDeadlineSeconds={secs}"
+        if self.obs(cand).held:
+            msg += f"; held by {self.obs(cand).held}: {self.obs(cand).message}"
         if st.lastAnalysis is not None and st.phase in ("Progressing", "Shadowing"):
             msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
         return msg
@@ -686,6 +692,13 @@ def _conditions(run: _Run, traffic: Mapping[str, int]) -> tuple[Condition, Condi
         if st.stable:
             msg += f"; {st.stable} serves the rest"
         reason = "WaitingForApproval" if st.phase == "Paused" else "Progressing"
+        held = run.obs(st.candidate)
+        if held.held:  # an outage outside the candidate: the reason names it, and how long the promotion waits
+            reason = held.held
+            until = run.deadline()
+            msg += (f"; held: {held.message}. This is an outage, not the candidate's failure: the promotion goes on "
+                    f"by itself once it clears" + (f", and rolls back at {format_time(until)} (progress deadline)"
+                                                    if until is not None else ""))
         return (
             cond(PROMOTED, "False", reason, msg),
             cond(STALLED, "False", reason, msg),
