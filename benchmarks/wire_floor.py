@@ -52,7 +52,7 @@ class AiohttpWire:
 
     def __init__(self, config: Any) -> None:
         import aiohttp
-        from arbiter_operator.clients import aiokube
+        from arbiter_operator.kube import transport as aiokube
 
         self.base = config.host.rstrip("/")
         self.auth = aiokube.auth_headers(config)
@@ -84,7 +84,7 @@ class RawWire:
     def __init__(self, config: Any) -> None:
         from urllib.parse import urlsplit
 
-        from arbiter_operator.clients import aiokube
+        from arbiter_operator.kube import transport as aiokube
 
         url = urlsplit(config.host)
         self.host, self.port, self.ctx = url.hostname or "", url.port or 443, aiokube.ssl_context(config)

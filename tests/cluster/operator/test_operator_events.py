@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from arbiter_operator.clients import kube
+from arbiter_operator.kube import client as kube
 from arbiter_operator.kube.client import RestKubeClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
