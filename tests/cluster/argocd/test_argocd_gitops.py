@@ -34,7 +34,7 @@ NAME = "credit-limit"  # the example's name
 FOLDER = "models"
 
 
-stack = module_stack("prom-argocd")
+stack = module_stack()
 
 
 @pytest.fixture(scope="module")
