@@ -39,11 +39,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# tryfirst: the xdist_group marks must be on the items before pytest-xdist reads them (its own hook of this name).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Whatever uses the control plane is a cluster test, marked or not, so `-m "not cluster"` is reliable.
     for item in items:
         if "control_plane" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+    # pytest-xdist with --dist loadgroup (hack/test.sh): the tests of a module that share a module-scoped server stay
+    # on one worker, so it starts once; every other test goes to whichever worker is free.
+    # (A worker sees --dist as "no" and pytest-xdist's own `loadgroup` flag instead.)
+    if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
+        for item in items:
+            if not any(item.iter_markers("xdist_group")) and _uses_module_scope(item):
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _uses_module_scope(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for name in info.names_closure:
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in ("module", "package", "class"):
+            return True
+    return False
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
