@@ -202,7 +202,8 @@ def module_stack():  # type: ignore[no-untyped-def]
     """
     import pytest
 
-    @pytest.fixture(scope="module")
+    # Session scope, like what it hands out: the module's tests need not stay on one pytest-xdist worker.
+    @pytest.fixture(scope="session")
     def stack(prometheus_stack):  # type: ignore[no-untyped-def]
         return prometheus_stack
 
