@@ -14,6 +14,19 @@ cd "$root"
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 python=${PYTHON:-python3}
+tools=("$@")
+
+# The Go build (most of a fresh machine's set-up) starts first and runs while pip and apt install: the tool builder
+# is standard library only, so it runs from devenv/ before the virtualenv exists. Its lines are prefixed `[go]`.
+go_pid=""
+if [ "${tools[0]:-}" != "--no-tools" ]; then
+  command -v go >/dev/null 2>&1 || { echo "Go (>= 1.24) is required to build kube-apiserver, etcd and the test servers" >&2; exit 1; }
+  log "building (or finding cached) Go tools: ${tools[*]:-all}"
+  ( set -o pipefail
+    PYTHONPATH="$root/devenv" "$python" -m arbiter_devenv.tools build "${tools[@]}" 2>&1 | sed -u 's/^/[go] /' ) &
+  go_pid=$!
+fi
+
 if [ ! -x .venv/bin/python ]; then
   log "creating .venv with $($python --version)"
   "$python" -m venv .venv
@@ -26,8 +39,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devenv/pyproject.to
   .venv/bin/python -m pip install -q -e '.[test]' -e ./devenv
   touch "$stamp"
 fi
-
-tools=("$@")
 
 # Debian packages (the test suite's, not the local run's): PostgreSQL (Model Registry's database), Prometheus (promotion
 # analysis) and Redis (Argo CD's cache, for the GitOps tests).
@@ -44,7 +55,5 @@ if [ ${#need[@]} -gt 0 ] && [ ${#tools[@]} -eq 0 ]; then
   for svc in prometheus postgresql redis-server; do $sudo systemctl disable --now "$svc" >/dev/null 2>&1 || $sudo service "$svc" stop >/dev/null 2>&1 || true; done
 fi
 
-[ "${tools[0]:-}" = "--no-tools" ] && exit 0
-command -v go >/dev/null 2>&1 || { echo "Go (>= 1.24) is required to build kube-apiserver, etcd and the test servers" >&2; exit 1; }
-log "building (or finding cached) Go tools: ${tools[*]:-all}"
-.venv/bin/python -m arbiter_devenv.tools build "${tools[@]}"
+[ -z "$go_pid" ] && exit 0
+wait "$go_pid" || { echo "the Go tool build failed (its output above, prefixed [go])" >&2; exit 1; }

@@ -1,6 +1,7 @@
 """Shared fixtures: a real cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok's simulated
 GPU nodes and the real KServe controller with its webhooks) with the upstream CRDs installed, a fresh namespace per
-test, and a real S3 server (MinIO). See docs/devenv.md.
+test, a real S3 server (MinIO) and a real Prometheus. One of each per session (per pytest-xdist worker), shared by
+every test that does not need its own; see docs/devenv.md.
 
 Cluster choice, in order: ARBITER_TEST_KUBECONFIG (an existing cluster; nothing is started), ``--kind`` (a kind
 cluster through pytest-kind, needs Docker), else the local control plane built from hack/tools.
@@ -38,11 +39,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# tryfirst: the xdist_group marks must be on the items before pytest-xdist reads them (its own hook of this name).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Whatever uses the control plane is a cluster test, marked or not, so `-m "not cluster"` is reliable.
     for item in items:
         if "control_plane" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.cluster)
+    # pytest-xdist with --dist loadgroup (hack/test.sh): the tests of a module that share a module-scoped server stay
+    # on one worker, so it starts once; every other test goes to whichever worker is free.
+    # (A worker sees --dist as "no" and pytest-xdist's own `loadgroup` flag instead.)
+    if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
+        for item in items:
+            if not any(item.iter_markers("xdist_group")) and _uses_module_scope(item):
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _uses_module_scope(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for name in info.names_closure:
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope in ("module", "package", "class"):
+            return True
+    return False
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -93,7 +114,9 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[Any]:
             from pytest_kind import KindCluster
         except ImportError:
             pytest.fail("--kind needs pytest-kind: .venv/bin/pip install -e '.[kind]'")
-        kind_cluster = KindCluster("arbiter-test")
+        # One kind cluster per pytest-xdist worker (each worker has its own session).
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        kind_cluster = KindCluster(f"arbiter-test-{worker}" if worker else "arbiter-test")
         kind_cluster.create()
         cluster = ExistingCluster(kind_cluster.kubeconfig_path)
     else:
@@ -177,3 +200,16 @@ def s3_server() -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def prometheus_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real Prometheus for the session (per pytest-xdist worker), scraping the stand-ins tests add under their
+    own namespace (support.promstack.module_stack gives it to a module as `stack`)."""
+    from support.promstack import PromStack
+
+    stack = PromStack(tmp_path_factory.mktemp("prometheus"))
+    try:
+        yield stack.start()
+    finally:
+        stack.stop()

@@ -1,7 +1,8 @@
 """The real KServe v0.17.0 controller manager (``github.com/kserve/kserve/cmd/manager``) next to a local control plane.
 
 What ``KServeController.start`` does, in order:
-1. installs every KServe CRD of the module (``config/crd/full``, subfolders included; kustomize patches skipped);
+1. installs the KServe CRDs of the module its controllers use (``config/crd/full``, subfolders included; kustomize
+   patches and the separate llmisvc controller's LLMInferenceService CRDs skipped);
 2. creates the ``kserve`` namespace and KServe's ``inferenceservice-config`` ConfigMap, taken from the module and set
    the way OpenShift AI sets it (see ``openshift_ai_config``);
 3. starts the controller with a webhook serving certificate from the control plane's CA (controller-runtime reads it
@@ -40,10 +41,19 @@ def _module_dir() -> pathlib.Path:
     return KSERVE_MODULE.download()
 
 
+# The LLMInferenceService CRDs belong to KServe's separate llmisvc controller (cmd/llmisvc), which the local cluster
+# does not run; the manager started here (cmd/manager) neither watches nor serves them. They are 4.4 MB of the 5 MB of
+# KServe's schemas, and the apiserver's digest of them was most of a cluster's start-up (about 35 s of 50 s on two
+# cores, over 100 s under load).
+_NOT_SERVED = ("llmisvc",)
+
+
 def kserve_crd_paths() -> list[pathlib.Path]:
-    """Every CRD file under config/crd/full (kustomize patches and kustomization files excluded)."""
+    """Every CRD file under config/crd/full that the manager's controllers use (kustomize patches, kustomization
+    files and the llmisvc controller's CRDs excluded)."""
     root = _module_dir() / "config" / "crd" / "full"
-    return sorted(p for p in root.rglob("*.yaml") if p.name.startswith("serving.kserve.io_"))
+    return sorted(p for p in root.rglob("*.yaml")
+                  if p.name.startswith("serving.kserve.io_") and not set(p.relative_to(root).parts) & set(_NOT_SERVED))
 
 
 def openshift_ai_config(stock: dict[str, str]) -> dict[str, str]:

@@ -45,3 +45,20 @@ def eventually(
             extra = f"\n{context()}" if context is not None else ""
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {str(last)[:2000]}{extra}")
         time.sleep(interval)
+
+
+async def eventually_async(
+    fn: Callable[[], Any], timeout: float = 60.0, what: str = "condition", *, interval: float = 0.05
+) -> Any:
+    """`eventually` for a coroutine test: fn()'s first truthy result, polled without blocking the event loop (the
+    thing waited for usually runs on it)."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        last = fn()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}; last: {str(last)[:2000]}")
+        await asyncio.sleep(interval)

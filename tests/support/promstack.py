@@ -194,16 +194,17 @@ class PromStack:
                 p.kill()
 
 
-def module_stack(name: str):  # type: ignore[no-untyped-def]
-    """A module-scoped pytest fixture: one real Prometheus for every test of the module that asks for `stack`."""
+def module_stack():  # type: ignore[no-untyped-def]
+    """A module's `stack` fixture: the session's one real Prometheus (`prometheus_stack`, tests/conftest.py).
+
+    Tests that use it register their stand-ins under their own namespace (the `namespace` fixture), so one Prometheus
+    serves them all; a module whose queries name a fixed namespace starts a PromStack of its own.
+    """
     import pytest
 
-    @pytest.fixture(scope="module")
-    def stack(tmp_path_factory):  # type: ignore[no-untyped-def]
-        s = PromStack(tmp_path_factory.mktemp(name))
-        try:
-            yield s.start()
-        finally:
-            s.stop()
+    # Session scope, like what it hands out: the module's tests need not stay on one pytest-xdist worker.
+    @pytest.fixture(scope="session")
+    def stack(prometheus_stack):  # type: ignore[no-untyped-def]
+        return prometheus_stack
 
     return stack

@@ -34,7 +34,7 @@ NAME = "credit-limit"  # the example's name
 FOLDER = "models"
 
 
-stack = module_stack("prom-argocd")
+stack = module_stack()
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +183,7 @@ def test_example_syncs_healthy_without_drift_then_a_canary_commit_promotes(gitop
     writes = len(e.operator.writes())
     g.argo.refresh(g.app, hard=True)
     seen = set()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 20  # a measured window: nothing but Synced/Healthy may be seen in it
     while time.monotonic() < deadline:
         s = g.status()
         seen.add((s["sync"]["status"], s["health"]["status"]))
@@ -284,7 +284,7 @@ def test_a_failing_release_ends_degraded_naming_the_stable_version(gitops: GitOp
     health = g.wait(rolled_back, "health message of the finished rollback", timeout=60)
     assert health["status"] == "Degraded" and health["message"].endswith(f"stable version {V1} keeps serving")
     # Degraded is not drift: the spec in Git and in the cluster agree, and self-heal does not retry the sync.
-    time.sleep(5)
+    time.sleep(5)  # a measured wait: self-heal must not start a sync in this time
     assert g.status()["sync"]["status"] == "Synced"
     assert len(g.syncs()) == syncs and g.only_commits_synced(first, release), (g.syncs(), g.history())
     assert e.dm()["metadata"]["generation"] == 2

@@ -91,7 +91,7 @@ def test_loading_fate_runs_but_never_gets_ready(control_plane, api, namespace):
     control_plane.set_fate(namespace, "slow", "loading")
     client.AppsV1Api(api).create_namespaced_deployment(namespace, _deployment("slow", 1))
     pod = eventually(lambda: (p := _pod(api, namespace, "slow")) and p.status.phase == "Running" and p, 60, "Running")
-    time.sleep(3)
+    time.sleep(3)  # a measured wait: the pod must stay unready for a while, not become Ready late
     pod = _pod(api, namespace, "slow")
     assert next(c for c in pod.status.conditions if c.type == "Ready").status == "False"
 

@@ -29,7 +29,7 @@ pytestmark = [
 ANALYSIS = {"intervalSeconds": 5, "minRequests": 20, "insufficientTraffic": "Wait", "p95LatencyMs": 3000}
 
 
-stack = module_stack("prom-decision-e2e")
+stack = module_stack()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ pytestmark = [
 ]
 
 
-stack = module_stack("prom-e2e")
+stack = module_stack()
 
 
 @pytest.fixture

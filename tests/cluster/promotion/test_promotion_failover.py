@@ -19,7 +19,7 @@ pytestmark = [
 ]
 
 
-stack = module_stack("prom-failover")
+stack = module_stack()
 
 
 def _replica(e: E2E, tmp_path, name: str) -> OperatorProcess:

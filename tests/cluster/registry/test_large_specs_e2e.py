@@ -169,7 +169,7 @@ def test_a_permanent_registry_refusal_is_a_condition_not_a_retry_loop(control_pl
             patch = {"metadata": {"annotations": {"example.com/poke": "1"}}}  # a reconcile, same generation
             raw_call(api, "PATCH", _path(namespace, "refused"), patch, None, "application/merge-patch+json")
             _wait(lambda: op.log().count(f"reconciled {namespace}/") > reconciles, "a reconcile", op, 30)
-            time.sleep(2)
+            time.sleep(2)  # a measured wait: the condition must not change after the reconcile
             assert _cond(_get(api, namespace, "refused"), "Registered") == c
         finally:
             model_registry.resume()
