@@ -25,10 +25,12 @@ import kopf
 from . import metrics
 from .api import jsonfast
 from .api.backoff import RECONCILE_ERROR_BACKOFF
-from .api.names import API_VERSION, ISVC_LABEL, KIND, PLURAL
+from .api.names import ISVC_API, ISVC_LABEL, KIND
 from .clients.prometheus import PrometheusClient, PrometheusConfig
+from .kube import kinds
 from .kube.cache import CachedKubeClient, WatchCache
 from .kube.client import KubeError, RestKubeClient, new_api_client
+from .kube.kinds import CACHED, ECHOING
 from .kube.transport import LoopTransport
 from .kube.watch import Resource, Watches, WatchOptions
 from .plan import validate
@@ -36,7 +38,6 @@ from .plan.planner import isvc_state
 from .plan.predictors import as_map, as_maps, deployment_problem, predictor_problem
 from .reconcile import Reconciler
 from .render.common import LABEL_DM
-from .render.podmonitor import API_VERSION as PODMONITOR_API
 from .settings import runtime_image
 
 log = logging.getLogger("arbiter.handlers")
@@ -246,7 +247,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         metrics.LEADER.set(1)  # the only replica
         leading.set()
     # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
-    cache = memo[CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in CACHED})
+    cache = memo[CACHE_KEY] = WatchCache(CACHED)
     api = new_api_client(memo.get(KUBECONFIG_KEY))
     # The reconcile's requests are made on this event loop (aiohttp), not by the kubernetes client's urllib3.
     transport = memo["arbiter_transport"] = LoopTransport(api.configuration, asyncio.get_running_loop(),
@@ -292,22 +293,6 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await memo[WATCHES_KEY].stop()
     if memo.get("arbiter_transport") is not None:
         await memo["arbiter_transport"].close()
-
-
-# The kinds held in the watch cache: (apiVersion, kind, plural, the label every held object carries or None), each
-# listed and watched by the operator's watches (kube/watch.py, started in `startup`); no pass runs before every first
-# list is held.
-CACHED = (
-    (API_VERSION, KIND, PLURAL, None),
-    ("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices", LABEL_DM),
-    ("serving.kserve.io/v1alpha1", "ServingRuntime", "servingruntimes", LABEL_DM),
-    ("route.openshift.io/v1", "Route", "routes", LABEL_DM),
-    ("v1", "ConfigMap", "configmaps", LABEL_DM),
-    ("v1", "Service", "services", LABEL_DM),
-    (PODMONITOR_API, "PodMonitor", "podmonitors", LABEL_DM),
-    ("apps/v1", "Deployment", "deployments", ISVC_LABEL),  # KServe's predictors (a version's readiness)
-    ("v1", "Pod", "pods", ISVC_LABEL),  # their pods (why a version is not ready: unschedulable, crash loop)
-)
 
 
 def _settle(event: dict[str, Any], cache: WatchCache) -> bool:
@@ -448,7 +433,7 @@ def _queue_owner(memo: kopf.Memo, namespace: str, isvc: str, only_if_ready: bool
     it is Ready."""
     # Read without decoding the InferenceService (this runs for a fleet's Deployment and pod events): its labels as
     # the cache holds them, KServe's verdict as its last event showed it (noted for every event, in order).
-    labels = memo[CACHE_KEY].labels("serving.kserve.io/v1beta1", "InferenceService", namespace, isvc)
+    labels = memo[CACHE_KEY].labels(ISVC_API, "InferenceService", namespace, isvc)
     if labels is None:
         return
     if only_if_ready:
@@ -484,8 +469,8 @@ def _deployment_event(event: dict[str, Any], namespace: str, memo: kopf.Memo) ->
         _queue_owner(memo, namespace, isvc, only_if_ready=not failure)
 
 
-# The operator's watches (kube/watch.py): every kind of CACHED, with the same label selectors.
-WATCHED = tuple(Resource(a, k, p, label) for a, k, p, label in CACHED)
+# The operator's watches (kube/watch.py): every watched kind of kube/kinds.py, with its label selector.
+WATCHED = tuple(Resource(k.api_version, k.kind, k.plural, k.label) for k in kinds.WATCHED)
 CHILDREN = tuple(r for r in WATCHED if r.kind != KIND)
 _EVENTS = {KIND: _decisionmodel_event, "Deployment": _deployment_event, "Pod": _pod_event}  # the rest: _child_event
 
@@ -597,13 +582,6 @@ class OperatorWatches:
     async def stop(self) -> None:
         await self.watches.stop()
         await self.events.stop()
-
-
-# The kinds whose watch events are mostly echoes of the operator's own writes (its status patches, its applies of
-# children nobody else writes): each event's name and resourceVersion are read first, and one the cache holds as it is
-# goes no further (WatchEvents.known). Not InferenceServices (KServe writes their status; the view of each event is
-# noted), nor KServe's Deployments and pods (the operator never writes them).
-ECHOING = frozenset({KIND, "ServingRuntime", "Route", "ConfigMap", "Service", "PodMonitor"})
 
 
 def watches_for(events: WatchEvents, config: Any, resources: list[Resource], namespaces: list[str],

@@ -100,10 +100,6 @@ def event_head(line: bytes) -> tuple[str, str, str, str] | None:
     return None
 
 
-# KServe's predictor Deployments and pods: the reconcile reads their metadata and status only (plan/predictors.py),
-# so their spec (the pod template: containers, volumes, env) is neither decoded from a watch nor held in the cache.
-STATUS_ONLY = frozenset({"Deployment", "Pod"})
-
 _OBJECT: dict[bool, msgspec.json.Decoder[Any]] = {
     True: msgspec.json.Decoder(_StatusOnly), False: msgspec.json.Decoder(_Whole)}
 _EVENT: dict[bool, msgspec.json.Decoder[Any]] = {
@@ -132,20 +128,21 @@ def _to_builtins(obj: _StatusOnly) -> dict[str, Any]:
     return out
 
 
-def loads_object(data: bytes, kind: str | None = None) -> Any:
-    """One object (an apiserver's answer to a write) without managedFields (and without the spec for a STATUS_ONLY
-    `kind`). Raises ValueError (or RecursionError) where `data` is not JSON."""
+def loads_object(data: bytes, status_only: bool = False) -> Any:
+    """One object (an apiserver's answer to a write) without managedFields (and without the spec when `status_only`:
+    a kind whose spec the operator never reads, kube/kinds.py STATUS_ONLY). Raises ValueError (or RecursionError)
+    where `data` is not JSON."""
     try:
-        return _to_builtins(_OBJECT[kind in STATUS_ONLY].decode(data))
+        return _to_builtins(_OBJECT[status_only].decode(data))
     except msgspec.ValidationError:  # JSON, but not shaped like an object: as a generic decode sees it
         return orjson.loads(data)
 
 
-def loads_event(line: bytes, kind: str | None = None) -> tuple[Any, Any] | None:
+def loads_event(line: bytes, status_only: bool = False) -> tuple[Any, Any] | None:
     """(type, object) of one watch line, the object slimmed as `loads_object` does; None where the line is not a JSON
     object. An ERROR event's object (a Status) comes whole."""
     try:
-        event = _EVENT[kind in STATUS_ONLY].decode(line)
+        event = _EVENT[status_only].decode(line)
         if event.type != "ERROR":
             obj = event.object
             return event.type, None if obj is UNSET else _to_builtins(obj)

@@ -26,8 +26,8 @@ from typing import Any, NamedTuple, cast
 import msgspec
 
 from ..api import jsonfast
-from ..api.kubejson import STATUS_ONLY
 from .client import LoopKubeClient, Objects
+from .kinds import STATUS_ONLY
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 

@@ -20,9 +20,10 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from ..api import jsonfast, kubejson
-from ..api.names import FIELD_MANAGER
+from ..api.names import CORE_API, FIELD_MANAGER
 from ..api.times import format_time
 from ..metrics import count_request
+from .kinds import KINDS, kind_of
 from .transport import LoopTransport
 
 log = logging.getLogger("arbiter.kube")
@@ -49,54 +50,6 @@ class EventSeries:
     seen: float  # monotonic time of the latest occurrence
     written: float  # monotonic time of the latest write (POST or PATCH)
     written_count: int
-
-
-@dataclass(frozen=True)
-class Kind:
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        if sub:
-            base += f"/{sub}"
-        return base
-
-
-KINDS: dict[tuple[str, str], Kind] = {
-    (k.api_version, k.kind): k
-    for k in (
-        Kind("arbiter.dev/v1alpha1", "DecisionModel", "decisionmodels"),
-        Kind("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices"),
-        Kind("serving.kserve.io/v1alpha1", "ServingRuntime", "servingruntimes"),
-        Kind("route.openshift.io/v1", "Route", "routes"),
-        Kind("v1", "ConfigMap", "configmaps"),
-        Kind("v1", "Service", "services"),
-        Kind("v1", "Secret", "secrets"),
-        Kind("v1", "Event", "events"),
-        Kind("v1", "Namespace", "namespaces", namespaced=False),
-        Kind("v1", "Pod", "pods"),
-        Kind("apps/v1", "Deployment", "deployments"),
-        Kind("modelregistry.opendatahub.io/v1beta1", "ModelRegistry", "modelregistries"),
-        Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
-        Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
-    )
-}
-
-
-def kind_of(api_version: str, kind: str) -> Kind:
-    try:
-        return KINDS[(api_version, kind)]
-    except KeyError:
-        raise ValueError(f"unknown kind {api_version}/{kind}: add it to clients.kube.KINDS") from None
 
 
 # Seconds a request may take (connect, send, answer) before it fails.
@@ -250,7 +203,7 @@ class RestKubeClient:
         """Whether the apiserver serves this kind (API discovery, which every authenticated user may read: no RBAC
         grant on CRDs needed). Errors other than 404 raise: "cannot tell" is not "absent"."""
         k = kind_of(api_version, kind)
-        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        base = "/api/v1" if api_version == CORE_API else f"/apis/{api_version}"
         try:
             out = self._call("GET", base)
         except KubeError as exc:
@@ -401,7 +354,7 @@ class RestKubeClient:
         stamp = format_time(datetime.now(UTC))
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}")
         try:
-            self._call("PATCH", KINDS[("v1", "Event")].path(meta["namespace"], series.name),
+            self._call("PATCH", KINDS[(CORE_API, "Event")].path(meta["namespace"], series.name),
                        body={"count": series.count, "message": series.message, "lastTimestamp": stamp},
                        content_type="application/merge-patch+json")
         except KubeError as exc:
@@ -417,7 +370,7 @@ class RestKubeClient:
         body = event_body(involved, type_, reason, message, format_time(datetime.now(UTC)))
         self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}")
         try:
-            out = self._call("POST", KINDS[("v1", "Event")].path(meta["namespace"]), body=body)
+            out = self._call("POST", KINDS[(CORE_API, "Event")].path(meta["namespace"]), body=body)
         except KubeError as exc:  # an event is a courtesy: failing to post one must not fail the reconcile
             log.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
             return None
@@ -428,7 +381,7 @@ def event_body(involved: dict[str, Any], type_: str, reason: str, message: str, 
     """A new core/v1 Event on `involved` (its first occurrence, at `now`), as the operator posts it."""
     meta = involved["metadata"]
     return {
-        "apiVersion": "v1",
+        "apiVersion": CORE_API,
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {

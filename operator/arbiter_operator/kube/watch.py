@@ -43,6 +43,7 @@ from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 from ..api.kubejson import event_head, loads_event
 from ..clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
 from ..metrics import WATCH_BYTES, WATCH_EVENTS
+from .kinds import STATUS_ONLY
 from .transport import auth_headers, new_session
 
 log = logging.getLogger("arbiter.watches")
@@ -388,7 +389,7 @@ class Watches:
             if head is not None and head[0] in ("ADDED", "MODIFIED") and namespace in (None, head[1]) and \
                     self._known(self.known, resource, head):
                 return head[0], None, head[3]  # held as it is: only the resourceVersion moves on
-        decoded = loads_event(line, resource.kind)
+        decoded = loads_event(line, resource.kind in STATUS_ONLY)
         if decoded is None:
             return None
         type_, obj = decoded

@@ -24,6 +24,7 @@ from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
 from arbiter_operator.clients.namespaces import WatchOptions as NamespaceWatchOptions
 from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.kinds import CACHED, ECHOING
 from arbiter_operator.kube.watch import Watches, WatchOptions
 from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.render.common import LABEL_DM
@@ -146,7 +147,7 @@ def new_memo(peer: HostileApiserver) -> kopf.Memo:
     """What the watch events go into: the cache, the work queue and (DecisionModel events note their namespace) the
     namespace watch, on the same peer. Stop it with `stop_memo`."""
     memo = kopf.Memo()
-    cache = memo[handlers.CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
+    cache = memo[handlers.CACHE_KEY] = WatchCache(CACHED)
     queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
     memo[handlers.NSWATCH_KEY] = NamespaceWatch(k8s.ApiClient(configuration(peer)), queue.add,
                                                 asyncio.get_running_loop(), cache=cache, options=NAMESPACE_OPTIONS)
@@ -351,7 +352,7 @@ def test_an_event_of_an_object_held_as_it_is_goes_no_further(peer):
         peer.go_honest({})
         peer.set_script([("honest",), ("events", script, "hang")], cycle=False)  # the list, then the watch
         watches = Watches(configuration(peer), dms, [], on_event, lambda *_: None, OPTIONS,
-                          known=lambda _r, ns, name, rv: (ns, name, rv) in held_as_it_is, skim=handlers.ECHOING)
+                          known=lambda _r, ns, name, rv: (ns, name, rv) in held_as_it_is, skim=ECHOING)
         watches.start()
         try:
             deadline = time.monotonic() + CONVERGE_S

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 from arbiter_operator.handlers import isvc_view
+from arbiter_operator.kube.kinds import CACHED
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -154,7 +155,7 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
             assert urgent, "a predictor's serving state moved: the urgent lane"
             woken.append(key)
 
-    cache = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
+    cache = WatchCache(CACHED)
     memo = {handlers.CACHE_KEY: cache, handlers.QUEUE_KEY: Queue()}
     isvc = _isvc()
     isvc["metadata"]["namespace"] = "risk-deployments"  # the views of other tests are module state: a key of its own
@@ -207,7 +208,7 @@ def test_kserves_verdict_wakes_its_decision_model_in_the_urgent_lane_and_other_d
     from arbiter_operator import handlers
     from arbiter_operator.kube.cache import WatchCache
 
-    memo = {handlers.CACHE_KEY: WatchCache({(a, k): label for a, k, _, label in handlers.CACHED}),
+    memo = {handlers.CACHE_KEY: WatchCache(CACHED),
             handlers.QUEUE_KEY: handlers.WorkQueue()}
     queue = memo[handlers.QUEUE_KEY]
     isvc = _isvc()
