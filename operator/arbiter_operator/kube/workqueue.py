@@ -16,11 +16,12 @@ class PriorityWorkQueue:
     a high-priority lane): a key waits at most once, and one key is never handed to two workers at once (a key added
     while it is worked on is handed out again when that work is done).
 
-    The high priority, the `urgent` lane: a wake-up marked `urgent` (KServe's verdict on a version changed: it became
-    ready, failed, or its pods got into trouble) is served before the ordinary ones (a DecisionModel created or edited, a child drifted).
-    When a fleet is created at once, a thousand first passes queue up in minutes while KServe brings the versions
-    up over many; in one line, a version KServe has just made ready would wait behind all of them for the pass that
-    routes traffic to it. The urgent lane cannot starve the other: it fills at KServe's pace, a few per second.
+    The high priority, the `urgent` lane: a wake-up marked `urgent` (KServe's verdict on a version changed: it
+    became ready, failed, or its pods got into trouble) is served before the ordinary ones (a DecisionModel created
+    or edited, a child drifted). When a fleet is created at once, a thousand first passes queue up in minutes while
+    KServe brings the versions up over many; in one line, a version KServe has just made ready would wait behind all
+    of them for the pass that routes traffic to it. The urgent lane cannot starve the other: it fills at KServe's
+    pace, a few per second.
     """
 
     def __init__(self) -> None:
