@@ -8,7 +8,10 @@ import logging
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .app import OperatorConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     from . import handlers
+    from .app import Operator
 
     def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
+        """One kopf run over `watched` ([]: cluster-wide), with an Operator of its own: a shard's restart on a new
+        namespace list starts from nothing the previous run saw."""
         settings = kopf.OperatorSettings()
         # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed
         # later) and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
@@ -142,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             kopf.run(
                 loop=runner.get_loop(),
                 settings=settings,
-                memo=_memo(args, handlers, watched),
+                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched))),
                 standalone=True,
                 clusterwide=not watched,
                 namespaces=watched,
@@ -160,30 +166,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _memo(args: argparse.Namespace, handlers: Any, watched: list[str]) -> Any:
-    """A fresh memo for one kopf run. The kubeconfig path travels in it to the login handler and the clients
-    (handlers.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library first
-    reads it."""
-    import kopf
+def _config(args: argparse.Namespace, watched: list[str]) -> OperatorConfig:
+    """What one kopf run is built from. The kubeconfig path travels in it to the login handler and the clients
+    (handlers.py, app.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library
+    first reads it."""
+    from .app import LeaderConfig, OperatorConfig
 
-    memo = kopf.Memo()
-    memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
-    memo[handlers.NAMESPACES_KEY] = list(watched)  # the children's watches follow kopf's scope
+    leader = None
     if args.leader_elect:
         from .kube import client as kube
         from .kube.leader import default_identity
 
         identity = default_identity()
         kube.USER_AGENT = f"arbiter-operator/{identity}"
-        memo[handlers.LEADER_KEY] = {
-            "namespace": args.leader_election_namespace,
-            "name": args.leader_election_id,
-            "identity": identity,
-            "lease_duration": args.lease_duration,
-            "renew_deadline": args.renew_deadline,
-            "retry_period": args.retry_period,
-        }
-    return memo
+        leader = LeaderConfig(namespace=args.leader_election_namespace, name=args.leader_election_id,
+                              identity=identity, lease_duration=args.lease_duration,
+                              renew_deadline=args.renew_deadline, retry_period=args.retry_period)
+    # The children's watches follow kopf's scope.
+    return OperatorConfig(kubeconfig=args.kubeconfig, namespaces=list(watched), leader=leader)
 
 
 if __name__ == "__main__":

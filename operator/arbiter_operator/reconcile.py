@@ -94,10 +94,8 @@ class Reconciler:
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
         # From the watch cache when there is one (no request, so no thread to wait for: a thread hop per pass was a
-        # measurable share of the operator's CPU at scale); a plain client reads in a thread.
-        held = getattr(self.client, "held", None)
-        raw = (held(API_VERSION, KIND, namespace, name) if held is not None
-               else await asyncio.to_thread(self.client.get, API_VERSION, KIND, namespace, name))
+        # measurable share of the operator's CPU at scale); a plain client reads.
+        raw = await self.client.aheld(API_VERSION, KIND, namespace, name)
         if raw is None:
             return None
         if (raw.get("metadata") or {}).get("deletionTimestamp"):

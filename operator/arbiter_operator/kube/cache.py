@@ -1,7 +1,7 @@
 """The watch cache: the objects the operator's watches deliver, kept in memory, so that a reconcile reads its
 DecisionModel and children without asking the apiserver (docs/architecture.md, "Reads from the watch cache").
 
-The watches fill it: kube/watch.py's for DecisionModels and children (handlers.WatchEvents; no pass runs before every
+The watches fill it: kube/watch.py's for DecisionModels and children (triggers.Triggers; no pass runs before every
 kind's first list is held), so no reconcile ever sees a half-filled cache. The operator's own writes go in too
 (write-through) with the object the apiserver answered, so the next reconcile sees what it just wrote even before the
 watch echoes it; a watch event older than what is held (by resourceVersion) never replaces it. The echo of a write

@@ -79,6 +79,10 @@ class KubeClient(Protocol):
     """What the operator needs from Kubernetes; tests may wrap it to count calls."""
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """`get` of one of the operator's own children (or a DecisionModel): where a watch cache holds the kind, a
+        miss is an answer (every such object carries the label the watch filters on); a plain client reads."""
+        ...
     def list(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]: ...
@@ -100,6 +104,9 @@ class LoopKubeClient(KubeClient, Protocol):
     steps make their requests there, without a thread per request."""
 
     async def aget(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """`held`, awaited."""
+        ...
     async def alist(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]: ...
@@ -198,6 +205,13 @@ class RestKubeClient:
         except KubeError as exc:
             _raise_unless_absent(exc)
             return None
+
+    def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """No cache here: a read (KubeClient.held)."""
+        return self.get(api_version, kind, namespace, name)
+
+    async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return await self.aget(api_version, kind, namespace, name)
 
     def served(self, api_version: str, kind: str) -> bool:
         """Whether the apiserver serves this kind (API discovery, which every authenticated user may read: no RBAC
@@ -491,7 +505,7 @@ def answer_of(method: str, path: str, status: int, reason: str, data: bytes | No
     return out
 
 
-# Connections kept open to the apiserver: one per worker and I/O thread (handlers.DEFAULT_WORKERS + 4) and spare.
+# Connections kept open to the apiserver: one per worker and I/O thread (app.DEFAULT_WORKERS + 4) and spare.
 # The kubernetes library keeps 5 per CPU; with more threads than that, the surplus connections were closed after use
 # ("Connection pool is full, discarding connection") and later requests paid a new TLS handshake.
 CONNECTIONS = 32

@@ -74,7 +74,7 @@ async def observe_children(client: LoopKubeClient, dm: DecisionModel, podmonitor
     }
     # Children by name: from the watch cache where there is one (`aheld`: a child of ours carries our label, so the
     # cache holds every one; a miss is an absent child, whose name apply_plan checks on the apiserver before creating).
-    read = getattr(client, "aheld", client.aget)
+    read = client.aheld
     runtime = await read(SERVINGRUNTIME_API, "ServingRuntime", ns, runtime_name(name))
     route = await read(ROUTE_API, "Route", ns, name)
     podmonitor = await read(PODMONITOR_API, PODMONITOR_KIND, ns, podmonitor_name(name)) if podmonitor_api else None

@@ -138,9 +138,10 @@ def test_kopf_handles_no_resource_so_it_never_writes_to_a_decisionmodel():
     diff base on the DecisionModel (change handlers) or add a finalizer (daemons, timers); the watches are the
     operator's own (kube/watch.py), DecisionModels included."""
     import kopf
-    from arbiter_operator import handlers  # noqa: F401  (registers the handlers)
+    from arbiter_operator import handlers
+    from arbiter_operator.app import Operator, OperatorConfig
 
-    registry = kopf.get_default_registry()
+    registry = handlers.register(kopf.OperatorRegistry(), Operator(OperatorConfig()))
     for kind in (registry._changing, registry._watching, registry._indexing, registry._spawning, registry._webhooks):
         assert kind.get_all_handlers() == []
     assert registry._activities.get_all_handlers()  # the registry inspected is the one the handlers went into
