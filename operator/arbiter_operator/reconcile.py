@@ -27,7 +27,6 @@ from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.children import observe_children, podmonitor_served
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
-from .plan.model import Observations
 from .registry_handlers import RegistryFinalizer
 from .registry_handlers import holds as registry_holds
 from .sync.registry import sync_registry_step
@@ -35,24 +34,6 @@ from .sync.registry import sync_registry_step
 log = logging.getLogger("arbiter.reconcile")
 
 CONFLICT_RECHECK_SECONDS = 60.0
-
-
-def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for name, o in obs.inferenceservices.items():
-        out[("InferenceService", name)] = o
-    for name, o in obs.configmaps.items():
-        out[("ConfigMap", name)] = o
-    if obs.servingruntime is not None:
-        out[("ServingRuntime", obs.servingruntime["metadata"]["name"])] = obs.servingruntime
-    if obs.route is not None:
-        out[("Route", obs.route["metadata"]["name"])] = obs.route
-    if obs.podmonitor is not None:
-        out[("PodMonitor", obs.podmonitor["metadata"]["name"])] = obs.podmonitor
-    if obs.stable_service is not None:
-        out[("Service", obs.stable_service["metadata"]["name"])] = obs.stable_service
-    out.update(obs.shadow_rbac)
-    return out
 
 
 def utc_now() -> datetime:
@@ -124,7 +105,7 @@ class Reconciler:
         # plan
         p = make_plan(dm, obs, now)
         # apply
-        writes, conflicts = await apply_plan(self.client, raw, dm, p, _live_children(obs), now)
+        writes, conflicts = await apply_plan(self.client, raw, dm, p, dict(obs.children), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);
         # the polls in between stay at DEBUG.
         first = (namespace, name) not in self._seen

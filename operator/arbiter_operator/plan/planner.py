@@ -9,7 +9,7 @@ from typing import Any
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
 from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RBAC_API, RETRY_ANNOTATION
+from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, CORE_API, ISVC_API, RBAC_API, RETRY_ANNOTATION
 from ..promotion.machine import CANDIDATE_FAILED, PromotionInputs, VersionObservation, advance
 from ..render import (
     configmap_name,
@@ -151,7 +151,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     names = tuple(versions)
     # The InferenceService that speaks for each version (see `serving_inferenceservices`); `serving_names` holds its
     # name, which differs from isvc_name() only while one under an earlier naming scheme still carries the traffic.
-    serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.inferenceservices)
+    serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.of_kind("InferenceService"))
 
     # The versions that served when the last status was written (the stable one, the previous one kept warm).
     before = old.promotion
@@ -226,11 +226,11 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained} | {serving_names[v] for v in kept}
     wanted_cms = {configmap_name(dm.metadata.name, v) for v in live + retained}
     wanted_cms |= {f"{serving_names[v]}-decision" for v in kept}  # the ConfigMap that InferenceService mounts
-    deletions = [("serving.kserve.io/v1beta1", "InferenceService", n) for n in sorted(obs.inferenceservices)
-                 if n not in wanted_isvcs]
-    deletions += [("v1", "ConfigMap", n) for n in sorted(obs.configmaps) if n not in wanted_cms]
-    wanted_rbac = {(c["kind"], c["metadata"]["name"]) for c in shadow_rbac}
-    deletions += [(RBAC_API, k, n) for k, n in sorted(obs.shadow_rbac) if (k, n) not in wanted_rbac]
+    # The children that come and go (per version, per phase): those observed and no longer wanted are deleted.
+    wanted = {(ISVC_API, "InferenceService"): wanted_isvcs, (CORE_API, "ConfigMap"): wanted_cms,
+              **{(RBAC_API, kind): {c["metadata"]["name"] for c in shadow_rbac if c["kind"] == kind}
+                 for kind in ("Role", "RoleBinding")}}
+    deletions = unwanted(obs, wanted)
 
     # Conditions: promotion's three, then Serving / Exposed / Ready from what the user can reach.
     for pc in (pplan.promoted, pplan.stalled, pplan.reconciling):
@@ -257,7 +257,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             msg += f"; {pplan.status.failedVersion} was stopped: {pplan.status.failureMessage}"
         cond(c.SERVING, "False", reason, msg)
 
-    url, admitted, route_msg = _route_url(dm, obs.route)
+    url, admitted, route_msg = _route_url(dm, obs.one("Route"))
     if admitted is False:
         cond(c.EXPOSED, "False", "RouteNotAdmitted",
              f"Route {dm.metadata.name} was not admitted: {route_msg}; fix spec.exposure.host or the router shard")
@@ -332,7 +332,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         conditions=_at_generation(conditions, gen),
         activeVersion=active,
         url=url,
-        address=Address(url=stable_service_url(dm)) if stable is not None or obs.stable_service else None,
+        address=Address(url=stable_service_url(dm)) if stable is not None or obs.one("Service") else None,
         versions=vstatus,
         promotion=pplan.status,
     )
@@ -419,3 +419,9 @@ def _at_generation(conditions: list[Condition], gen: int) -> list[Condition]:
 
 def _dump(status: DecisionModelStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def unwanted(obs: Observations, wanted: Mapping[tuple[str, str], set[str]]) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of each observed child of a kind in `wanted` whose name is not wanted."""
+    return [(api_version, kind, name) for (api_version, kind), names in wanted.items()
+            for name in sorted(obs.of_kind(kind)) if name not in names]
