@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from .clients.namespaces import Event, Namespace, WatchOptions, follow
+from .kube.namespaces import Event, Namespace, WatchOptions, follow
 
 log = logging.getLogger("arbiter.nswatch")
 

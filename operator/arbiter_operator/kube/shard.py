@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from kubernetes import client as k8s
 
-from ..clients.namespaces import Event, Namespace, WatchOptions, follow, list_namespaces
+from .namespaces import Event, Namespace, WatchOptions, follow, list_namespaces
 
 log = logging.getLogger("arbiter.shard")
 

@@ -41,7 +41,7 @@ import aiohttp
 from ..api import jsonfast
 from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 from ..api.kubejson import event_head, loads_event
-from ..clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
+from ..api.wire import bookmark_version, resource_version, retry_after, status_reason
 from ..metrics import WATCH_BYTES, WATCH_EVENTS
 from .kinds import STATUS_ONLY
 from .transport import auth_headers, new_session

@@ -1,4 +1,4 @@
-"""The operator's own namespace list/watch client (clients/namespaces.py) on the real kube-apiserver: the wire format it
+"""The operator's own namespace list/watch client (kube/namespaces.py) on the real kube-apiserver: the wire format it
 parses defensively is the one the apiserver speaks (a label- or field-selected list, chunked watch events), and both
 loops built on it follow real label changes: a shard's `run_shard` takes a namespace labelled in and lets it go when
 labelled out; `NamespaceWatch` holds the new labels and queues the namespace's DecisionModels. The same loops against
@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 from arbiter_operator.api.backoff import DoublingBackoff
-from arbiter_operator.clients.namespaces import Failed, WatchOptions, list_namespaces, watch_namespaces
 from arbiter_operator.kube.cache import WatchCache
 from arbiter_operator.kube.client import new_api_client
+from arbiter_operator.kube.namespaces import Failed, WatchOptions, list_namespaces, watch_namespaces
 from arbiter_operator.kube.shard import run_shard
 from arbiter_operator.nswatch import NamespaceWatch
 from kubernetes import client

@@ -21,9 +21,9 @@ import pytest
 from arbiter_operator import app
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
-from arbiter_operator.clients.namespaces import WatchOptions as NamespaceWatchOptions
 from arbiter_operator.kube.cache import WatchCache
 from arbiter_operator.kube.kinds import CACHED, ECHOING
+from arbiter_operator.kube.namespaces import WatchOptions as NamespaceWatchOptions
 from arbiter_operator.kube.watch import Watches, WatchOptions
 from arbiter_operator.kube.workqueue import PriorityWorkQueue as WorkQueue
 from arbiter_operator.nswatch import NamespaceWatch

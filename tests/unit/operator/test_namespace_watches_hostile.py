@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from arbiter_operator.api.backoff import DoublingBackoff
-from arbiter_operator.clients.namespaces import NAME, Failed, Gone, WatchOptions, parse_event, parse_list
 from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.namespaces import NAME, Failed, Gone, WatchOptions, parse_event, parse_list
 from arbiter_operator.kube.shard import run_shard
 from arbiter_operator.nswatch import NamespaceWatch
 from hypothesis import HealthCheck, Phase, example, given, settings

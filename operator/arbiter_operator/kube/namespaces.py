@@ -36,6 +36,7 @@ from kubernetes import client as k8s
 from ..api import jsonfast
 from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 from ..api.kubejson import loads_event
+from ..api.wire import bookmark_version, resource_version, retry_after, status_reason
 
 log = logging.getLogger("arbiter.namespaces")
 
@@ -88,10 +89,6 @@ class Failed(Exception):
         self.retry_after = retry_after
 
 
-def resource_version(value: Any) -> str:
-    return value if isinstance(value, str) and 0 < len(value) <= 256 else ""
-
-
 def namespace_of(obj: Any) -> Namespace | None:
     """The Namespace in a list item or a watch event's object, or None where it is not a well-formed one (pure)."""
     if not isinstance(obj, dict):
@@ -108,21 +105,6 @@ def namespace_of(obj: Any) -> Namespace | None:
     if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         return None
     return Namespace(name, dict(labels), resource_version(meta.get("resourceVersion")))
-
-
-def status_reason(doc: Any) -> str:
-    if not isinstance(doc, dict):
-        return "no Status"
-    parts = [str(doc.get(k))[:200] for k in ("code", "reason", "message") if doc.get(k) is not None]
-    return ": ".join(parts) or "an empty Status"
-
-
-
-
-def bookmark_version(obj: Any) -> str:
-    """The resourceVersion a BOOKMARK event carries, or "" where it carries none."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return resource_version(meta.get("resourceVersion")) if isinstance(meta, dict) else ""
 
 
 def parse_event(line: bytes) -> Event | None:
@@ -164,14 +146,6 @@ def parse_list(body: bytes) -> tuple[dict[str, Namespace], str]:
             raise Failed("the namespace list holds an item that is not a Namespace")
         found[ns.name] = ns
     return found, rv
-
-
-def retry_after(value: str | None) -> float | None:
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:  # an HTTP date, or garbage: the back-off alone decides
-        return None
-    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
 
 
 def _open(api: k8s.ApiClient, query: list[tuple[str, str]], read_timeout: float,
