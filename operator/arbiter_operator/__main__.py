@@ -15,6 +15,75 @@ if TYPE_CHECKING:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.leader_elect and not args.leader_election_namespace:
+        parser.error("--leader-elect needs --leader-election-namespace (or $ARBITER_OPERATOR_NAMESPACE)")
+    if not args.retry_period < args.renew_deadline < args.lease_duration:
+        parser.error("leader election needs --retry-period < --renew-deadline < --lease-duration")
+    if args.runtime_image:
+        os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
+
+    namespaces = list(args.namespace)
+    env_ns = os.environ.get("ARBITER_NAMESPACES", "")
+    namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
+    if namespaces and args.namespace_selector:
+        parser.error("--namespace and --namespace-selector are exclusive: a shard owns what its selector matches")
+
+    _logging(args)
+
+    if args.metrics_port:
+        # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own
+        # (metrics.py: reconciles, work queue, API requests, promotions); the chart's metrics Service
+        # and ServiceMonitor scrape this port.
+        from prometheus_client import start_http_server
+
+        from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
+
+        start_http_server(args.metrics_port, addr=args.metrics_address)
+
+    import asyncio
+
+    import kopf
+    import uvloop
+
+    from . import handlers
+    from .app import Operator
+
+    def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
+        """One kopf run over `watched` ([]: cluster-wide), with an Operator of its own: a shard's restart on a new
+        namespace list starts from nothing the previous run saw."""
+        settings = kopf.OperatorSettings()
+        # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed
+        # later) and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
+        # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
+        # restart the operator after installing KServe or the Route API.
+        settings.scanning.disabled = True
+        # uvloop, as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of the operator's CPU at fleet
+        # scale with asyncio's pure-Python loop.
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            kopf.run(
+                loop=runner.get_loop(),
+                settings=settings,
+                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched))),
+                standalone=True,
+                clusterwide=not watched,
+                namespaces=watched,
+                liveness_endpoint=args.liveness or None,
+                stop_flag=stop_flag,
+            )
+
+    if not args.namespace_selector:
+        run(namespaces)
+        return 0
+    from .kube.client import new_api_client
+    from .kube.shard import run_shard
+
+    run_shard(new_api_client(args.kubeconfig), args.namespace_selector, run, args.liveness or None)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arbiter-operator", description="Arbiter DecisionModel operator")
     parser.add_argument(
         "-n",
@@ -86,20 +155,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after its last renewal the leader stops writing and exits (default 10)")
     parser.add_argument("--retry-period", type=float, default=float(os.environ.get("ARBITER_RETRY_PERIOD", "2")),
                         help="seconds between renewals / acquisition attempts (default 2)")
-    args = parser.parse_args(argv)
-    if args.leader_elect and not args.leader_election_namespace:
-        parser.error("--leader-elect needs --leader-election-namespace (or $ARBITER_OPERATOR_NAMESPACE)")
-    if not args.retry_period < args.renew_deadline < args.lease_duration:
-        parser.error("leader election needs --retry-period < --renew-deadline < --lease-duration")
-    if args.runtime_image:
-        os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
+    return parser
 
-    namespaces = list(args.namespace)
-    env_ns = os.environ.get("ARBITER_NAMESPACES", "")
-    namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
-    if namespaces and args.namespace_selector:
-        parser.error("--namespace and --namespace-selector are exclusive: a shard owns what its selector matches")
 
+def _logging(args: argparse.Namespace) -> None:
     level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
     debug = level <= logging.DEBUG
     logging.basicConfig(
@@ -114,56 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kopf").setLevel(logging.INFO if debug else max(level, logging.WARNING))
     # httpx logs every request (registry, Prometheus) at INFO; the analysis and registry lines tell the story once.
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else max(level, logging.WARNING))
-
-    if args.metrics_port:
-        # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own
-        # (metrics.py: reconciles, work queue, API requests, promotions); the chart's metrics Service
-        # and ServiceMonitor scrape this port.
-        from prometheus_client import start_http_server
-
-        from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
-
-        start_http_server(args.metrics_port, addr=args.metrics_address)
-
-    import asyncio
-
-    import kopf
-    import uvloop
-
-    from . import handlers
-    from .app import Operator
-
-    def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
-        """One kopf run over `watched` ([]: cluster-wide), with an Operator of its own: a shard's restart on a new
-        namespace list starts from nothing the previous run saw."""
-        settings = kopf.OperatorSettings()
-        # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed
-        # later) and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
-        # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
-        # restart the operator after installing KServe or the Route API.
-        settings.scanning.disabled = True
-        # uvloop, as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of the operator's CPU at fleet
-        # scale with asyncio's pure-Python loop.
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            kopf.run(
-                loop=runner.get_loop(),
-                settings=settings,
-                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched))),
-                standalone=True,
-                clusterwide=not watched,
-                namespaces=watched,
-                liveness_endpoint=args.liveness or None,
-                stop_flag=stop_flag,
-            )
-
-    if not args.namespace_selector:
-        run(namespaces)
-        return 0
-    from .kube.client import new_api_client
-    from .kube.shard import run_shard
-
-    run_shard(new_api_client(args.kubeconfig), args.namespace_selector, run, args.liveness or None)
-    return 0
 
 
 def _config(args: argparse.Namespace, watched: list[str]) -> OperatorConfig:
