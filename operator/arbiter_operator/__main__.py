@@ -7,7 +7,6 @@ import argparse
 import logging
 import os
 import sys
-import threading
 from typing import Any
 
 
@@ -129,38 +128,56 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import handlers
 
-    def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
+    async def run(watched: list[str], stop_flag: asyncio.Event | None = None) -> None:
         settings = kopf.OperatorSettings()
         # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed
         # later) and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
         # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
         # restart the operator after installing KServe or the Route API.
         settings.scanning.disabled = True
-        # uvloop, as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of the operator's CPU at fleet
-        # scale with asyncio's pure-Python loop.
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            kopf.run(
-                loop=runner.get_loop(),
-                settings=settings,
-                memo=_memo(args, handlers, watched),
-                standalone=True,
-                clusterwide=not watched,
-                namespaces=watched,
-                liveness_endpoint=args.liveness or None,
-                stop_flag=stop_flag,
-            )
+        # kopf itself watches nothing (the operator's watches are its own, kube/watch.py): a shard that owns no
+        # namespace runs kopf idle, for its probe server, with the operator's start-up told so.
+        idle = bool(args.namespace_selector) and not watched
+        await kopf.operator(
+            settings=settings,
+            memo=_memo(args, handlers, watched, idle),
+            standalone=True,
+            clusterwide=not watched,
+            namespaces=watched,
+            liveness_endpoint=args.liveness or None,
+            stop_flag=stop_flag,
+        )
 
-    if not args.namespace_selector:
-        run(namespaces)
-        return 0
-    from .kube.client import new_api_client
-    from .kube.shard import run_shard
+    from .plan import validate
 
-    run_shard(new_api_client(args.kubeconfig), args.namespace_selector, run, args.liveness or None)
+    # The CEL parser the spec checks use (about a second of pure-Python work), built before the event loop starts:
+    # in a thread it would hold the interpreter's lock as long, and stall the loop all the same.
+    validate.warm_up()
+    # One event loop for the process, uvloop as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of
+    # the operator's CPU at fleet scale with asyncio's pure-Python loop. A shard's restarts run on it too.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        if not args.namespace_selector:
+            runner.run(_quietly(run(namespaces)))
+            return 0
+        from .kube.client import new_api_client
+        from .kube.shard import run_shard
+
+        config = new_api_client(args.kubeconfig).configuration
+        runner.run(_quietly(run_shard(config, args.namespace_selector, run)))
     return 0
 
 
-def _memo(args: argparse.Namespace, handlers: Any, watched: list[str]) -> Any:
+async def _quietly(coro: Any) -> None:
+    """As kopf.run: a run cancelled on the way out (a signal) is a normal end."""
+    import asyncio
+
+    try:
+        await coro
+    except asyncio.CancelledError:
+        pass
+
+
+def _memo(args: argparse.Namespace, handlers: Any, watched: list[str], idle: bool = False) -> Any:
     """A fresh memo for one kopf run. The kubeconfig path travels in it to the login handler and the clients
     (handlers.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library first
     reads it."""
@@ -169,6 +186,9 @@ def _memo(args: argparse.Namespace, handlers: Any, watched: list[str]) -> Any:
     memo = kopf.Memo()
     memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
     memo[handlers.NAMESPACES_KEY] = list(watched)  # the children's watches follow kopf's scope
+    if idle:  # a shard that owns no namespace: nothing to watch or reconcile, no Lease to campaign for
+        memo[handlers.IDLE_KEY] = True
+        return memo
     if args.leader_elect:
         from .kube import client as kube
         from .kube.leader import default_identity

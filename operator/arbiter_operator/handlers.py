@@ -17,7 +17,6 @@ import logging
 import os
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -29,9 +28,9 @@ from .api.names import API_VERSION, ISVC_LABEL, KIND, PLURAL
 from .clients.prometheus import PrometheusClient, PrometheusConfig
 from .kube.cache import CachedKubeClient, WatchCache
 from .kube.client import KubeError, RestKubeClient, new_api_client
+from .kube.namespaces import NamespaceLabels
 from .kube.transport import LoopTransport
 from .kube.watch import Resource, Watches, WatchOptions
-from .plan import validate
 from .plan.planner import isvc_state
 from .plan.predictors import as_map, as_maps, deployment_problem, predictor_problem
 from .reconcile import Reconciler
@@ -127,13 +126,14 @@ class WorkQueue:
 QUEUE_KEY = "arbiter_queue"
 CACHE_KEY = "arbiter_cache"
 NSWATCH_KEY = "arbiter_nswatch"
+IDLE_KEY = "arbiter_idle"  # set by __main__ for a shard that owns no namespace: kopf runs for its probe only
 LEADER_KEY = "arbiter_leader"  # set by __main__ with --leader-elect: the Lease settings and this replica's identity
 KUBECONFIG_KEY = "arbiter_kubeconfig"  # set by __main__: the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
 NAMESPACES_KEY = "arbiter_namespaces"  # set by __main__: the namespaces the operator watches ([]: cluster-wide)
 WATCHES_KEY = "arbiter_watches"
 # A periodic resync of converged DecisionModels is off by default: every trigger that matters arrives as a watch event
 # or as the plan's own requeue (promotion holds, rechecks while a condition is Unknown), and an idle operator should
-# make no API or S3 requests (docs/benchmarks.md, idle cost). Namespace labels are watched (nswatch.py); set it
+# make no API or S3 requests (docs/benchmarks.md, idle cost). Namespace labels are watched (kube/namespaces.py); set it
 # (seconds) only to catch what no watch reports.
 RESYNC_ENV = "ARBITER_RESYNC_SECONDS"
 WORKERS_ENV = "ARBITER_WORKERS"
@@ -213,18 +213,22 @@ def connection_info(config: Any, trust_env: bool) -> kopf.ConnectionInfo:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
+    if memo.get(IDLE_KEY):
+        return
     queue = WorkQueue()
     leading = asyncio.Event()
     fence = None
+    api = new_api_client(memo.get(KUBECONFIG_KEY))
+    # Every request to the apiserver is made on this event loop (aiohttp): the reconcile's, the Lease's, the watches'.
+    transport = memo["arbiter_transport"] = LoopTransport(api.configuration, asyncio.get_running_loop(),
+                                                          user_agent=api.user_agent)
     election = memo.get(LEADER_KEY)
     if election:
         from .kube.leader import LeaderElector
 
-        loop = asyncio.get_running_loop()
-
         def started_leading() -> None:
             metrics.LEADER.set(1)
-            loop.call_soon_threadsafe(leading.set)
+            leading.set()
 
         def lost() -> None:
             # Like client-go's controllers: exit, and come back (the kubelet restarts the container) as a standby.
@@ -233,7 +237,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             logging.shutdown()
             os._exit(1)
 
-        elector = LeaderElector(new_api_client(memo.get(KUBECONFIG_KEY)), election["namespace"],
+        elector = LeaderElector(transport, election["namespace"],
                                 name=election.get("name") or "arbiter-operator-leader",
                                 identity=election["identity"], lease_duration=election["lease_duration"],
                                 renew_deadline=election["renew_deadline"], retry_period=election["retry_period"],
@@ -247,10 +251,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         leading.set()
     # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
     cache = memo[CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in CACHED})
-    api = new_api_client(memo.get(KUBECONFIG_KEY))
-    # The reconcile's requests are made on this event loop (aiohttp), not by the kubernetes client's urllib3.
-    transport = memo["arbiter_transport"] = LoopTransport(api.configuration, asyncio.get_running_loop(),
-                                                          user_agent=api.user_agent)
     kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=transport), cache)
     try:  # the canary analyses' Prometheus (docs/operations.md, "Promotion metrics")
         prometheus: PrometheusClient | None = PrometheusClient(PrometheusConfig.from_env(os.environ))
@@ -260,22 +260,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     reconciler = Reconciler(kube, prometheus=prometheus, runtime_image=runtime_image())
     failures: dict[Key, int] = {}
     memo[QUEUE_KEY] = queue
-    from .nswatch import NamespaceWatch
-
     # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
-    memo[NSWATCH_KEY] = NamespaceWatch(new_api_client(memo.get(KUBECONFIG_KEY)), queue.add,
-                                       asyncio.get_running_loop(), cache=cache)
-    watched = memo[WATCHES_KEY] = start_watches(
-        memo, new_api_client(memo.get(KUBECONFIG_KEY)).configuration, memo.get(NAMESPACES_KEY) or [])
+    memo[NSWATCH_KEY] = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
+    watched = memo[WATCHES_KEY] = start_watches(memo, api.configuration, memo.get(NAMESPACES_KEY) or [])
     resync = float(os.environ.get(RESYNC_ENV, "0"))
     workers = max(1, int(os.environ.get(WORKERS_ENV, str(DEFAULT_WORKERS))))
-    # A pass spends most of its time waiting for the apiserver's answers to its writes, made from threads (the
-    # kubernetes client blocks): one thread per worker, and a few for the other blocking calls, so no worker waits for
-    # a thread (asyncio's default pool has min(32, CPUs + 4)).
-    asyncio.get_running_loop().set_default_executor(
-        ThreadPoolExecutor(max_workers=workers + 4, thread_name_prefix="arbiter-io"))
-    # The CEL parser the spec checks use, built now in a thread rather than by the first reconcile.
-    memo["arbiter_warm_up"] = asyncio.get_running_loop().run_in_executor(None, validate.warm_up)
     memo["arbiter_tasks"] = [asyncio.create_task(_worker(queue, reconciler, failures, leading, resync,
                                                          watched.primed)) for _ in range(workers)]
 
@@ -285,9 +274,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.get("arbiter_tasks", []):
         task.cancel()
     if memo.get("arbiter_elector") is not None:  # hand the Lease back: the standby takes over at its next retry
-        await asyncio.to_thread(memo["arbiter_elector"].stop)
+        await memo["arbiter_elector"].stop()
     if memo.get(NSWATCH_KEY) is not None:
-        memo[NSWATCH_KEY].stop()
+        await memo[NSWATCH_KEY].stop()
     if memo.get(WATCHES_KEY) is not None:  # a shard's restart starts new ones on the new namespace list
         await memo[WATCHES_KEY].stop()
     if memo.get("arbiter_transport") is not None:

@@ -368,8 +368,16 @@ class CachedKubeClient:
         self.cache.discard(api_version, kind, namespace, name)
         return out
 
+    async def apatch(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
+                     content_type: str) -> dict[str, Any]:
+        return await self._awrite((api_version, kind, namespace or "", name),
+                                  self.inner.apatch(api_version, kind, namespace, name, body, content_type))
+
     async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         await self.inner.aevent(involved, type_, reason, message)
+
+    async def aserved(self, api_version: str, kind: str) -> bool:
+        return await self.inner.aserved(api_version, kind)
 
     def served(self, api_version: str, kind: str) -> bool:
         return self.inner.served(api_version, kind)
