@@ -161,6 +161,32 @@ def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool
     return obj
 
 
+def list_page(resource: Resource, namespace: str | None, body: bytes) -> tuple[list[dict[str, Any]], str, str]:
+    """One page of a list answer: its objects, resourceVersion and continue token; Failed unless every part is
+    well-formed (pure: nothing is acted on half of an answer)."""
+    try:
+        doc = jsonfast.loads(body)
+    except (ValueError, RecursionError):
+        raise Failed("the list is not JSON") from None
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(meta, dict) or not isinstance(items, list):
+        raise Failed(f"the answer is not a {resource.kind}List")
+    rv = resource_version(meta.get("resourceVersion"))
+    if not rv:
+        raise Failed("the list has no resourceVersion")
+    objs = []
+    for item in items:
+        obj = object_of(resource, namespace, item)
+        if obj is None:
+            raise Failed(f"the list holds an item that is not a {resource.kind}")
+        objs.append(obj)
+    token = meta.get("continue") or ""
+    if not isinstance(token, str) or len(token) > 4096:
+        raise Failed("the list's continue token is not a string")
+    return objs, rv, token
+
+
 class Watches:
     """One list/watch task per (resource, scope). `primed` is set once every scope's first list is handed to
     `on_list`: until then the caller's cache is half-filled."""
@@ -192,6 +218,11 @@ class Watches:
         # No sock_read: aiohttp would move a timer on every chunk read; a watch's silence is bounded by _Silence.
         self._session = new_session(
             self.config, aiohttp.ClientTimeout(total=None, sock_connect=o.connect_timeout))
+        # aiohttp sends a GET again, at once, when a kept-alive connection fails before the answer began; a retry is
+        # this module's decision, after its back-off and from a fresh list, so a peer sees each attempt once.
+        # (aiohttp has no public setting for it; the attribute is there since 3.10.)
+        if hasattr(self._session, "_retry_connection"):
+            self._session._retry_connection = False
         for resource in self.resources:
             self._spawn(resource)
         return self
@@ -354,25 +385,8 @@ class Watches:
             finally:
                 for r in stack:
                     r.close()
-            try:
-                doc = jsonfast.loads(body)
-            except (ValueError, RecursionError):
-                raise Failed("the list is not JSON") from None
-            meta = doc.get("metadata") if isinstance(doc, dict) else None
-            items = doc.get("items") if isinstance(doc, dict) else None
-            if not isinstance(meta, dict) or not isinstance(items, list):
-                raise Failed(f"the answer is not a {resource.kind}List")
-            rv = resource_version(meta.get("resourceVersion"))
-            if not rv:
-                raise Failed("the list has no resourceVersion")
-            for item in items:
-                obj = object_of(resource, namespace, item)
-                if obj is None:
-                    raise Failed(f"the list holds an item that is not a {resource.kind}")
-                objs.append(obj)
-            token = meta.get("continue") or ""
-            if not isinstance(token, str) or len(token) > 4096:
-                raise Failed("the list's continue token is not a string")
+            page, rv, token = list_page(resource, namespace, bytes(body))
+            objs += page
             if not token:
                 return objs, rv
 
@@ -399,6 +413,8 @@ class Watches:
                     buffer += chunk
                     start = 0
                     while (end := buffer.find(b"\n", start)) >= 0:
+                        if end - start > o.max_event_bytes:  # whole within one read, and too long all the same
+                            raise Failed(f"a watch event longer than {o.max_event_bytes} bytes")
                         line = bytes(buffer[start:end])
                         start = end + 1
                         if line.strip():
