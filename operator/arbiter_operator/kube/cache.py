@@ -124,7 +124,8 @@ class WatchCache:
 
     def __init__(self, kinds: dict[tuple[str, str], str | None] | None = None) -> None:
         # (apiVersion, kind) -> the label every held object of that kind carries (the watch's filter), or None.
-        # Namespaces are held too (nswatch.py fills them) but are not listed here: a namespace not yet watched is read.
+        # Namespaces are held too (kube/namespaces.py fills them) but are not listed here: a namespace not yet
+        # watched is read.
         self.kinds: dict[tuple[str, str], str | None] = dict(kinds or {})
         self._objs: dict[Key, _Held] = {}
         self._by_ns: dict[tuple[str, str, str], set[str]] = {}
