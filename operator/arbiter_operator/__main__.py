@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         start_http_server(args.metrics_port, addr=args.metrics_address)
 
     import asyncio
+    import signal
 
     import kopf
     import uvloop
@@ -138,15 +139,21 @@ def main(argv: list[str] | None = None) -> int:
         # kopf itself watches nothing (the operator's watches are its own, kube/watch.py): a shard that owns no
         # namespace runs kopf idle, for its probe server, with the operator's start-up told so.
         idle = bool(args.namespace_selector) and not watched
-        await kopf.operator(
-            settings=settings,
-            memo=_memo(args, handlers, watched, idle),
-            standalone=True,
-            clusterwide=not watched,
-            namespaces=watched,
-            liveness_endpoint=args.liveness or None,
-            stop_flag=stop_flag,
-        )
+        try:
+            await kopf.operator(
+                settings=settings,
+                memo=_memo(args, handlers, watched, idle),
+                standalone=True,
+                clusterwide=not watched,
+                namespaces=watched,
+                liveness_endpoint=args.liveness or None,
+                stop_flag=stop_flag,
+            )
+        finally:
+            # kopf's SIGTERM/SIGINT handlers answer a run that is over: between a shard's runs a signal ends the
+            # process as it would without kopf.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().remove_signal_handler(sig)
 
     from .plan import validate
 
