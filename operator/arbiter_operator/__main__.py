@@ -7,8 +7,7 @@ import argparse
 import logging
 import os
 import sys
-import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .app import OperatorConfig
@@ -43,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         start_http_server(args.metrics_port, addr=args.metrics_address)
 
     import asyncio
+    import signal
 
     import kopf
     import uvloop
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import handlers
     from .app import Operator
 
-    def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
+    async def run(watched: list[str], stop_flag: asyncio.Event | None = None) -> None:
         """One kopf run over `watched` ([]: cluster-wide), with an Operator of its own: a shard's restart on a new
         namespace list starts from nothing the previous run saw."""
         settings = kopf.OperatorSettings()
@@ -59,28 +59,52 @@ def main(argv: list[str] | None = None) -> int:
         # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
         # restart the operator after installing KServe or the Route API.
         settings.scanning.disabled = True
-        # uvloop, as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of the operator's CPU at fleet
-        # scale with asyncio's pure-Python loop.
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            kopf.run(
-                loop=runner.get_loop(),
+        # kopf itself watches nothing (the operator's watches are its own, kube/watch.py): a shard that owns no
+        # namespace runs kopf idle, for its probe server, with the operator told so.
+        idle = bool(args.namespace_selector) and not watched
+        try:
+            await kopf.operator(
                 settings=settings,
-                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched))),
+                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched, idle))),
                 standalone=True,
                 clusterwide=not watched,
                 namespaces=watched,
                 liveness_endpoint=args.liveness or None,
                 stop_flag=stop_flag,
             )
+        finally:
+            # kopf's SIGTERM/SIGINT handlers answer a run that is over: between a shard's runs a signal ends the
+            # process as it would without kopf.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().remove_signal_handler(sig)
 
-    if not args.namespace_selector:
-        run(namespaces)
-        return 0
-    from .kube.client import new_api_client
-    from .kube.shard import run_shard
+    from .plan import validate
 
-    run_shard(new_api_client(args.kubeconfig), args.namespace_selector, run, args.liveness or None)
+    # The CEL parser the spec checks use (about a second of pure-Python work), built before the event loop starts:
+    # in a thread it would hold the interpreter's lock as long, and stall the loop all the same.
+    validate.warm_up()
+    # One event loop for the process, uvloop as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of
+    # the operator's CPU at fleet scale with asyncio's pure-Python loop. A shard's restarts run on it too.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        if not args.namespace_selector:
+            runner.run(_quietly(run(namespaces)))
+            return 0
+        from .kube.client import new_api_client
+        from .kube.shard import run_shard
+
+        config = new_api_client(args.kubeconfig).configuration
+        runner.run(_quietly(run_shard(config, args.namespace_selector, run)))
     return 0
+
+
+async def _quietly(coro: Any) -> None:
+    """As kopf.run: a run cancelled on the way out (a signal) is a normal end."""
+    import asyncio
+
+    try:
+        await coro
+    except asyncio.CancelledError:
+        pass
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -175,12 +199,14 @@ def _logging(args: argparse.Namespace) -> None:
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else max(level, logging.WARNING))
 
 
-def _config(args: argparse.Namespace, watched: list[str]) -> OperatorConfig:
+def _config(args: argparse.Namespace, watched: list[str], idle: bool = False) -> OperatorConfig:
     """What one kopf run is built from. The kubeconfig path travels in it to the login handler and the clients
     (handlers.py, app.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library
     first reads it."""
     from .app import LeaderConfig, OperatorConfig
 
+    if idle:  # a shard that owns no namespace: nothing to watch or reconcile, no Lease to campaign for
+        return OperatorConfig(kubeconfig=args.kubeconfig, idle=True)
     leader = None
     if args.leader_elect:
         from .kube import client as kube

@@ -14,7 +14,6 @@ import asyncio
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,10 +23,10 @@ from .clients.prometheus import PrometheusClient, PrometheusConfig
 from .kube import kinds
 from .kube.cache import CachedKubeClient, WatchCache
 from .kube.client import KubeError, RestKubeClient, new_api_client
+from .kube.namespaces import NamespaceLabels
 from .kube.transport import LoopTransport
 from .kube.watch import Resource, Watches, WatchOptions
 from .kube.workqueue import Key, PriorityWorkQueue
-from .plan import validate
 from .reconcile import Reconciler
 from .settings import runtime_image
 from .triggers import Triggers
@@ -66,6 +65,8 @@ class OperatorConfig:
     kubeconfig: str | None = None  # the --kubeconfig path, or None (in-cluster, then $KUBECONFIG)
     namespaces: list[str] = field(default_factory=list)  # the namespaces watched ([]: cluster-wide)
     leader: LeaderConfig | None = None
+    # A shard that owns no namespace: kopf runs for its probe only; nothing to watch or reconcile, no Lease.
+    idle: bool = False
 
 
 async def worker(queue: PriorityWorkQueue, reconciler: Reconciler, failures: dict[Key, int], leading: asyncio.Event,
@@ -126,40 +127,35 @@ class Operator:
         self.config = config
         self.leading = asyncio.Event()
         self._elector: Any = None
-        self._nswatch: Any = None
+        self._nswatch: NamespaceLabels | None = None
         self._watches: OperatorWatches | None = None
         self._transport: LoopTransport | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._warm_up: asyncio.Future[Any] | None = None
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        fence = self._elect(loop)
+        if self.config.idle:
+            return
+        api = new_api_client(self.config.kubeconfig)
+        # Every request to the apiserver is made on this event loop (aiohttp): the reconcile's, the Lease's, the
+        # watches'.
+        self._transport = LoopTransport(api.configuration, asyncio.get_running_loop(), user_agent=api.user_agent)
+        fence = self._elect(self._transport)
         queue = PriorityWorkQueue()
         # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
         cache = WatchCache(kinds.CACHED)
-        reconciler = Reconciler(self._client(loop, cache, fence), prometheus=_prometheus(),
-                                runtime_image=runtime_image())
-        from .nswatch import NamespaceWatch
-
+        kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
+        reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image())
         # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
-        self._nswatch = NamespaceWatch(new_api_client(self.config.kubeconfig), queue.add, loop, cache=cache)
+        self._nswatch = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
         triggers = Triggers(queue, cache, self._nswatch)
-        self._watches = start_watches(triggers, new_api_client(self.config.kubeconfig).configuration,
-                                      self.config.namespaces)
+        self._watches = start_watches(triggers, api.configuration, self.config.namespaces)
         resync = float(os.environ.get(RESYNC_ENV, "0"))
         workers = max(1, int(os.environ.get(WORKERS_ENV, str(DEFAULT_WORKERS))))
-        # A pass spends most of its time waiting for the apiserver's answers to its writes, made from threads (the
-        # kubernetes client blocks): one thread per worker, and a few for the other blocking calls, so no worker
-        # waits for a thread (asyncio's default pool has min(32, CPUs + 4)).
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=workers + 4, thread_name_prefix="arbiter-io"))
-        # The CEL parser the spec checks use, built now in a thread rather than by the first reconcile.
-        self._warm_up = loop.run_in_executor(None, validate.warm_up)
         failures: dict[Key, int] = {}
         self._tasks = [asyncio.create_task(worker(queue, reconciler, failures, self.leading, resync,
                                                   self._watches.primed)) for _ in range(workers)]
 
-    def _elect(self, loop: asyncio.AbstractEventLoop) -> Any:
+    def _elect(self, transport: LoopTransport) -> Any:
         """Start leader election when configured; the fence every write checks (None: the only replica)."""
         election = self.config.leader
         if election is None:
@@ -170,7 +166,7 @@ class Operator:
 
         def started_leading() -> None:
             metrics.LEADER.set(1)
-            loop.call_soon_threadsafe(self.leading.set)
+            self.leading.set()
 
         def lost() -> None:
             # Like client-go's controllers: exit, and come back (the kubelet restarts the container) as a standby.
@@ -179,7 +175,7 @@ class Operator:
             logging.shutdown()
             os._exit(1)
 
-        elector = LeaderElector(new_api_client(self.config.kubeconfig), election.namespace,
+        elector = LeaderElector(transport, election.namespace,
                                 name=election.name or "arbiter-operator-leader",
                                 identity=election.identity, lease_duration=election.lease_duration,
                                 renew_deadline=election.renew_deadline, retry_period=election.retry_period,
@@ -189,19 +185,13 @@ class Operator:
         elector.start()
         return elector.is_leader
 
-    def _client(self, loop: asyncio.AbstractEventLoop, cache: WatchCache, fence: Any) -> CachedKubeClient:
-        api = new_api_client(self.config.kubeconfig)
-        # The reconcile's requests are made on this event loop (aiohttp), not by the kubernetes client's urllib3.
-        self._transport = LoopTransport(api.configuration, loop, user_agent=api.user_agent)
-        return CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
-
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         if self._elector is not None:  # hand the Lease back: the standby takes over at its next retry
-            await asyncio.to_thread(self._elector.stop)
+            await self._elector.stop()
         if self._nswatch is not None:
-            self._nswatch.stop()
+            await self._nswatch.stop()
         if self._watches is not None:  # a shard's restart starts new ones on the new namespace list
             await self._watches.stop()
         if self._transport is not None:

@@ -11,7 +11,6 @@ One clock: `now` is read once, before observing, and passed to every step that n
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -74,8 +73,7 @@ class Reconciler:
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
-        # From the watch cache when there is one (no request, so no thread to wait for: a thread hop per pass was a
-        # measurable share of the operator's CPU at scale); a plain client reads.
+        # From the watch cache when there is one (no request); a plain client reads from the apiserver.
         raw = await self.client.aheld(API_VERSION, KIND, namespace, name)
         if raw is None:
             return None
@@ -90,7 +88,7 @@ class Reconciler:
             return None
         await self.finalizer.keep(raw, dm)
         if self.podmonitor_api is None:
-            self.podmonitor_api = await asyncio.to_thread(podmonitor_served, self.client)
+            self.podmonitor_api = await podmonitor_served(self.client)
             if self.podmonitor_api is False:
                 log.info("the PodMonitor API (monitoring.coreos.com/v1) is not served: no PodMonitors are created")
         now = self.clock()

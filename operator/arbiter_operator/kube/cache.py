@@ -124,7 +124,8 @@ class WatchCache:
 
     def __init__(self, kinds: dict[tuple[str, str], str | None] | None = None) -> None:
         # (apiVersion, kind) -> the label every held object of that kind carries (the watch's filter), or None.
-        # Namespaces are held too (nswatch.py fills them) but are not listed here: a namespace not yet watched is read.
+        # Namespaces are held too (kube/namespaces.py fills them) but are not listed here: a namespace not yet
+        # watched is read.
         self.kinds: dict[tuple[str, str], str | None] = dict(kinds or {})
         self._objs: dict[Key, _Held] = {}
         self._by_ns: dict[tuple[str, str, str], set[str]] = {}
@@ -368,8 +369,16 @@ class CachedKubeClient:
         self.cache.discard(api_version, kind, namespace, name)
         return out
 
+    async def apatch(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
+                     content_type: str) -> dict[str, Any]:
+        return await self._awrite((api_version, kind, namespace or "", name),
+                                  self.inner.apatch(api_version, kind, namespace, name, body, content_type))
+
     async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         await self.inner.aevent(involved, type_, reason, message)
+
+    async def aserved(self, api_version: str, kind: str) -> bool:
+        return await self.inner.aserved(api_version, kind)
 
     def served(self, api_version: str, kind: str) -> bool:
         return self.inner.served(api_version, kind)

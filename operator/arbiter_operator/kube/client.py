@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ from ..api import jsonfast, kubejson
 from ..api.names import CORE_API, FIELD_MANAGER
 from ..api.times import format_time
 from ..metrics import count_request
-from .kinds import KINDS, kind_of
+from .kinds import KINDS, Kind, kind_of
 from .transport import LoopTransport
 
 log = logging.getLogger("arbiter.kube")
@@ -118,6 +119,10 @@ class LoopKubeClient(KubeClient, Protocol):
     async def adelete(self, api_version: str, kind: str, namespace: str | None, name: str,
                       uid: str | None = None) -> bool: ...
     async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+    async def apatch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]: ...
+    async def aserved(self, api_version: str, kind: str) -> bool: ...
 
 
 class Request(NamedTuple):
@@ -144,6 +149,9 @@ class RestKubeClient:
         # Checked before every write, so a replica that lost the Lease (or never had it) writes nothing.
         self.fence = fence
         self.transport = transport
+        # Transports of other event loops than `transport`'s (a test's, a tool's), made on first use there.
+        self._transports: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopTransport] = \
+            weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._series: dict[tuple[str, str, str, str], EventSeries] = {}  # (namespace, uid, type, reason)
         self.clock: Callable[[], float] = time.monotonic
@@ -174,16 +182,20 @@ class RestKubeClient:
             self._write(*req.write)
         return self._call(req.method, req.path, req.body, req.query, req.content_type)
 
+    def _loop_transport(self) -> LoopTransport:
+        """The transport of the running loop: the operator's, or one made here for another loop (no thread ever)."""
+        here = asyncio.get_running_loop()
+        if self.transport is not None and self.transport.loop is here:
+            return self.transport
+        transport = self._transports.get(here)
+        if transport is None:
+            transport = self._transports[here] = LoopTransport(self.api.configuration, here,
+                                                               user_agent=self.api.user_agent)
+        return transport
+
     async def _asend(self, req: Request) -> dict[str, Any]:
-        """`_send`, awaited: on the transport's own loop the request is made there (no thread); elsewhere (no
-        transport, another loop) the blocking call runs in a thread."""
-        transport = self.transport
-        try:
-            here = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if transport is None or transport.loop is not here:
-            return await asyncio.to_thread(self._send, req)
+        """`_send`, awaited on the running loop: the request is made there, by that loop's transport."""
+        transport = self._loop_transport()
         if req.write is not None:
             self._write(*req.write)
         data = _body_bytes(req.body)
@@ -216,15 +228,18 @@ class RestKubeClient:
     def served(self, api_version: str, kind: str) -> bool:
         """Whether the apiserver serves this kind (API discovery, which every authenticated user may read: no RBAC
         grant on CRDs needed). Errors other than 404 raise: "cannot tell" is not "absent"."""
-        k = kind_of(api_version, kind)
-        base = "/api/v1" if api_version == CORE_API else f"/apis/{api_version}"
         try:
-            out = self._call("GET", base)
+            out = self._send(_discovery_request(api_version))
         except KubeError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return any(r.get("name") == k.plural for r in (out or {}).get("resources") or [])
+            return _not_served(exc)
+        return _serves(out, kind_of(api_version, kind))
+
+    async def aserved(self, api_version: str, kind: str) -> bool:
+        try:
+            out = await self._asend(_discovery_request(api_version))
+        except KubeError as exc:
+            return _not_served(exc)
+        return _serves(out, kind_of(api_version, kind))
 
     def list(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
@@ -303,9 +318,18 @@ class RestKubeClient:
         self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
     ) -> dict[str, Any]:
         """A plain PATCH (e.g. a JSON patch of metadata.finalizers); never for children (they are applied)."""
-        self._write("patch", kind, f"{namespace or ''}/{name}")
-        return self._call("PATCH", kind_of(api_version, kind).path(namespace, name), body=body,
-                          query=[("fieldManager", self.field_manager)], content_type=content_type)
+        return self._send(self._patch_request(api_version, kind, namespace, name, body, content_type))
+
+    async def apatch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]:
+        return await self._asend(self._patch_request(api_version, kind, namespace, name, body, content_type))
+
+    def _patch_request(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
+                       content_type: str) -> Request:
+        return Request("PATCH", kind_of(api_version, kind).path(namespace, name), body,
+                       [("fieldManager", self.field_manager)], content_type,
+                       ("patch", kind, f"{namespace or ''}/{name}"))
 
     @staticmethod
     def _delete_request(api_version: str, kind: str, namespace: str | None, name: str, uid: str | None) -> Request:
@@ -332,12 +356,63 @@ class RestKubeClient:
         return True
 
     async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """`event`, in a thread: a series is read and written under a lock, and an Event is posted on a transition
-        only, not on every pass."""
-        await asyncio.to_thread(self.event, involved, type_, reason, message)
+        """`event`, awaited on the running loop."""
+        noted = self._note_event(involved, type_, reason, message)
+        if noted is None:
+            return
+        key, series, message = noted
+        if series is not None:
+            update = self._series_request(involved, series, reason)
+            try:
+                await self._asend(update)
+            except NotLeader:
+                raise
+            except KubeError as exc:
+                if self._series_failed(involved, exc, reason):
+                    return
+            else:
+                series.written, series.written_count = self.clock(), series.count
+                return
+        post = self._event_request(involved, type_, reason, message)
+        try:
+            out: dict[str, Any] | None = await self._asend(post)
+        except NotLeader:
+            raise
+        except KubeError as exc:  # an event is a courtesy: failing to post one must not fail the reconcile
+            log.warning("could not post event %s on %s: %s", reason, involved["metadata"]["name"], exc)
+            out = None
+        self._posted(key, out, message)
 
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post an Event on `involved`, or count it into the series of the same reason (see SERIES_WINDOW)."""
+        noted = self._note_event(involved, type_, reason, message)
+        if noted is None:
+            return
+        key, series, message = noted
+        if series is not None:
+            try:
+                self._send(self._series_request(involved, series, reason))
+            except NotLeader:
+                raise
+            except KubeError as exc:
+                if self._series_failed(involved, exc, reason):
+                    return
+            else:
+                series.written, series.written_count = self.clock(), series.count
+                return
+        try:
+            out: dict[str, Any] | None = self._send(self._event_request(involved, type_, reason, message))
+        except NotLeader:
+            raise
+        except KubeError as exc:
+            log.warning("could not post event %s on %s: %s", reason, involved["metadata"]["name"], exc)
+            out = None
+        self._posted(key, out, message)
+
+    def _note_event(self, involved: dict[str, Any], type_: str, reason: str,
+                    message: str) -> tuple[tuple[str, str, str, str], EventSeries | None, str] | None:
+        """Count one occurrence: None when it joins a series written moments ago (nothing to send now), else the
+        series key, the series to write (None: post a new Event) and the message."""
         meta = involved["metadata"]
         message = message[:1024]
         key = (meta["namespace"], meta.get("uid") or meta["name"], type_, reason)
@@ -355,40 +430,41 @@ class RestKubeClient:
                 if now - series.written < SERIES_WRITE_INTERVAL:
                     log.debug("event %s on %s counted (%d), written with the series' next write", reason,
                               meta["name"], series.count)
-                    return
-        if series is not None and self._update_series(meta, series, reason):
-            return
-        name = self._post_event(involved, type_, reason, message)
-        if name:
-            with self._lock:
-                self._series[key] = EventSeries(name, 1, message, now, now, 1)
+                    return None
+        return key, series, message
 
-    def _update_series(self, meta: dict[str, Any], series: EventSeries, reason: str) -> bool:
-        """Write a series' count and latest message to its Event. False: the Event is gone (post a new one)."""
+    @staticmethod
+    def _series_request(involved: dict[str, Any], series: EventSeries, reason: str) -> Request:
+        """A series' count and latest message written to its Event."""
+        meta = involved["metadata"]
         stamp = format_time(datetime.now(UTC))
-        self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}")
-        try:
-            self._call("PATCH", KINDS[(CORE_API, "Event")].path(meta["namespace"], series.name),
-                       body={"count": series.count, "message": series.message, "lastTimestamp": stamp},
-                       content_type="application/merge-patch+json")
-        except KubeError as exc:
-            if exc.status == 404:  # expired (Events live an hour) or deleted: a new one is posted instead
-                return False
-            log.warning("could not update event %s on %s: %s", reason, meta["name"], exc)
-            return True
-        series.written, series.written_count = self.clock(), series.count
+        return Request("PATCH", KINDS[(CORE_API, "Event")].path(meta["namespace"], series.name),
+                       {"count": series.count, "message": series.message, "lastTimestamp": stamp},
+                       content_type="application/merge-patch+json",
+                       write=("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}"))
+
+    @staticmethod
+    def _series_failed(involved: dict[str, Any], exc: KubeError, reason: str) -> bool:
+        """After a failed series write: False when the Event is gone (expired: Events live an hour; or deleted) and a
+        new one is to be posted instead."""
+        if exc.status == 404:
+            return False
+        log.warning("could not update event %s on %s: %s", reason, involved["metadata"]["name"], exc)
         return True
 
-    def _post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> str | None:
+    @staticmethod
+    def _event_request(involved: dict[str, Any], type_: str, reason: str, message: str) -> Request:
         meta = involved["metadata"]
         body = event_body(involved, type_, reason, message, format_time(datetime.now(UTC)))
-        self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}")
-        try:
-            out = self._call("POST", KINDS[(CORE_API, "Event")].path(meta["namespace"]), body=body)
-        except KubeError as exc:  # an event is a courtesy: failing to post one must not fail the reconcile
-            log.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
-            return None
-        return ((out or {}).get("metadata") or {}).get("name")
+        return Request("POST", KINDS[(CORE_API, "Event")].path(meta["namespace"]), body,
+                       write=("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}"))
+
+    def _posted(self, key: tuple[str, str, str, str], out: dict[str, Any] | None, message: str) -> None:
+        name = ((out or {}).get("metadata") or {}).get("name")
+        if name:
+            now = self.clock()
+            with self._lock:
+                self._series[key] = EventSeries(name, 1, message, now, now, 1)
 
 
 def event_body(involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> dict[str, Any]:
@@ -420,6 +496,21 @@ def event_body(involved: dict[str, Any], type_: str, reason: str, message: str, 
 def _body_bytes(body: Any) -> bytes:
     data = body if isinstance(body, (str, bytes)) or body is None else jsonfast.dumps(body)
     return data.encode() if isinstance(data, str) else (data or b"")
+
+
+def _discovery_request(api_version: str) -> Request:
+    return Request("GET", "/api/v1" if api_version == CORE_API else f"/apis/{api_version}")
+
+
+def _not_served(exc: KubeError) -> bool:
+    """Discovery's 404 means "not served"; any other error raises: "cannot tell" is not "absent"."""
+    if exc.status == 404:
+        return False
+    raise exc
+
+
+def _serves(out: dict[str, Any], k: Kind) -> bool:
+    return any(r.get("name") == k.plural for r in (out or {}).get("resources") or [] if isinstance(r, dict))
 
 
 def _list_request(api_version: str, kind: str, namespace: str | None, label_selector: str | None) -> Request:

@@ -22,7 +22,7 @@ from ..api.names import (
     ROUTE_API,
     SERVINGRUNTIME_API,
 )
-from ..kube.client import KubeClient, KubeError, LoopKubeClient
+from ..kube.client import KubeError, LoopKubeClient
 from ..plan.model import Observations
 from ..render.common import runtime_name
 from ..render.podmonitor import podmonitor_name
@@ -202,10 +202,10 @@ def _belongs_to(deployment: dict[str, Any], isvc: dict[str, Any] | None) -> bool
     return any(r.get("uid") == uid for r in refs)
 
 
-def podmonitor_served(client: KubeClient) -> bool | None:
+async def podmonitor_served(client: LoopKubeClient) -> bool | None:
     """Whether the cluster serves PodMonitors (prometheus-operator installed). None: cannot tell now (ask later)."""
     try:
-        return client.served(PODMONITOR_API, PODMONITOR_KIND)
+        return await client.aserved(PODMONITOR_API, PODMONITOR_KIND)
     except KubeError as exc:
         log.warning("cannot tell whether the PodMonitor API is served (%s %s); asking again next reconcile",
                     exc.status, exc.reason)

@@ -149,9 +149,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
 
     versions = {v.name: v for v in dm.spec.versions}
     names = tuple(versions)
-    # The InferenceService that speaks for each version (see `serving_inferenceservices`); `serving_names` holds its
-    # name, which differs from isvc_name() only while one under an earlier naming scheme still carries the traffic.
-    serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.of_kind("InferenceService"))
+    # The InferenceService of each version (see `serving_inferenceservices`).
+    isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.of_kind("InferenceService"))
 
     # The versions that served when the last status was written (the stable one, the previous one kept warm).
     before = old.promotion
@@ -190,8 +189,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     )
     events.extend(pplan.events)
 
-    children, deletions, live, retained, stable, route = _desired(dm, obs, pplan, versions, serving_names,
-                                                                  isvc_by_version)
+    children, deletions, live, retained, stable, route = _desired(dm, obs, pplan, versions, isvc_by_version)
 
     # Conditions: promotion's three, then Serving / Exposed / Ready from what the user can reach.
     for pc in (pplan.promoted, pplan.stalled, pplan.reconciling):
@@ -274,7 +272,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             VersionStatus(
                 name=v,
                 phase=_phase(o.exists, o.ready, o.failed, v in pplan.live, art),
-                inferenceService=serving_names.get(v, isvc_name(dm.metadata.name, v))
+                inferenceService=isvc_name(dm.metadata.name, v)
                 if o.exists or v in pplan.live else None,
                 ready=o.ready,
                 registeredModelId=ids.get("registeredModelId"),
@@ -300,28 +298,15 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     return Plan(children, deletions, _dump(status), events, sooner(pplan.requeue_after, recheck_after(conditions, now)))
 
 
-def serving_inferenceservices(
-    dm_name: str, owned: Mapping[str, dict[str, Any]]
-) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
-    """Per version (by its label): the name and object of the InferenceService that speaks for it.
-
-    That is the one named isvc_name(), unless it is not ready yet and an owned one under an earlier naming scheme
-    is: then the earlier one keeps the traffic (and is kept) until its successor serves. Renaming therefore never
-    tears a live version down before the new object is ready. `owned` holds only this DecisionModel's children.
-    """
-    names: dict[str, str] = {}
+def serving_inferenceservices(dm_name: str, owned: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per version (by its label): the InferenceService named isvc_name() for it. `owned` holds only this
+    DecisionModel's children; one under another name speaks for no version (and is deleted as not wanted)."""
     objs: dict[str, dict[str, Any]] = {}
     for name, isvc in sorted(owned.items()):
         version = ((isvc.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION)
-        if not version:
-            continue
-        canonical = name == isvc_name(dm_name, version)
-        current = objs.get(version)
-        if current is None or (canonical and (isvc_state(isvc)[1] or not isvc_state(current)[1])) or (
-            not canonical and isvc_state(isvc)[1] and not isvc_state(current)[1]
-        ):
-            names[version], objs[version] = name, isvc
-    return names, objs
+        if version and name == isvc_name(dm_name, version):
+            objs[version] = isvc
+    return objs
 
 
 CHILD_CONFLICT = "ChildConflict"
@@ -398,7 +383,7 @@ class Desired(NamedTuple):
 
 
 def _desired(dm: DecisionModel, obs: Observations, pplan: PromotionPlan, versions: Mapping[str, ModelVersion],
-             serving_names: Mapping[str, str], isvc_by_version: Mapping[str, dict[str, Any]]) -> Desired:
+             isvc_by_version: Mapping[str, dict[str, Any]]) -> Desired:
     """The children a plan applies and deletes, from the promotion's plan and what was observed."""
     # Desired children: the runtime, one ConfigMap + InferenceService per live version, the Route.
     children: list[dict[str, Any]] = [render_servingruntime(dm, obs.default_runtime_image)]
@@ -423,7 +408,7 @@ def _desired(dm: DecisionModel, obs: Observations, pplan: PromotionPlan, version
     stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None
     if stable is not None and stable in versions:
         children.append(render_stable_service(dm, stable))  # follows the stable version; status.address names it
-    route = render_route(dm, pplan.traffic, {v: f"{n}-predictor" for v, n in serving_names.items()})
+    route = render_route(dm, pplan.traffic)
     if route is not None:
         children.append(route)
     # No ready version: the Route is left as it is (it may point at a version coming back); never pointed at nothing.
@@ -432,10 +417,8 @@ def _desired(dm: DecisionModel, obs: Observations, pplan: PromotionPlan, version
     # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
     # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
     retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
-    kept = [v for v in live + retained if v in serving_names]  # earlier-named ones still serving, or retained
-    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained} | {serving_names[v] for v in kept}
+    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained}
     wanted_cms = {configmap_name(dm.metadata.name, v) for v in live + retained}
-    wanted_cms |= {f"{serving_names[v]}-decision" for v in kept}  # the ConfigMap that InferenceService mounts
     # The children that come and go (per version, per phase): those observed and no longer wanted are deleted.
     wanted = {(ISVC_API, "InferenceService"): wanted_isvcs, (CORE_API, "ConfigMap"): wanted_cms,
               **{(RBAC_API, kind): {c["metadata"]["name"] for c in shadow_rbac if c["kind"] == kind}

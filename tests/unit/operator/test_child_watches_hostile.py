@@ -23,10 +23,9 @@ from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
 from arbiter_operator.kube.cache import WatchCache
 from arbiter_operator.kube.kinds import CACHED, ECHOING
-from arbiter_operator.kube.namespaces import WatchOptions as NamespaceWatchOptions
+from arbiter_operator.kube.namespaces import NamespaceLabels
 from arbiter_operator.kube.watch import Watches, WatchOptions
 from arbiter_operator.kube.workqueue import PriorityWorkQueue as WorkQueue
-from arbiter_operator.nswatch import NamespaceWatch
 from arbiter_operator.render.common import LABEL_DM
 from arbiter_operator.triggers import Triggers
 from hypothesis import HealthCheck, Phase, example, given, settings
@@ -43,8 +42,8 @@ OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3,
                        max_page_bytes=MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=2,
                        backoff=DoublingBackoff(0.05, 0.2))
 # The namespace watch that DecisionModel events start, on the same peer, as short-lived as the watches above.
-NAMESPACE_OPTIONS = NamespaceWatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
-                                          healthy_after=0.3)
+NAMESPACE_OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
+                                 healthy_after=0.3, relist_after=1)
 HOSTILE_S = 1.0
 CONVERGE_S = 20.0
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck),
@@ -149,14 +148,13 @@ def new_triggers(peer: HostileApiserver) -> Triggers:
     namespace watch, on the same peer. Stop it with `stop_triggers`."""
     cache = WatchCache(CACHED)
     queue = WorkQueue()
-    namespaces = NamespaceWatch(k8s.ApiClient(configuration(peer)), queue.add, asyncio.get_running_loop(),
-                                cache=cache, options=NAMESPACE_OPTIONS)
+    namespaces = NamespaceLabels(configuration(peer), queue.add, cache=cache, options=NAMESPACE_OPTIONS).start()
     return Triggers(queue, cache, namespaces)
 
 
-def stop_triggers(triggers: Triggers) -> None:
-    assert isinstance(triggers.namespaces, NamespaceWatch)
-    triggers.namespaces.stop()
+async def stop_triggers(triggers: Triggers) -> None:
+    assert isinstance(triggers.namespaces, NamespaceLabels)
+    await triggers.namespaces.stop()
 
 
 async def _converged(cache: WatchCache, peer: HostileApiserver, scopes: list[str], watches: Watches) -> bool:
@@ -197,11 +195,11 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
             peer.go_honest(final)
             assert await _converged(cache, peer, scopes, watches), (held(cache), selected(peer, scopes))
             assert watches.running  # every task still follows its kind
-            assert all(not t.done() for t in watches._tasks)
+            assert all(not t.done() for t in watches._tasks.values())
         finally:
             await watches.stop()
             await events.stop()
-            stop_triggers(events)
+            await stop_triggers(events)
 
     asyncio.run(run())
     assert not errors  # no exception escaped a task
@@ -237,7 +235,7 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
         finally:
             await watches.stop()
             await events.stop()
-            stop_triggers(events)
+            await stop_triggers(events)
 
     asyncio.run(run())
 
@@ -280,7 +278,7 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
             await asyncio.gather(worker, return_exceptions=True)
             await watches.stop()
             await events.stop()
-            stop_triggers(events)
+            await stop_triggers(events)
             peer.set_script([])
 
     asyncio.run(run())
@@ -316,7 +314,7 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
             peer.hang_s = hang
             await watches.stop()
             await events.stop()
-            stop_triggers(events)
+            await stop_triggers(events)
             peer.set_script([])
 
     seen_after = asyncio.run(run())
@@ -396,6 +394,6 @@ def test_the_echo_of_the_operators_own_write_is_counted_and_wakes_nothing(peer):
         finally:
             await watches.stop()
             await events.stop()
-            stop_triggers(events)
+            await stop_triggers(events)
 
     asyncio.run(run())

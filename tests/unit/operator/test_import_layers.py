@@ -8,11 +8,12 @@ the package sits on a declared floor, so a new module must be placed before it c
                                each other: plan uses render and promotion; render and promotion use neither)
   metrics, settings            the operator's Prometheus collectors; its settings from the environment
   kube, clients                the wire: Kubernetes machinery (kube: transport, client, kinds, watch, cache, work
-                               queue, leader, shard) and the S3, registry, Prometheus clients; neither uses the other
+                               queue, namespace label watches, leader, shard) and the S3, registry, Prometheus
+                               clients; neither uses the other
   observe, sync                reads (observe) and the one write outside the cluster (sync)
   apply, registry_handlers     the writes of a reconcile: children and status; the registry's finalizer
   reconcile                    one pass: observe, sync, plan, apply
-  triggers, nswatch            watch events -> work-queue keys (never a reconcile of their own)
+  triggers                     watch events -> work-queue keys (never a reconcile of their own)
   app                          the composition root: builds all of the above for one run
   handlers, __main__, cli      entry points: kopf glue, the command line, the kubectl plugin
 
@@ -51,10 +52,9 @@ ALLOWED = {
     "registry_handlers": _DOMAIN,
     "reconcile": _DOMAIN | {"apply", "registry_handlers"},
     "triggers": {"api", "render", "promotion", "plan", "metrics", "kube"},
-    "nswatch": {"api", "metrics", "kube"},
-    "app": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "nswatch"},
-    "handlers": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "nswatch", "app"},
-    "__main__": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "nswatch", "app", "handlers"},
+    "app": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers"},
+    "handlers": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app"},
+    "__main__": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "handlers"},
     "cli": {"api", "cli"},
 }
 IO = ("clients", "observe", "sync")

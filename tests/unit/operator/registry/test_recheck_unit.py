@@ -68,8 +68,8 @@ def test_unreadable_storage_keeps_a_serving_diffusion_version_as_deployed():
 
 
 async def test_missing_storage_secret_is_unknown_so_the_version_waits_instead_of_failing():
-    class NoSecrets:
-        def get(self, *_):
+    class NoSecrets:  # the cluster's answer: no such Secret (the observe step's reads are awaited)
+        async def aget(self, *_):
             return None
 
     dm = make_dm(model="m", versions=["1.0.0"])
