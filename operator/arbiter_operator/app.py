@@ -127,7 +127,7 @@ class Operator:
         self.config = config
         self.leading = asyncio.Event()
         self._elector: Any = None
-        self._nswatch: NamespaceLabels | None = None
+        self._namespace_labels: NamespaceLabels | None = None
         self._watches: OperatorWatches | None = None
         self._transport: LoopTransport | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -146,8 +146,8 @@ class Operator:
         kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
         reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image())
         # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
-        self._nswatch = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
-        triggers = Triggers(queue, cache, self._nswatch)
+        self._namespace_labels = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
+        triggers = Triggers(queue, cache, self._namespace_labels)
         self._watches = start_watches(triggers, api.configuration, self.config.namespaces)
         resync = float(os.environ.get(RESYNC_ENV, "0"))
         workers = max(1, int(os.environ.get(WORKERS_ENV, str(DEFAULT_WORKERS))))
@@ -190,8 +190,8 @@ class Operator:
             task.cancel()
         if self._elector is not None:  # hand the Lease back: the standby takes over at its next retry
             await self._elector.stop()
-        if self._nswatch is not None:
-            await self._nswatch.stop()
+        if self._namespace_labels is not None:
+            await self._namespace_labels.stop()
         if self._watches is not None:  # a shard's restart starts new ones on the new namespace list
             await self._watches.stop()
         if self._transport is not None:
