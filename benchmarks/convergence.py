@@ -28,7 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
-from arbiter_operator.kube.client import KINDS, RestKubeClient
+from arbiter_operator.kube.client import RestKubeClient
+from arbiter_operator.kube.kinds import KINDS
 
 OP_NS, FLOOR_NS = "conv-op", "conv-floor"
 TEMPLATE = "cvtemplate"
@@ -90,7 +91,7 @@ class Floor:
             for verb, kind, name, _ in p:
                 if verb not in ("apply", "create"):  # a first create is an apply too (create-only)
                     continue
-                # Whatever kinds the operator applies (clients.kube.KINDS), read back as it wrote them.
+                # Whatever kinds the operator applies (kube/kinds.py KINDS), read back as it wrote them.
                 k = next(k for (_av, kn), k in KINDS.items() if kn == kind)
                 obj = self.kube._call("GET", k.path(OP_NS, name))
                 obj.setdefault("apiVersion", k.api_version)

@@ -8,7 +8,7 @@ once, after the last one is Ready, the operator has made no request (watches asi
 that its own last writes triggered are still work, not idle cost (the time it took is reported as settle_seconds).
 Target: zero requests when nothing changes.
 
-Note the operator's periodic resync (handlers.RESYNC_SECONDS, 600 s by default, counted from each DecisionModel's
+Note the operator's periodic resync (app.RESYNC_ENV, 600 s by default, counted from each DecisionModel's
 last reconcile): a window shorter than that after convergence cannot see it. `--operator-env
 ARBITER_RESYNC_SECONDS=120` shows what one resync round costs within a 5-minute window.
 """

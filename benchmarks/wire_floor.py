@@ -9,7 +9,7 @@ costs on the same machine.
 How: the operator converges one template DecisionModel and is stopped; its writes are read back as the convergence
 benchmark's floor reads them (convergence.Floor: children as written, statuses as a watch saw them, Events). A
 separate process, the *replayer* (this file with `--replay`), then runs under the operator's ServiceAccount token
-and holds the operator's watches: every kind of handlers.WATCHED with the same label selectors, cluster-wide
+and holds the operator's watches: every kind of app.WATCHED with the same label selectors, cluster-wide
 (`--watch all`, the chart's default and benchmarks/scale.py's) or in each namespace (`--watch listed`), listed and
 then watched with bookmarks. Of each watch line it reads the event's head as the operator's watches do
 (`kubejson.event_head`), and decodes whole only InferenceService lines (to see KServe's Ready), a new
@@ -294,8 +294,9 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
     """What the replayer needs: the operator's kubeconfig, its watches (cluster-wide, or in each of `namespaces`), the
     template's passes as requests (names still the template's; the replayer swaps them)."""
     from arbiter_operator.api.times import format_time
-    from arbiter_operator.handlers import WATCHED
-    from arbiter_operator.kube.client import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, KINDS, event_body
+    from arbiter_operator.app import WATCHED
+    from arbiter_operator.kube.client import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, event_body
+    from arbiter_operator.kube.kinds import KINDS
     from convergence import OP_NS, TEMPLATE
 
     passes = []

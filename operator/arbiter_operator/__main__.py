@@ -7,11 +7,107 @@ import argparse
 import logging
 import os
 import sys
-import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import OperatorConfig
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.leader_elect and not args.leader_election_namespace:
+        parser.error("--leader-elect needs --leader-election-namespace (or $ARBITER_OPERATOR_NAMESPACE)")
+    if not args.retry_period < args.renew_deadline < args.lease_duration:
+        parser.error("leader election needs --retry-period < --renew-deadline < --lease-duration")
+    if args.runtime_image:
+        os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
+
+    namespaces = list(args.namespace)
+    env_ns = os.environ.get("ARBITER_NAMESPACES", "")
+    namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
+    if namespaces and args.namespace_selector:
+        parser.error("--namespace and --namespace-selector are exclusive: a shard owns what its selector matches")
+
+    _logging(args)
+
+    if args.metrics_port:
+        # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own
+        # (metrics.py: reconciles, work queue, API requests, promotions); the chart's metrics Service
+        # and ServiceMonitor scrape this port.
+        from prometheus_client import start_http_server
+
+        from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
+
+        start_http_server(args.metrics_port, addr=args.metrics_address)
+
+    import asyncio
+    import signal
+
+    import kopf
+    import uvloop
+
+    from . import handlers
+    from .app import Operator
+
+    async def run(watched: list[str], stop_flag: asyncio.Event | None = None) -> None:
+        """One kopf run over `watched` ([]: cluster-wide), with an Operator of its own: a shard's restart on a new
+        namespace list starts from nothing the previous run saw."""
+        settings = kopf.OperatorSettings()
+        # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed
+        # later) and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
+        # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
+        # restart the operator after installing KServe or the Route API.
+        settings.scanning.disabled = True
+        # kopf itself watches nothing (the operator's watches are its own, kube/watch.py): a shard that owns no
+        # namespace runs kopf idle, for its probe server, with the operator told so.
+        idle = bool(args.namespace_selector) and not watched
+        try:
+            await kopf.operator(
+                settings=settings,
+                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched, idle))),
+                standalone=True,
+                clusterwide=not watched,
+                namespaces=watched,
+                liveness_endpoint=args.liveness or None,
+                stop_flag=stop_flag,
+            )
+        finally:
+            # kopf's SIGTERM/SIGINT handlers answer a run that is over: between a shard's runs a signal ends the
+            # process as it would without kopf.
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                asyncio.get_running_loop().remove_signal_handler(sig)
+
+    from .plan import validate
+
+    # The CEL parser the spec checks use (about a second of pure-Python work), built before the event loop starts:
+    # in a thread it would hold the interpreter's lock as long, and stall the loop all the same.
+    validate.warm_up()
+    # One event loop for the process, uvloop as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of
+    # the operator's CPU at fleet scale with asyncio's pure-Python loop. A shard's restarts run on it too.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        if not args.namespace_selector:
+            runner.run(_quietly(run(namespaces)))
+            return 0
+        from .kube.client import new_api_client
+        from .kube.shard import run_shard
+
+        config = new_api_client(args.kubeconfig).configuration
+        runner.run(_quietly(run_shard(config, args.namespace_selector, run)))
+    return 0
+
+
+async def _quietly(coro: Any) -> None:
+    """As kopf.run: a run cancelled on the way out (a signal) is a normal end."""
+    import asyncio
+
+    try:
+        await coro
+    except asyncio.CancelledError:
+        pass
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arbiter-operator", description="Arbiter DecisionModel operator")
     parser.add_argument(
         "-n",
@@ -83,20 +179,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after its last renewal the leader stops writing and exits (default 10)")
     parser.add_argument("--retry-period", type=float, default=float(os.environ.get("ARBITER_RETRY_PERIOD", "2")),
                         help="seconds between renewals / acquisition attempts (default 2)")
-    args = parser.parse_args(argv)
-    if args.leader_elect and not args.leader_election_namespace:
-        parser.error("--leader-elect needs --leader-election-namespace (or $ARBITER_OPERATOR_NAMESPACE)")
-    if not args.retry_period < args.renew_deadline < args.lease_duration:
-        parser.error("leader election needs --retry-period < --renew-deadline < --lease-duration")
-    if args.runtime_image:
-        os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
+    return parser
 
-    namespaces = list(args.namespace)
-    env_ns = os.environ.get("ARBITER_NAMESPACES", "")
-    namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
-    if namespaces and args.namespace_selector:
-        parser.error("--namespace and --namespace-selector are exclusive: a shard owns what its selector matches")
 
+def _logging(args: argparse.Namespace) -> None:
     level = logging.DEBUG if args.verbose else getattr(logging, (args.log_level or "info").upper())
     debug = level <= logging.DEBUG
     logging.basicConfig(
@@ -112,78 +198,27 @@ def main(argv: list[str] | None = None) -> int:
     # httpx logs every request (registry, Prometheus) at INFO; the analysis and registry lines tell the story once.
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else max(level, logging.WARNING))
 
-    if args.metrics_port:
-        # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own
-        # (metrics.py: reconciles, work queue, API requests, promotions); the chart's metrics Service
-        # and ServiceMonitor scrape this port.
-        from prometheus_client import start_http_server
 
-        from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
+def _config(args: argparse.Namespace, watched: list[str], idle: bool = False) -> OperatorConfig:
+    """What one kopf run is built from. The kubeconfig path travels in it to the login handler and the clients
+    (handlers.py, app.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library
+    first reads it."""
+    from .app import LeaderConfig, OperatorConfig
 
-        start_http_server(args.metrics_port, addr=args.metrics_address)
-
-    import asyncio
-
-    import kopf
-    import uvloop
-
-    from . import handlers
-
-    def run(watched: list[str], stop_flag: threading.Event | None = None) -> None:
-        settings = kopf.OperatorSettings()
-        # No cluster-wide scanning: kopf would otherwise list/watch all CRDs (to notice KServe or Routes installed
-        # later) and, with --namespace, list/watch all namespaces. Both need cluster-wide grants that the Helm chart's
-        # per-namespace Roles mode must not have (docs/security.md). The resources are discovered once at start-up;
-        # restart the operator after installing KServe or the Route API.
-        settings.scanning.disabled = True
-        # uvloop, as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of the operator's CPU at fleet
-        # scale with asyncio's pure-Python loop.
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            kopf.run(
-                loop=runner.get_loop(),
-                settings=settings,
-                memo=_memo(args, handlers, watched),
-                standalone=True,
-                clusterwide=not watched,
-                namespaces=watched,
-                liveness_endpoint=args.liveness or None,
-                stop_flag=stop_flag,
-            )
-
-    if not args.namespace_selector:
-        run(namespaces)
-        return 0
-    from .kube.client import new_api_client
-    from .kube.shard import run_shard
-
-    run_shard(new_api_client(args.kubeconfig), args.namespace_selector, run, args.liveness or None)
-    return 0
-
-
-def _memo(args: argparse.Namespace, handlers: Any, watched: list[str]) -> Any:
-    """A fresh memo for one kopf run. The kubeconfig path travels in it to the login handler and the clients
-    (handlers.py), explicitly: no process-wide $KUBECONFIG that would depend on when the kubernetes library first
-    reads it."""
-    import kopf
-
-    memo = kopf.Memo()
-    memo[handlers.KUBECONFIG_KEY] = args.kubeconfig
-    memo[handlers.NAMESPACES_KEY] = list(watched)  # the children's watches follow kopf's scope
+    if idle:  # a shard that owns no namespace: nothing to watch or reconcile, no Lease to campaign for
+        return OperatorConfig(kubeconfig=args.kubeconfig, idle=True)
+    leader = None
     if args.leader_elect:
         from .kube import client as kube
         from .kube.leader import default_identity
 
         identity = default_identity()
         kube.USER_AGENT = f"arbiter-operator/{identity}"
-        memo[handlers.LEADER_KEY] = {
-            "namespace": args.leader_election_namespace,
-            "name": args.leader_election_id,
-            "identity": identity,
-            "lease_duration": args.lease_duration,
-            "renew_deadline": args.renew_deadline,
-            "retry_period": args.retry_period,
-        }
-    return memo
+        leader = LeaderConfig(namespace=args.leader_election_namespace, name=args.leader_election_id,
+                              identity=identity, lease_duration=args.lease_duration,
+                              renew_deadline=args.renew_deadline, retry_period=args.retry_period)
+    # The children's watches follow kopf's scope.
+    return OperatorConfig(kubeconfig=args.kubeconfig, namespaces=list(watched), leader=leader)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ One clock: `now` is read once, before observing, and passed to every step that n
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -28,7 +27,6 @@ from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.children import observe_children, podmonitor_served
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
-from .plan.model import Observations
 from .refuse import invalid_message, refuse, undecodable_message
 from .registry_handlers import RegistryFinalizer
 from .registry_handlers import holds as registry_holds
@@ -37,24 +35,6 @@ from .sync.registry import sync_registry_step
 log = logging.getLogger("arbiter.reconcile")
 
 CONFLICT_RECHECK_SECONDS = 60.0
-
-
-def _live_children(obs: Observations) -> dict[tuple[str, str], dict[str, Any]]:
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for name, o in obs.inferenceservices.items():
-        out[("InferenceService", name)] = o
-    for name, o in obs.configmaps.items():
-        out[("ConfigMap", name)] = o
-    if obs.servingruntime is not None:
-        out[("ServingRuntime", obs.servingruntime["metadata"]["name"])] = obs.servingruntime
-    if obs.route is not None:
-        out[("Route", obs.route["metadata"]["name"])] = obs.route
-    if obs.podmonitor is not None:
-        out[("PodMonitor", obs.podmonitor["metadata"]["name"])] = obs.podmonitor
-    if obs.stable_service is not None:
-        out[("Service", obs.stable_service["metadata"]["name"])] = obs.stable_service
-    out.update(obs.shadow_rbac)
-    return out
 
 
 def utc_now() -> datetime:
@@ -95,11 +75,8 @@ class Reconciler:
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
-        # From the watch cache when there is one (no request, so no thread to wait for: a thread hop per pass was a
-        # measurable share of the operator's CPU at scale); a plain client reads in a thread.
-        held = getattr(self.client, "held", None)
-        raw = (held(API_VERSION, KIND, namespace, name) if held is not None
-               else await asyncio.to_thread(self.client.get, API_VERSION, KIND, namespace, name))
+        # From the watch cache when there is one (no request); a plain client reads from the apiserver.
+        raw = await self.client.aheld(API_VERSION, KIND, namespace, name)
         if raw is None:
             return None
         if (raw.get("metadata") or {}).get("deletionTimestamp"):
@@ -118,7 +95,7 @@ class Reconciler:
             return None
         await self.finalizer.keep(raw, dm)
         if self.podmonitor_api is None:
-            self.podmonitor_api = await asyncio.to_thread(podmonitor_served, self.client)
+            self.podmonitor_api = await podmonitor_served(self.client)
             if self.podmonitor_api is False:
                 log.info("the PodMonitor API (monitoring.coreos.com/v1) is not served: no PodMonitors are created")
         now = self.clock()
@@ -133,7 +110,7 @@ class Reconciler:
         # plan
         p = make_plan(dm, obs, now)
         # apply
-        writes, conflicts = await apply_plan(self.client, raw, dm, p, _live_children(obs), now)
+        writes, conflicts = await apply_plan(self.client, raw, dm, p, dict(obs.children), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);
         # the polls in between stay at DEBUG.
         first = (namespace, name) not in self._seen

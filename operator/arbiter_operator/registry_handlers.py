@@ -8,8 +8,7 @@ DecisionModels with `spec.registry`; a DecisionModel without one sees no write f
 
 No kopf change handler is used: kopf would keep its diff base (`last-handled-configuration`, a copy of the whole
 spec) in an annotation and write it together with the finalizer removal, which the apiserver refuses once a large
-spec pushes the annotations past 262,144 bytes, and the object would never go. The finalizer earlier builds added
-through kopf (`arbiter.dev/kopf-finalizer`) is treated as this one: handled, then removed.
+spec pushes the annotations past 262,144 bytes, and the object would never go.
 
 Registry down, or refusing (a revoked token): retried with a growing delay (5 s doubling, at most 5 min), the
 `Registered` condition says why, a Warning event now and then. The escape hatch for SREs (remove the finalizer
@@ -22,7 +21,6 @@ ModelRegistry) are already gone; in the second case the entries stay LIVE and th
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import datetime
 from typing import Any
@@ -38,8 +36,6 @@ from .sync.registry import archive_all, forget, mark_deleting, registry_lock
 log = logging.getLogger("arbiter.registry")
 
 FINALIZER = f"{GROUP}/registry-archive"
-LEGACY_FINALIZERS = (f"{GROUP}/kopf-finalizer",)
-OURS = (FINALIZER, *LEGACY_FINALIZERS)
 EVENT_EVERY = 6  # retries between repeated Warning events (about every 30 min once the delay is at its cap)
 
 
@@ -55,13 +51,12 @@ async def _report(kube: Any, raw: dict[str, Any], dm: DecisionModel, cond: Any, 
         conditions = set_condition(list(dm.status.conditions), cond)
         patch = {"status": {"conditions": [c.model_dump(mode="json") for c in conditions]}}
         try:
-            await asyncio.to_thread(kube.patch_status, API_VERSION, KIND, dm.metadata.namespace, dm.metadata.name,
-                                    patch)
+            await kube.apatch_status(API_VERSION, KIND, dm.metadata.namespace, dm.metadata.name, patch)
         except KubeError as exc:  # status is a courtesy here; the retry is what matters
             log.warning("could not set Registered on %s/%s: %s", dm.metadata.namespace, dm.metadata.name, exc)
     if retry % EVENT_EVERY == 0:
-        await asyncio.to_thread(
-            kube.event, raw, "Warning", "RegistryArchiveFailed",
+        await kube.aevent(
+            raw, "Warning", "RegistryArchiveFailed",
             f"{cond.message}. The DecisionModel is kept until its versions are archived in the Model Registry; "
             f"retrying in {delay:.0f}s (docs/operations.md: Deleting a DecisionModel with a registry)",
         )
@@ -69,7 +64,7 @@ async def _report(kube: Any, raw: dict[str, Any], dm: DecisionModel, cond: Any, 
 
 async def _namespace_terminating(kube: Any, namespace: str) -> bool:
     try:
-        ns = await asyncio.to_thread(kube.get, "v1", "Namespace", None, namespace)
+        ns = await kube.aget("v1", "Namespace", None, namespace)
     except KubeError:
         return False  # cannot tell: keep the safe answer (retry)
     return bool(ns and (ns.get("metadata") or {}).get("deletionTimestamp"))
@@ -80,7 +75,7 @@ def finalizers(raw: dict[str, Any]) -> list[str]:
 
 
 def holds(raw: dict[str, Any]) -> bool:
-    return any(f in OURS for f in finalizers(raw))
+    return FINALIZER in finalizers(raw)
 
 
 def add_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -94,31 +89,14 @@ def add_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 
 def remove_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """JSON patch removing every finalizer of ours and nothing else (None: none held); each removal tests the value
-    at its index first, so a list someone changed meanwhile makes the patch fail instead of removing theirs."""
+    """JSON patch removing our finalizer and nothing else (None: not held); each removal tests the value at its index
+    first, so a list someone changed meanwhile makes the patch fail instead of removing theirs."""
     ops: list[dict[str, Any]] = []
     for i, f in sorted(enumerate(finalizers(raw)), reverse=True):
-        if f in OURS:
+        if f == FINALIZER:
             path = f"/metadata/finalizers/{i}"
             ops += [{"op": "test", "path": path, "value": f}, {"op": "remove", "path": path}]
     return ops or None
-
-
-# What earlier builds let kopf store on a DecisionModel (diff base, handler progress): removed once, so a stale copy of
-# an old spec never counts against the annotations' size limit.
-KOPF_RESIDUE = (f"{GROUP}/last-handled-configuration", f"{GROUP}/registry-archive")
-
-
-def residue_patch(raw: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """Guarded by the resourceVersion read (not by the values: the apiserver's JSON patch compares their encoded
-    bytes, and Go escapes `<`, `>`, `&` where Python does not)."""
-    meta = raw.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    ops = [{"op": "remove", "path": "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")}
-           for key in KOPF_RESIDUE if key in annotations]
-    if not ops:
-        return None
-    return [{"op": "test", "path": "/metadata/resourceVersion", "value": meta.get("resourceVersion")}, *ops]
 
 
 class RegistryFinalizer:
@@ -130,19 +108,13 @@ class RegistryFinalizer:
 
     async def _patch(self, raw: dict[str, Any], ops: list[dict[str, Any]]) -> None:
         meta = raw["metadata"]
-        await asyncio.to_thread(self.kube.patch, API_VERSION, KIND, meta["namespace"], meta["name"], ops,
-                                "application/json-patch+json")
+        await self.kube.apatch(API_VERSION, KIND, meta["namespace"], meta["name"], ops, "application/json-patch+json")
 
     async def keep(self, raw: dict[str, Any], dm: DecisionModel) -> None:
-        """A live DecisionModel: hold the finalizer exactly while spec.registry is set; drop kopf's leftovers."""
+        """A live DecisionModel: hold the finalizer exactly while spec.registry is set."""
         ops = add_patch(raw) if dm.spec.registry is not None else remove_patch(raw)
         if ops:
             await self._patch(raw, ops)
-            raw = await asyncio.to_thread(self.kube.get, API_VERSION, KIND, raw["metadata"]["namespace"],
-                                          raw["metadata"]["name"]) or raw
-        residue = residue_patch(raw)
-        if residue:
-            await self._patch(raw, residue)
 
     async def finalize(self, raw: dict[str, Any], now: datetime) -> float | None:
         """A DecisionModel being deleted that holds our finalizer: archive, then let it go. Returns the seconds

@@ -10,7 +10,7 @@ from typing import Any
 
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.api.promotion import AnalysisRun
-from arbiter_operator.plan import Observations, plan
+from arbiter_operator.plan import Observations, children_of, plan
 from arbiter_operator.promotion import analysis_due, judge
 
 from support.examples import example
@@ -65,7 +65,7 @@ class Driver:
 
     def reconcile(self, after: float = 0, analysis: AnalysisRun | None = None) -> dict[str, Any]:
         self.now += timedelta(seconds=after)
-        obs = Observations(inferenceservices=copy.deepcopy(self.isvcs), analysis=analysis)
+        obs = Observations(children=children_of(InferenceService=copy.deepcopy(self.isvcs)), analysis=analysis)
         p = plan(self.dm(), obs, self.now)
         self.events.extend(p.events)
         for child in p.children or []:

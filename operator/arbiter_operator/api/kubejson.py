@@ -106,10 +106,6 @@ def event_head(line: bytes) -> tuple[str, str, str, str] | None:
     return None
 
 
-# KServe's predictor Deployments and pods: the reconcile reads their metadata and status only (plan/predictors.py),
-# so their spec (the pod template: containers, volumes, env) is neither decoded from a watch nor held in the cache.
-STATUS_ONLY = frozenset({"Deployment", "Pod"})
-
 _OBJECT: dict[bool, msgspec.json.Decoder[Any]] = {
     True: msgspec.json.Decoder(_StatusOnly), False: msgspec.json.Decoder(_Whole)}
 _EVENT: dict[bool, msgspec.json.Decoder[Any]] = {
@@ -176,13 +172,14 @@ def refused(data: bytes, reason: str, start: int = 0, end: int | None = None) ->
     return out
 
 
-def loads_object(data: bytes, kind: str | None = None) -> Any:
-    """One object (an apiserver's answer to a write) without managedFields (and without the spec for a STATUS_ONLY
-    `kind`); a stand-in (`refused`) for one nested too deep to decode. Raises ValueError (or RecursionError) where
+def loads_object(data: bytes, status_only: bool = False) -> Any:
+    """One object (an apiserver's answer to a write) without managedFields (and without the spec when `status_only`:
+    a kind whose spec the operator never reads, kube/kinds.py STATUS_ONLY); a stand-in (`refused`) for one nested
+    too deep to decode. Raises ValueError (or RecursionError) where
     `data` is not a JSON object."""
     try:
         try:
-            return _to_builtins(_OBJECT[kind in STATUS_ONLY].decode(data))
+            return _to_builtins(_OBJECT[status_only].decode(data))
         except msgspec.ValidationError:  # JSON, but not shaped like an object: as a generic decode sees it
             return orjson.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -228,12 +225,12 @@ def _item(data: bytes | bytearray, span: tuple[int, int]) -> Any:
         return stand_in
 
 
-def loads_event(line: bytes, kind: str | None = None) -> tuple[Any, Any] | None:
+def loads_event(line: bytes, status_only: bool = False) -> tuple[Any, Any] | None:
     """(type, object) of one watch line, the object slimmed as `loads_object` does, a stand-in (`refused`) for one
     nested too deep to decode; None where the line is not a JSON object. An ERROR event's object (a Status) comes
     whole."""
     try:
-        return _loads_event(line, kind)
+        return _loads_event(line, status_only)
     except (ValueError, RecursionError) as exc:
         return _refused_event(line, _reason(exc))
 
@@ -250,9 +247,9 @@ def _refused_event(line: bytes, reason: str) -> tuple[Any, Any] | None:
     return (type_, obj) if isinstance(type_, str) and type_ != "ERROR" and obj is not None else None
 
 
-def _loads_event(line: bytes, kind: str | None) -> tuple[Any, Any] | None:
+def _loads_event(line: bytes, status_only: bool) -> tuple[Any, Any] | None:
     try:
-        event = _EVENT[kind in STATUS_ONLY].decode(line)
+        event = _EVENT[status_only].decode(line)
         if event.type != "ERROR":
             obj = event.object
             return event.type, None if obj is UNSET else _to_builtins(obj)

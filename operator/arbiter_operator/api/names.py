@@ -50,6 +50,8 @@ LABEL_REGISTRY_NAME: Final = "modelregistry.opendatahub.io/name"
 ISVC_LABEL: Final = "serving.kserve.io/inferenceservice"
 
 # Other APIs the operator reads or writes.
+CORE_API: Final = "v1"
+APPS_API: Final = "apps/v1"
 ISVC_API: Final = "serving.kserve.io/v1beta1"
 SERVINGRUNTIME_API: Final = "serving.kserve.io/v1alpha1"
 ROUTE_API: Final = "route.openshift.io/v1"

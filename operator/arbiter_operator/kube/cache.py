@@ -1,7 +1,7 @@
 """The watch cache: the objects the operator's watches deliver, kept in memory, so that a reconcile reads its
 DecisionModel and children without asking the apiserver (docs/architecture.md, "Reads from the watch cache").
 
-The watches fill it: kube/watch.py's for DecisionModels and children (handlers.WatchEvents; no pass runs before every
+The watches fill it: kube/watch.py's for DecisionModels and children (triggers.Triggers; no pass runs before every
 kind's first list is held), so no reconcile ever sees a half-filled cache. The operator's own writes go in too
 (write-through) with the object the apiserver answered, so the next reconcile sees what it just wrote even before the
 watch echoes it; a watch event older than what is held (by resourceVersion) never replaces it. The echo of a write
@@ -26,8 +26,9 @@ from typing import Any, NamedTuple, cast
 import msgspec
 
 from ..api import jsonfast
-from ..api.kubejson import REFUSED, STATUS_ONLY, refused
+from ..api.kubejson import REFUSED, refused
 from .client import LoopKubeClient, Objects
+from .kinds import STATUS_ONLY
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
 
@@ -134,7 +135,8 @@ class WatchCache:
 
     def __init__(self, kinds: dict[tuple[str, str], str | None] | None = None) -> None:
         # (apiVersion, kind) -> the label every held object of that kind carries (the watch's filter), or None.
-        # Namespaces are held too (nswatch.py fills them) but are not listed here: a namespace not yet watched is read.
+        # Namespaces are held too (kube/namespaces.py fills them) but are not listed here: a namespace not yet
+        # watched is read.
         self.kinds: dict[tuple[str, str], str | None] = dict(kinds or {})
         self._objs: dict[Key, _Held] = {}
         self._by_ns: dict[tuple[str, str, str], set[str]] = {}
@@ -391,8 +393,16 @@ class CachedKubeClient:
         self.cache.discard(api_version, kind, namespace, name)
         return out
 
+    async def apatch(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
+                     content_type: str) -> dict[str, Any]:
+        return await self._awrite((api_version, kind, namespace or "", name),
+                                  self.inner.apatch(api_version, kind, namespace, name, body, content_type))
+
     async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         await self.inner.aevent(involved, type_, reason, message)
+
+    async def aserved(self, api_version: str, kind: str) -> bool:
+        return await self.inner.aserved(api_version, kind)
 
     def served(self, api_version: str, kind: str) -> bool:
         return self.inner.served(api_version, kind)

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,9 +21,10 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from ..api import jsonfast, kubejson
-from ..api.names import FIELD_MANAGER
+from ..api.names import CORE_API, FIELD_MANAGER
 from ..api.times import format_time
 from ..metrics import count_request
+from .kinds import KINDS, Kind, kind_of
 from .transport import LoopTransport
 
 log = logging.getLogger("arbiter.kube")
@@ -49,54 +51,6 @@ class EventSeries:
     seen: float  # monotonic time of the latest occurrence
     written: float  # monotonic time of the latest write (POST or PATCH)
     written_count: int
-
-
-@dataclass(frozen=True)
-class Kind:
-    api_version: str
-    kind: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name:
-            base += f"/{name}"
-        if sub:
-            base += f"/{sub}"
-        return base
-
-
-KINDS: dict[tuple[str, str], Kind] = {
-    (k.api_version, k.kind): k
-    for k in (
-        Kind("arbiter.dev/v1alpha1", "DecisionModel", "decisionmodels"),
-        Kind("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices"),
-        Kind("serving.kserve.io/v1alpha1", "ServingRuntime", "servingruntimes"),
-        Kind("route.openshift.io/v1", "Route", "routes"),
-        Kind("v1", "ConfigMap", "configmaps"),
-        Kind("v1", "Service", "services"),
-        Kind("v1", "Secret", "secrets"),
-        Kind("v1", "Event", "events"),
-        Kind("v1", "Namespace", "namespaces", namespaced=False),
-        Kind("v1", "Pod", "pods"),
-        Kind("apps/v1", "Deployment", "deployments"),
-        Kind("modelregistry.opendatahub.io/v1beta1", "ModelRegistry", "modelregistries"),
-        Kind("monitoring.coreos.com/v1", "PodMonitor", "podmonitors"),
-        Kind("rbac.authorization.k8s.io/v1", "Role", "roles"),
-        Kind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings"),
-    )
-}
-
-
-def kind_of(api_version: str, kind: str) -> Kind:
-    try:
-        return KINDS[(api_version, kind)]
-    except KeyError:
-        raise ValueError(f"unknown kind {api_version}/{kind}: add it to clients.kube.KINDS") from None
 
 
 # Seconds a request may take (connect, send, answer) before it fails.
@@ -126,6 +80,10 @@ class KubeClient(Protocol):
     """What the operator needs from Kubernetes; tests may wrap it to count calls."""
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """`get` of one of the operator's own children (or a DecisionModel): where a watch cache holds the kind, a
+        miss is an answer (every such object carries the label the watch filters on); a plain client reads."""
+        ...
     def list(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]: ...
@@ -147,6 +105,9 @@ class LoopKubeClient(KubeClient, Protocol):
     steps make their requests there, without a thread per request."""
 
     async def aget(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """`held`, awaited."""
+        ...
     async def alist(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
     ) -> list[dict[str, Any]]: ...
@@ -158,6 +119,10 @@ class LoopKubeClient(KubeClient, Protocol):
     async def adelete(self, api_version: str, kind: str, namespace: str | None, name: str,
                       uid: str | None = None) -> bool: ...
     async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None: ...
+    async def apatch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]: ...
+    async def aserved(self, api_version: str, kind: str) -> bool: ...
 
 
 class Request(NamedTuple):
@@ -184,6 +149,9 @@ class RestKubeClient:
         # Checked before every write, so a replica that lost the Lease (or never had it) writes nothing.
         self.fence = fence
         self.transport = transport
+        # Transports of other event loops than `transport`'s (a test's, a tool's), made on first use there.
+        self._transports: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopTransport] = \
+            weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._series: dict[tuple[str, str, str, str], EventSeries] = {}  # (namespace, uid, type, reason)
         self.clock: Callable[[], float] = time.monotonic
@@ -214,16 +182,20 @@ class RestKubeClient:
             self._write(*req.write)
         return self._call(req.method, req.path, req.body, req.query, req.content_type)
 
+    def _loop_transport(self) -> LoopTransport:
+        """The transport of the running loop: the operator's, or one made here for another loop (no thread ever)."""
+        here = asyncio.get_running_loop()
+        if self.transport is not None and self.transport.loop is here:
+            return self.transport
+        transport = self._transports.get(here)
+        if transport is None:
+            transport = self._transports[here] = LoopTransport(self.api.configuration, here,
+                                                               user_agent=self.api.user_agent)
+        return transport
+
     async def _asend(self, req: Request) -> dict[str, Any]:
-        """`_send`, awaited: on the transport's own loop the request is made there (no thread); elsewhere (no
-        transport, another loop) the blocking call runs in a thread."""
-        transport = self.transport
-        try:
-            here = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if transport is None or transport.loop is not here:
-            return await asyncio.to_thread(self._send, req)
+        """`_send`, awaited on the running loop: the request is made there, by that loop's transport."""
+        transport = self._loop_transport()
         if req.write is not None:
             self._write(*req.write)
         data = _body_bytes(req.body)
@@ -246,18 +218,28 @@ class RestKubeClient:
             _raise_unless_absent(exc)
             return None
 
+    def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """No cache here: a read (KubeClient.held)."""
+        return self.get(api_version, kind, namespace, name)
+
+    async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return await self.aget(api_version, kind, namespace, name)
+
     def served(self, api_version: str, kind: str) -> bool:
         """Whether the apiserver serves this kind (API discovery, which every authenticated user may read: no RBAC
         grant on CRDs needed). Errors other than 404 raise: "cannot tell" is not "absent"."""
-        k = kind_of(api_version, kind)
-        base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         try:
-            out = self._call("GET", base)
+            out = self._send(_discovery_request(api_version))
         except KubeError as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return any(r.get("name") == k.plural for r in (out or {}).get("resources") or [])
+            return _not_served(exc)
+        return _serves(out, kind_of(api_version, kind))
+
+    async def aserved(self, api_version: str, kind: str) -> bool:
+        try:
+            out = await self._asend(_discovery_request(api_version))
+        except KubeError as exc:
+            return _not_served(exc)
+        return _serves(out, kind_of(api_version, kind))
 
     def list(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
@@ -336,9 +318,18 @@ class RestKubeClient:
         self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
     ) -> dict[str, Any]:
         """A plain PATCH (e.g. a JSON patch of metadata.finalizers); never for children (they are applied)."""
-        self._write("patch", kind, f"{namespace or ''}/{name}")
-        return self._call("PATCH", kind_of(api_version, kind).path(namespace, name), body=body,
-                          query=[("fieldManager", self.field_manager)], content_type=content_type)
+        return self._send(self._patch_request(api_version, kind, namespace, name, body, content_type))
+
+    async def apatch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: Any, content_type: str
+    ) -> dict[str, Any]:
+        return await self._asend(self._patch_request(api_version, kind, namespace, name, body, content_type))
+
+    def _patch_request(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
+                       content_type: str) -> Request:
+        return Request("PATCH", kind_of(api_version, kind).path(namespace, name), body,
+                       [("fieldManager", self.field_manager)], content_type,
+                       ("patch", kind, f"{namespace or ''}/{name}"))
 
     @staticmethod
     def _delete_request(api_version: str, kind: str, namespace: str | None, name: str, uid: str | None) -> Request:
@@ -365,12 +356,63 @@ class RestKubeClient:
         return True
 
     async def aevent(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """`event`, in a thread: a series is read and written under a lock, and an Event is posted on a transition
-        only, not on every pass."""
-        await asyncio.to_thread(self.event, involved, type_, reason, message)
+        """`event`, awaited on the running loop."""
+        noted = self._note_event(involved, type_, reason, message)
+        if noted is None:
+            return
+        key, series, message = noted
+        if series is not None:
+            update = self._series_request(involved, series, reason)
+            try:
+                await self._asend(update)
+            except NotLeader:
+                raise
+            except KubeError as exc:
+                if self._series_failed(involved, exc, reason):
+                    return
+            else:
+                series.written, series.written_count = self.clock(), series.count
+                return
+        post = self._event_request(involved, type_, reason, message)
+        try:
+            out: dict[str, Any] | None = await self._asend(post)
+        except NotLeader:
+            raise
+        except KubeError as exc:  # an event is a courtesy: failing to post one must not fail the reconcile
+            log.warning("could not post event %s on %s: %s", reason, involved["metadata"]["name"], exc)
+            out = None
+        self._posted(key, out, message)
 
     def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """Post an Event on `involved`, or count it into the series of the same reason (see SERIES_WINDOW)."""
+        noted = self._note_event(involved, type_, reason, message)
+        if noted is None:
+            return
+        key, series, message = noted
+        if series is not None:
+            try:
+                self._send(self._series_request(involved, series, reason))
+            except NotLeader:
+                raise
+            except KubeError as exc:
+                if self._series_failed(involved, exc, reason):
+                    return
+            else:
+                series.written, series.written_count = self.clock(), series.count
+                return
+        try:
+            out: dict[str, Any] | None = self._send(self._event_request(involved, type_, reason, message))
+        except NotLeader:
+            raise
+        except KubeError as exc:
+            log.warning("could not post event %s on %s: %s", reason, involved["metadata"]["name"], exc)
+            out = None
+        self._posted(key, out, message)
+
+    def _note_event(self, involved: dict[str, Any], type_: str, reason: str,
+                    message: str) -> tuple[tuple[str, str, str, str], EventSeries | None, str] | None:
+        """Count one occurrence: None when it joins a series written moments ago (nothing to send now), else the
+        series key, the series to write (None: post a new Event) and the message."""
         meta = involved["metadata"]
         message = message[:1024]
         key = (meta["namespace"], meta.get("uid") or meta["name"], type_, reason)
@@ -388,47 +430,48 @@ class RestKubeClient:
                 if now - series.written < SERIES_WRITE_INTERVAL:
                     log.debug("event %s on %s counted (%d), written with the series' next write", reason,
                               meta["name"], series.count)
-                    return
-        if series is not None and self._update_series(meta, series, reason):
-            return
-        name = self._post_event(involved, type_, reason, message)
-        if name:
-            with self._lock:
-                self._series[key] = EventSeries(name, 1, message, now, now, 1)
+                    return None
+        return key, series, message
 
-    def _update_series(self, meta: dict[str, Any], series: EventSeries, reason: str) -> bool:
-        """Write a series' count and latest message to its Event. False: the Event is gone (post a new one)."""
+    @staticmethod
+    def _series_request(involved: dict[str, Any], series: EventSeries, reason: str) -> Request:
+        """A series' count and latest message written to its Event."""
+        meta = involved["metadata"]
         stamp = format_time(datetime.now(UTC))
-        self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}")
-        try:
-            self._call("PATCH", KINDS[("v1", "Event")].path(meta["namespace"], series.name),
-                       body={"count": series.count, "message": series.message, "lastTimestamp": stamp},
-                       content_type="application/merge-patch+json")
-        except KubeError as exc:
-            if exc.status == 404:  # expired (Events live an hour) or deleted: a new one is posted instead
-                return False
-            log.warning("could not update event %s on %s: %s", reason, meta["name"], exc)
-            return True
-        series.written, series.written_count = self.clock(), series.count
+        return Request("PATCH", KINDS[(CORE_API, "Event")].path(meta["namespace"], series.name),
+                       {"count": series.count, "message": series.message, "lastTimestamp": stamp},
+                       content_type="application/merge-patch+json",
+                       write=("event", "Event", f"{meta['namespace']}/{meta['name']} {reason} x{series.count}"))
+
+    @staticmethod
+    def _series_failed(involved: dict[str, Any], exc: KubeError, reason: str) -> bool:
+        """After a failed series write: False when the Event is gone (expired: Events live an hour; or deleted) and a
+        new one is to be posted instead."""
+        if exc.status == 404:
+            return False
+        log.warning("could not update event %s on %s: %s", reason, involved["metadata"]["name"], exc)
         return True
 
-    def _post_event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> str | None:
+    @staticmethod
+    def _event_request(involved: dict[str, Any], type_: str, reason: str, message: str) -> Request:
         meta = involved["metadata"]
         body = event_body(involved, type_, reason, message, format_time(datetime.now(UTC)))
-        self._write("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}")
-        try:
-            out = self._call("POST", KINDS[("v1", "Event")].path(meta["namespace"]), body=body)
-        except KubeError as exc:  # an event is a courtesy: failing to post one must not fail the reconcile
-            log.warning("could not post event %s on %s: %s", reason, meta["name"], exc)
-            return None
-        return ((out or {}).get("metadata") or {}).get("name")
+        return Request("POST", KINDS[(CORE_API, "Event")].path(meta["namespace"]), body,
+                       write=("event", "Event", f"{meta['namespace']}/{meta['name']} {reason}"))
+
+    def _posted(self, key: tuple[str, str, str, str], out: dict[str, Any] | None, message: str) -> None:
+        name = ((out or {}).get("metadata") or {}).get("name")
+        if name:
+            now = self.clock()
+            with self._lock:
+                self._series[key] = EventSeries(name, 1, message, now, now, 1)
 
 
 def event_body(involved: dict[str, Any], type_: str, reason: str, message: str, now: str) -> dict[str, Any]:
     """A new core/v1 Event on `involved` (its first occurrence, at `now`), as the operator posts it."""
     meta = involved["metadata"]
     return {
-        "apiVersion": "v1",
+        "apiVersion": CORE_API,
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {
@@ -453,6 +496,21 @@ def event_body(involved: dict[str, Any], type_: str, reason: str, message: str, 
 def _body_bytes(body: Any) -> bytes:
     data = body if isinstance(body, (str, bytes)) or body is None else jsonfast.dumps(body)
     return data.encode() if isinstance(data, str) else (data or b"")
+
+
+def _discovery_request(api_version: str) -> Request:
+    return Request("GET", "/api/v1" if api_version == CORE_API else f"/apis/{api_version}")
+
+
+def _not_served(exc: KubeError) -> bool:
+    """Discovery's 404 means "not served"; any other error raises: "cannot tell" is not "absent"."""
+    if exc.status == 404:
+        return False
+    raise exc
+
+
+def _serves(out: dict[str, Any], k: Kind) -> bool:
+    return any(r.get("name") == k.plural for r in (out or {}).get("resources") or [] if isinstance(r, dict))
 
 
 def _list_request(api_version: str, kind: str, namespace: str | None, label_selector: str | None) -> Request:
@@ -538,7 +596,7 @@ def answer_of(method: str, path: str, status: int, reason: str, data: bytes | No
     return out
 
 
-# Connections kept open to the apiserver: one per worker and I/O thread (handlers.DEFAULT_WORKERS + 4) and spare.
+# Connections kept open to the apiserver: one per worker and I/O thread (app.DEFAULT_WORKERS + 4) and spare.
 # The kubernetes library keeps 5 per CPU; with more threads than that, the surplus connections were closed after use
 # ("Connection pool is full, discarding connection") and later requests paid a new TLS handshake.
 CONNECTIONS = 32

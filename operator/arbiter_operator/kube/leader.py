@@ -15,21 +15,27 @@ The protocol is client-go's (the same Lease fields, the same defaults: 15 s leas
   standby with a clean work queue. A holder that shuts down cleanly releases the Lease (an empty holderIdentity), so
   the standby takes over at its next retry instead of after a lease duration. Whoever can write the Lease can hand
   leadership over the same way: the Lease is as trusted as the operator's RBAC (only its ServiceAccount may write it).
+
+The election is one task on the operator's event loop; its requests go through the operator's aiohttp transport
+(kube/transport.py), not fenced (a candidate writes the Lease before it leads), each bounded by two retry periods.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from .client import KubeError, raw_call
+from ..api import jsonfast
+from .client import KubeError, answer_of
+from .transport import LoopTransport
 
 log = logging.getLogger("arbiter.leader")
 
@@ -55,7 +61,7 @@ def _now_micro() -> str:
 class LeaderElector:
     def __init__(
         self,
-        api: Any,
+        transport: LoopTransport,
         namespace: str,
         name: str = "arbiter-operator-leader",
         identity: str | None = None,
@@ -68,7 +74,7 @@ class LeaderElector:
     ) -> None:
         if not retry_period < renew_deadline < lease_duration:
             raise ValueError("leader election needs retry period < renew deadline < lease duration")
-        self.api, self.namespace, self.name = api, namespace, name
+        self.transport, self.namespace, self.name = transport, namespace, name
         self.identity = identity or default_identity()
         self.lease_duration, self.renew_deadline, self.retry_period = lease_duration, renew_deadline, retry_period
         self.on_started_leading, self.on_lost = on_started_leading, on_lost
@@ -76,8 +82,15 @@ class LeaderElector:
         self._renewed_at: float | None = None  # start of the last successful acquire/renew, while we hold it
         self._observed: tuple[str, str] | None = None  # the other holder's (holder, renewTime) last seen
         self._observed_at = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> dict[str, Any]:
+        data = jsonfast.dumps(body) if body is not None else b""
+        raw = data.encode() if isinstance(data, str) else data
+        status, reason, answer = await self.transport.request(method, path, raw, [], "application/json",
+                                                              timeout or self.retry_period * 2)
+        return answer_of(method, path, status, reason, answer)
 
     # -- the fence -------------------------------------------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -85,12 +98,12 @@ class LeaderElector:
         return at is not None and self.clock() - at < self.renew_deadline
 
     # -- one round -------------------------------------------------------------------------------------------------
-    def try_acquire_or_renew(self) -> bool:
+    async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when this replica holds the Lease afterwards."""
         started = self.clock()
         base = LEASE_PATH.format(namespace=self.namespace)
         try:
-            lease = raw_call(self.api, "GET", f"{base}/{self.name}", timeout=self.retry_period * 2)
+            lease: dict[str, Any] | None = await self._call("GET", f"{base}/{self.name}")
         except KubeError as exc:
             if exc.status != 404:
                 log.warning("could not read the leader Lease %s/%s: %s", self.namespace, self.name, exc)
@@ -126,10 +139,10 @@ class LeaderElector:
             if lease is None:
                 body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                         "metadata": {"name": self.name, "namespace": self.namespace}, "spec": new_spec}
-                raw_call(self.api, "POST", base, body=body, timeout=self.retry_period * 2)
+                await self._call("POST", base, body)
             else:
                 body = {**lease, "spec": new_spec}
-                raw_call(self.api, "PUT", f"{base}/{self.name}", body=body, timeout=self.retry_period * 2)
+                await self._call("PUT", f"{base}/{self.name}", body)
         except KubeError as exc:
             if exc.status not in (409, 404):  # 409/404: another candidate was faster
                 log.warning("could not write the leader Lease %s/%s: %s", self.namespace, self.name, exc)
@@ -143,11 +156,13 @@ class LeaderElector:
         return True
 
     # -- the loop --------------------------------------------------------------------------------------------------
-    def run(self) -> None:
+    async def run(self) -> None:
         leading = False
         while not self._stop.is_set():
             try:
-                ok = self.try_acquire_or_renew()
+                ok = await self.try_acquire_or_renew()
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # a bug or a transport error must not end the election loop silently
                 log.warning("leader election round failed: %s", exc)
                 ok = False
@@ -163,26 +178,32 @@ class LeaderElector:
                 if self.on_lost:
                     self.on_lost()
                 return
-            self._stop.wait(self.retry_period)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.retry_period)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
-        self._thread.start()
+        """Campaign in a task on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="leader-election")
 
-    def stop(self, release: bool = True) -> None:
+    async def stop(self, release: bool = True) -> None:
         """Stop campaigning; with release, hand the Lease back (if still ours) so a standby takes over at once."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.retry_period * 3)
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, self.retry_period * 3)
+            except (TimeoutError, asyncio.CancelledError):
+                pass
+            except Exception as exc:
+                log.warning("leader election ended with %s", exc)
         if release and self.is_leader():
             self._renewed_at = None
             base = LEASE_PATH.format(namespace=self.namespace)
             try:
-                lease = raw_call(self.api, "GET", f"{base}/{self.name}", timeout=5)
+                lease = await self._call("GET", f"{base}/{self.name}", timeout=5)
                 if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                     lease["spec"] = {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1,
                                      "renewTime": _now_micro()}
-                    raw_call(self.api, "PUT", f"{base}/{self.name}", body=lease, timeout=5)
+                    await self._call("PUT", f"{base}/{self.name}", lease, timeout=5)
                     log.info("released the leader Lease %s/%s", self.namespace, self.name)
             except Exception as exc:  # the standby then takes over after a lease duration instead
                 log.warning("could not release the leader Lease: %s", exc)

@@ -1,11 +1,12 @@
 """The operator's requests to the apiserver on its event loop, over aiohttp: the watch streams' session and the
-transport of RestKubeClient's requests.
+transport of RestKubeClient's requests, the leader Lease's included.
 
-Why: the reconcile's writes went through the kubernetes package's ApiClient (urllib3 and http.client, whose headers
-are parsed by the email package), and that was the largest share of the operator's CPU at fleet scale; aiohttp's
-HTTP parser is C, and it already runs on the event loop for kopf and the watches. The reconcile's observe and apply
-steps await `LoopTransport.request` on that loop (RestKubeClient's `a...` methods); its blocking methods, called from
-another thread, go through `LoopTransport.call`, which hands the request to the loop and waits for its answer.
+Why: the reconcile's writes went through the kubernetes package's ApiClient (its pure-Python HTTP stack, whose
+headers are parsed by the email package), and that was the largest share of the operator's CPU at fleet scale;
+aiohttp's HTTP parser is C, and it already runs on the event loop for kopf and the watches. The operator awaits
+`LoopTransport.request` on that loop (RestKubeClient's `a...` methods); no thread is involved. Its blocking methods
+serve tools and tests: called from another thread, they go through `LoopTransport.call`, which hands the request to
+the loop and waits for its answer.
 
 Same connection settings as the kubeconfig or the in-cluster config (kubernetes.client.Configuration): host, CA,
 client certificate, bearer token (re-read through the configuration's refresh hook), basic auth, proxy,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -44,8 +45,10 @@ import aiohttp
 from ..api import jsonfast
 from ..api.backoff import WATCH_RESTART_BACKOFF, DoublingBackoff
 from ..api.kubejson import REFUSED, event_head, loads_event, loads_list
-from ..clients.namespaces import bookmark_version, resource_version, retry_after, status_reason
+from ..api.names import CORE_API
+from ..api.wire import bookmark_version, resource_version, retry_after, status_reason
 from ..metrics import OBJECTS_REFUSED, WATCH_BYTES, WATCH_EVENTS
+from .kinds import KINDS, STATUS_ONLY
 from .transport import auth_headers, new_session
 
 log = logging.getLogger("arbiter.watches")
@@ -54,12 +57,22 @@ ERROR_BODY_BYTES = 64 * 1024
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED")
 
 
+# A namespace name is a DNS-1123 label (the apiserver validates it); anything else in an answer is not a namespace.
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 @dataclass(frozen=True)
 class Resource:
     api_version: str
     kind: str
     plural: str
     label: str | None  # the label every object of the watch carries (a server-side `labelSelector=<label>`)
+    namespaced: bool = True  # False: a cluster-scoped kind (Namespaces), whose objects carry no namespace
+    selector: str | None = None  # a further label selector, left to the server (a shard's `team=risk`)
+    field_selector: str | None = None  # e.g. `metadata.name=NS`: one object, which a Role grants by resourceNames
+    names: re.Pattern[str] | None = None  # what a well-formed object's name matches, beyond its length
+    # Served on every apiserver (a built-in kind): a 404 on the first list is a fault, retried, not "not installed".
+    always_served: bool = False
 
     def path(self, namespace: str | None) -> str:
         group, _, version = self.api_version.rpartition("/")
@@ -111,6 +124,13 @@ def _short(value: Any, limit: int = 200) -> str:
     return str(value)[:limit]
 
 
+def namespaces(field_selector: str | None = None, selector: str | None = None) -> Resource:
+    """Namespaces, as a cluster-scoped kind, one (`metadata.name=NS`) or those a label selector matches."""
+    k = KINDS[(CORE_API, "Namespace")]
+    return Resource(k.api_version, k.kind, k.plural, None, namespaced=k.namespaced, selector=selector,
+                    field_selector=field_selector, names=NAMESPACE_NAME, always_served=True)
+
+
 def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool = False) -> dict[str, Any] | None:
     """`obj` as a well-formed object of `resource` in the watch's scope, apiVersion and kind filled in (list items of
     built-in kinds carry neither); None where it is not one (pure but for filling in those two fields). A deletion
@@ -121,9 +141,14 @@ def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool
     if not isinstance(meta, dict):
         return None
     name, ns = meta.get("name"), meta.get("namespace")
-    if not isinstance(name, str) or not 0 < len(name) <= 253 or not isinstance(ns, str) or not 0 < len(ns) <= 63:
+    if not isinstance(name, str) or not 0 < len(name) <= 253:
         return None
-    if namespace is not None and ns != namespace:
+    if resource.names is not None and not resource.names.fullmatch(name):
+        return None
+    if not resource.namespaced:
+        if ns is not None:
+            return None
+    elif not isinstance(ns, str) or not 0 < len(ns) <= 63 or (namespace is not None and ns != namespace):
         return None
     labels = meta.get("labels")
     if labels is None:
@@ -140,6 +165,33 @@ def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool
         return None
     obj["apiVersion"], obj["kind"] = resource.api_version, resource.kind
     return obj
+
+
+def list_page(resource: Resource, namespace: str | None, body: bytes) -> tuple[list[dict[str, Any]], str, str]:
+    """One page of a list answer: its objects, resourceVersion and continue token; Failed unless every part is
+    well-formed (pure: nothing is acted on half of an answer)."""
+    try:
+        doc = loads_list(body)  # an item that does not decode comes as a stand-in (api/kubejson.py `refused`)
+    except (ValueError, RecursionError):
+        raise Failed("the list is not JSON") from None
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    items = doc.get("items") if isinstance(doc, dict) else None
+    if not isinstance(meta, dict) or not isinstance(items, list):
+        raise Failed(f"the answer is not a {resource.kind}List")
+    rv = resource_version(meta.get("resourceVersion"))
+    if not rv:
+        raise Failed("the list has no resourceVersion")
+    objs = []
+    for item in items:
+        obj = object_of(resource, namespace, item)
+        if obj is None:
+            raise Failed(f"the list holds an item that is not a {resource.kind}")
+        _note_refused(obj)
+        objs.append(obj)
+    token = meta.get("continue") or ""
+    if not isinstance(token, str) or len(token) > 4096:
+        raise Failed("the list's continue token is not a string")
+    return objs, rv, token
 
 
 class Watches:
@@ -159,8 +211,9 @@ class Watches:
         self.known, self.skim = known, skim
         self.options = options or WatchOptions()
         self.primed = asyncio.Event()
-        self._waiting = len(self.resources) * len(self.scopes)
-        self._tasks: list[asyncio.Task[None]] = []
+        # The (resource, scope) pairs whose first list is still to come; `add` puts none here.
+        self._waiting = {(r, s) for r in self.resources for s in (self.scopes if r.namespaced else [None])}
+        self._tasks: dict[tuple[Resource, str | None], asyncio.Task[None]] = {}
         self._session: aiohttp.ClientSession | None = None
         if not self._waiting:
             self.primed.set()
@@ -172,21 +225,45 @@ class Watches:
         # No sock_read: aiohttp would move a timer on every chunk read; a watch's silence is bounded by _Silence.
         self._session = new_session(
             self.config, aiohttp.ClientTimeout(total=None, sock_connect=o.connect_timeout))
+        # aiohttp sends a GET again, at once, when a kept-alive connection fails before the answer began; a retry is
+        # this module's decision, after its back-off and from a fresh list, so a peer sees each attempt once.
+        # (aiohttp has no public setting for it; the attribute is there since 3.10.)
+        if hasattr(self._session, "_retry_connection"):
+            self._session._retry_connection = False
         for resource in self.resources:
-            for scope in self.scopes:
-                self._tasks.append(asyncio.get_running_loop().create_task(
-                    self._follow(resource, scope), name=f"watch-{resource.plural}-{scope or 'all'}"))
+            self._spawn(resource)
         return self
+
+    def _spawn(self, resource: Resource) -> None:
+        for scope in self.scopes if resource.namespaced else [None]:
+            name = f"watch-{resource.plural}-{scope or resource.field_selector or resource.selector or 'all'}"
+            self._tasks[(resource, scope)] = asyncio.get_running_loop().create_task(
+                self._follow(resource, scope), name=name)
+
+    def add(self, resource: Resource) -> None:
+        """Follow one more resource (on a started Watches), e.g. the Namespace a DecisionModel appeared in. It does not
+        hold `primed` back: that is about the resources the Watches started with."""
+        if resource not in self.resources:
+            self.resources.append(resource)
+            self._spawn(resource)
+
+    def remove(self, resource: Resource) -> None:
+        """Stop following `resource` (its tasks are cancelled; they end on their own)."""
+        if resource in self.resources:
+            self.resources.remove(resource)
+        for key in [k for k in self._tasks if k[0] == resource]:
+            self._tasks.pop(key).cancel()
 
     @property
     def running(self) -> bool:
-        return any(not t.done() for t in self._tasks)
+        return any(not t.done() for t in self._tasks.values())
 
     async def stop(self) -> None:
-        for task in self._tasks:
+        tasks = list(self._tasks.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = {}
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -195,16 +272,22 @@ class Watches:
         return {"Accept": "application/json", **auth_headers(self.config)}
 
     def _params(self, resource: Resource, **extra: str) -> dict[str, str]:
-        params = {"labelSelector": resource.label} if resource.label else {}
+        params: dict[str, str] = {}
+        labels = ",".join(filter(None, (resource.label, resource.selector)))
+        if labels:
+            params["labelSelector"] = labels
+        if resource.field_selector:
+            params["fieldSelector"] = resource.field_selector
         return {**params, **extra}
 
-    def _primed(self) -> None:
-        self._waiting -= 1
-        if self._waiting <= 0:
+    def _primed(self, resource: Resource, namespace: str | None) -> None:
+        self._waiting.discard((resource, namespace))
+        if not self._waiting:
             self.primed.set()
 
     async def _follow(self, resource: Resource, namespace: str | None) -> None:
-        what = f"{resource.plural} in {namespace or 'all namespaces'}"
+        what = (f"{resource.plural} in {namespace or 'all namespaces'}" if resource.namespaced else
+                f"{resource.plural} {resource.field_selector or resource.selector or ''}".rstrip())
         o = self.options
         rv, failures, retry_after, primed = "", 0, None, False
         while True:
@@ -224,20 +307,21 @@ class Watches:
                         self._call(what, self.on_list, resource, namespace, objs, rv)
                         if not primed:
                             primed = True
-                            self._primed()
+                            self._primed(resource, namespace)
                     async for type_, obj, event_rv in self._watch(resource, namespace, rv):
                         rv = event_rv or rv
                         if obj is not None:
                             self._call(what, self.on_event, resource, type_, obj)
                 except NotServed as exc:
-                    if primed:  # served at start-up: a 404 now is a fault (a proxy, a restarting apiserver)
+                    # Served at start-up, or a built-in kind: a 404 now is a fault (a proxy, a restarting apiserver).
+                    if primed or resource.always_served:
                         log.warning("watch on %s failed (%s); retrying", what, exc)
                         failed = True
                     else:
                         log.warning("%s: the apiserver does not serve %s (%s); not watched until the operator "
                                     "restarts", what, resource.kind, exc)
                         self._call(what, self.on_list, resource, namespace, [], "")
-                        self._primed()
+                        self._primed(resource, namespace)
                         return
                 except Gone as exc:  # list again (at once after a watch that lasted)
                     log.info("watch on %s: %s; listing again", what, exc)
@@ -308,26 +392,8 @@ class Watches:
             finally:
                 for r in stack:
                     r.close()
-            try:
-                doc = loads_list(body)
-            except (ValueError, RecursionError):
-                raise Failed("the list is not JSON") from None
-            meta = doc.get("metadata") if isinstance(doc, dict) else None
-            items = doc.get("items") if isinstance(doc, dict) else None
-            if not isinstance(meta, dict) or not isinstance(items, list):
-                raise Failed(f"the answer is not a {resource.kind}List")
-            rv = resource_version(meta.get("resourceVersion"))
-            if not rv:
-                raise Failed("the list has no resourceVersion")
-            for item in items:
-                obj = object_of(resource, namespace, item)
-                if obj is None:
-                    raise Failed(f"the list holds an item that is not a {resource.kind}")
-                _note_refused(obj)
-                objs.append(obj)
-            token = meta.get("continue") or ""
-            if not isinstance(token, str) or len(token) > 4096:
-                raise Failed("the list's continue token is not a string")
+            page, rv, token = list_page(resource, namespace, bytes(body))
+            objs += page
             if not token:
                 return objs, rv
 
@@ -354,6 +420,8 @@ class Watches:
                     buffer += chunk
                     start = 0
                     while (end := buffer.find(b"\n", start)) >= 0:
+                        if end - start > o.max_event_bytes:  # whole within one read, and too long all the same
+                            raise Failed(f"a watch event longer than {o.max_event_bytes} bytes")
                         line = bytes(buffer[start:end])
                         start = end + 1
                         if line.strip():
@@ -392,7 +460,7 @@ class Watches:
             if head is not None and head[0] in ("ADDED", "MODIFIED") and namespace in (None, head[1]) and \
                     self._known(self.known, resource, head):
                 return head[0], None, head[3]  # held as it is: only the resourceVersion moves on
-        decoded = loads_event(line, resource.kind)
+        decoded = loads_event(line, resource.kind in STATUS_ONLY)
         if decoded is None:
             return None
         type_, obj = decoded

@@ -4,10 +4,14 @@ and pods, its namespace's labels, and whether the PodMonitor API is served. Read
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from ..api.names import (
+    APPS_API,
+    CORE_API,
     ISVC_API,
     ISVC_LABEL,
     LABEL_COMPONENT,
@@ -18,7 +22,7 @@ from ..api.names import (
     ROUTE_API,
     SERVINGRUNTIME_API,
 )
-from ..kube.client import KubeClient, KubeError, LoopKubeClient
+from ..kube.client import KubeError, LoopKubeClient
 from ..plan.model import Observations
 from ..render.common import runtime_name
 from ..render.podmonitor import podmonitor_name
@@ -44,67 +48,115 @@ def _owned(obj: dict[str, Any], dm: DecisionModel) -> bool:
     return owned_by(obj, dm.metadata.uid)
 
 
+@dataclass(frozen=True)
+class ByLabel:
+    """Listed by the operator's label (and the component label, when set): children of which there are several."""
+
+    component: str | None = None
+
+
+@dataclass(frozen=True)
+class ByName:
+    """Read by name (the DecisionModel's name -> the child's): children of which there is one."""
+
+    name: Callable[[str], str]
+
+
+def by_label(component: str | None = None) -> ByLabel:
+    return ByLabel(component)
+
+
+def by_name(name: Callable[[str], str]) -> ByName:
+    return ByName(name)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What decides whether a kind is read at all in one reconcile."""
+
+    dm: DecisionModel
+    podmonitor_api: bool
+
+
+def _always(_: Scope) -> bool:
+    return True
+
+
+def _shadowing(scope: Scope) -> bool:
+    # The shadow phase's grant exists only while status says Shadowing (it is created when the phase starts and
+    # deleted in the reconcile that ends it, which reads Shadowing): listed only then, so no other reconcile pays.
+    promotion = scope.dm.status.promotion if scope.dm.status else None
+    return promotion is not None and promotion.phase == "Shadowing"
+
+
+@dataclass(frozen=True)
+class ChildKind:
+    api_version: str
+    kind: str
+    find: ByLabel | ByName
+    when: Callable[[Scope], bool] = _always
+
+
+# Every kind of child the operator renders, in the order they are read: a reconcile observes each (owned, by uid)
+# into Observations.children, and apply_plan checks what it finds before writing (ownership, drift).
+CHILD_KINDS: tuple[ChildKind, ...] = (
+    ChildKind(ISVC_API, "InferenceService", by_label()),
+    ChildKind(CORE_API, "ConfigMap", by_label("decision-config")),
+    ChildKind(RBAC_API, "Role", by_label(SHADOW_COMPONENT), when=_shadowing),
+    ChildKind(RBAC_API, "RoleBinding", by_label(SHADOW_COMPONENT), when=_shadowing),
+    ChildKind(SERVINGRUNTIME_API, "ServingRuntime", by_name(runtime_name)),
+    ChildKind(ROUTE_API, "Route", by_name(lambda dm_name: dm_name)),
+    ChildKind(PODMONITOR_API, PODMONITOR_KIND, by_name(podmonitor_name), when=lambda scope: scope.podmonitor_api),
+    ChildKind(CORE_API, "Service", by_name(stable_service_name)),
+)
+
+
+async def _observe_kind(client: LoopKubeClient, dm: DecisionModel, child: ChildKind) -> list[dict[str, Any]]:
+    """The owned children of one kind."""
+    ns, name = dm.metadata.namespace, dm.metadata.name
+    if isinstance(child.find, ByLabel):
+        selector = f"{LABEL_DM}={name}"
+        if child.find.component:
+            selector += f",{LABEL_COMPONENT}={child.find.component}"
+        return [o for o in await client.alist(child.api_version, child.kind, ns, selector) if _owned(o, dm)]
+    # From the watch cache where there is one (`aheld`: a child of ours carries our label, so the cache holds every
+    # one; a miss is an absent child, whose name apply_plan checks on the apiserver before creating).
+    obj = await client.aheld(child.api_version, child.kind, ns, child.find.name(name))
+    return [obj] if obj is not None and _owned(obj, dm) else []
+
+
 async def observe_children(client: LoopKubeClient, dm: DecisionModel, podmonitor_api: bool = False,
                            default_runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> Observations:
     """podmonitor_api: whether the PodMonitor API is served (see `podmonitor_served`; observed once per process).
     default_runtime_image: the operator's setting for versions that name no image.
     Awaited on the operator's loop: from the watch cache, what it holds (no request, no thread), the rest from the
     apiserver."""
-    ns, name = dm.metadata.namespace, dm.metadata.name
-    selector = f"{LABEL_DM}={name}"
-    isvcs = {
-        o["metadata"]["name"]: o
-        for o in await client.alist(ISVC_API, "InferenceService", ns, selector)
-        if _owned(o, dm)
-    }
-    cms = {
-        o["metadata"]["name"]: o
-        for o in await client.alist("v1", "ConfigMap", ns, f"{selector},{LABEL_COMPONENT}=decision-config")
-        if _owned(o, dm)
-    }
-    # The shadow phase's grant exists only while status says Shadowing (it is created when the phase starts and
-    # deleted in the reconcile that ends it, which reads Shadowing): listed only then, so no other reconcile pays.
-    promotion = dm.status.promotion if dm.status else None
-    shadowing = promotion is not None and promotion.phase == "Shadowing"
-    shadow_rbac = {
-        (kind, o["metadata"]["name"]): o
-        for kind in (("Role", "RoleBinding") if shadowing else ())
-        for o in await client.alist(RBAC_API, kind, ns, f"{selector},{LABEL_COMPONENT}={SHADOW_COMPONENT}")
-        if _owned(o, dm)
-    }
-    # Children by name: from the watch cache where there is one (`aheld`: a child of ours carries our label, so the
-    # cache holds every one; a miss is an absent child, whose name apply_plan checks on the apiserver before creating).
-    read = getattr(client, "aheld", client.aget)
-    runtime = await read(SERVINGRUNTIME_API, "ServingRuntime", ns, runtime_name(name))
-    route = await read(ROUTE_API, "Route", ns, name)
-    podmonitor = await read(PODMONITOR_API, PODMONITOR_KIND, ns, podmonitor_name(name)) if podmonitor_api else None
-    service = await read("v1", "Service", ns, stable_service_name(name))
+    ns = dm.metadata.namespace
+    scope = Scope(dm, podmonitor_api)
+    children = {(child.kind, o["metadata"]["name"]): o
+                for child in CHILD_KINDS if child.when(scope)
+                for o in await _observe_kind(client, dm, child)}
     try:
-        namespace = await client.aget("v1", "Namespace", None, ns) or {}
+        namespace = await client.aget(CORE_API, "Namespace", None, ns) or {}
         ns_labels = (namespace.get("metadata") or {}).get("labels") or {}
     except KubeError as exc:
         # Without permission to read namespaces, `mesh.sidecar: auto` cannot see the injection label: say so.
         log.warning("cannot read namespace %s labels (%s); mesh auto mode assumes no injection", ns, exc.reason)
         ns_labels = {}
+    isvcs = {name: o for (kind, name), o in children.items() if kind == "InferenceService"}
     deployments, pods, workloads = await _observe_workloads(client, ns, isvcs)
     # KServe's predictor Services carry the InferenceService's labels (ours among them): the watch cache holds them.
     services = {f"{n}-predictor": s for n in sorted(isvcs)
-                if (s := await read("v1", "Service", ns, f"{n}-predictor")) is not None}
+                if (s := await client.aheld(CORE_API, "Service", ns, f"{n}-predictor")) is not None}
     return Observations(
         workloads_observed=workloads,
         predictor_deployments=deployments,
         predictor_pods=pods,
         predictor_services=services,
         namespace_labels=ns_labels,
-        inferenceservices=isvcs,
-        configmaps=cms,
-        servingruntime=runtime if runtime is not None and _owned(runtime, dm) else None,
-        route=route if route is not None and _owned(route, dm) else None,
+        children=children,
         podmonitor_api=podmonitor_api,
-        podmonitor=podmonitor if podmonitor is not None and _owned(podmonitor, dm) else None,
         default_runtime_image=default_runtime_image,
-        stable_service=service if service is not None and _owned(service, dm) else None,
-        shadow_rbac=shadow_rbac,
     )
 
 
@@ -123,14 +175,14 @@ async def _observe_workloads(
     selector = f"{ISVC_LABEL} in ({','.join(sorted(isvcs))})"
     try:
         deployments: dict[str, dict[str, Any]] = {}
-        for d in await client.alist("apps/v1", "Deployment", ns, selector):
+        for d in await client.alist(APPS_API, "Deployment", ns, selector):
             owner = ((d.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
             if owner and d["metadata"]["name"] == f"{owner}-predictor" and _belongs_to(d, isvcs.get(owner)):
                 deployments[owner] = d
         waiting = sorted(n for n, i in isvcs.items() if not _isvc_ready(i) or n not in deployments)
         pods: dict[str, list[dict[str, Any]]] = {}
         if waiting:  # pods are read only while a version is not ready: a converged reconcile lists Deployments only
-            for p in await client.alist("v1", "Pod", ns, f"{ISVC_LABEL} in ({','.join(waiting)})"):
+            for p in await client.alist(CORE_API, "Pod", ns, f"{ISVC_LABEL} in ({','.join(waiting)})"):
                 owner = ((p.get("metadata") or {}).get("labels") or {}).get(ISVC_LABEL)
                 if owner:
                     pods.setdefault(owner, []).append(p)
@@ -154,10 +206,10 @@ def _belongs_to(deployment: dict[str, Any], isvc: dict[str, Any] | None) -> bool
     return any(r.get("uid") == uid for r in refs)
 
 
-def podmonitor_served(client: KubeClient) -> bool | None:
+async def podmonitor_served(client: LoopKubeClient) -> bool | None:
     """Whether the cluster serves PodMonitors (prometheus-operator installed). None: cannot tell now (ask later)."""
     try:
-        return client.served(PODMONITOR_API, PODMONITOR_KIND)
+        return await client.aserved(PODMONITOR_API, PODMONITOR_KIND)
     except KubeError as exc:
         log.warning("cannot tell whether the PodMonitor API is served (%s %s); asking again next reconcile",
                     exc.status, exc.reason)

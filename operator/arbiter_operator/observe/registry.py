@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 from dataclasses import dataclass, field
@@ -73,7 +72,7 @@ def _read_file(path: str) -> str | None:
 async def _referenced(kube: Any, kind: str, ns: str, ref: Any, default_key: str, field: str) -> tuple[str | None, str]:
     """The value under `ref.key` (or `default_key`) of the Secret or ConfigMap `ref` names (None when either is
     missing), and the message that says so."""
-    obj = await asyncio.to_thread(kube.get, "v1", kind, ns, ref.name)
+    obj = await kube.aget("v1", kind, ns, ref.name)
     key = ref.key or default_key
     what = "token" if kind == "Secret" else "CA"
     return ((obj or {}).get("data") or {}).get(key), (
@@ -84,8 +83,8 @@ async def _referenced(kube: Any, kind: str, ns: str, ref: Any, default_key: str,
 async def resolve_registry(
     kube: Any, dm: DecisionModel, now: datetime, sa_dir: str = SA_DIR
 ) -> RegistryTarget | None:
-    """Turn `spec.registry` into URL, token and CA, reading the cluster through `kube` (clients.kube.KubeClient,
-    synchronous: run in a thread). None when the DecisionModel names no registry (then there is no `Registered`
+    """Turn `spec.registry` into URL, token and CA, reading the cluster through `kube` (kube.client.LoopKubeClient,
+    awaited). None when the DecisionModel names no registry (then there is no `Registered`
     condition at all)."""
     reg = dm.spec.registry
     if reg is None:
@@ -96,9 +95,7 @@ async def resolve_registry(
     try:
         if reg.modelRegistryRef is not None:
             ref_ns = reg.modelRegistryRef.namespace or ns
-            obj = await asyncio.to_thread(
-                kube.get, MODEL_REGISTRY_API, "ModelRegistry", ref_ns, reg.modelRegistryRef.name
-            )
+            obj = await kube.aget(MODEL_REGISTRY_API, "ModelRegistry", ref_ns, reg.modelRegistryRef.name)
             if obj is None:
                 target.error = registered_condition(
                     gen, now, unreachable=f"ModelRegistry {ref_ns}/{reg.modelRegistryRef.name} not found")

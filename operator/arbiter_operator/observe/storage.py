@@ -128,12 +128,12 @@ class SecretReads:
             hit = self._held.get((namespace, name))
         return hit[1] if hit is not None else None
 
-    def get(self, kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get(self, kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
         hit = self.held(namespace, name)
         if hit is not None:
             return hit
         now = self._clock()
-        secret = kube.get("v1", "Secret", namespace, name)
+        secret = await kube.aget("v1", "Secret", namespace, name)
         if secret is not None and self.ttl > 0:
             with self._lock:
                 self._held[(namespace, name)] = (now, {"data": secret.get("data")})
@@ -143,14 +143,13 @@ class SecretReads:
 async def storage_credentials(kube: Any, dm: Any, bucket: str,
                               secrets: SecretReads | None = None) -> S3Credentials | ArtifactReport:
     """S3 credentials for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the
-    cluster through `kube` (clients.kube.KubeClient, synchronous: run in a thread). An `ArtifactReport` instead when
+    cluster through `kube`'s awaited reads (kube.client.LoopKubeClient). An `ArtifactReport` instead when
     they cannot be had. `secrets`: recent Secret reads to share (None: read it)."""
     st = dm.spec.storage
     ns = dm.metadata.namespace
     try:
         reads = secrets if secrets is not None else SecretReads(ttl=0.0)
-        # A Secret read moments ago is taken without a thread hop (one per check was a measurable share at scale).
-        secret = reads.held(ns, st.secretName) or await asyncio.to_thread(reads.get, kube, ns, st.secretName)
+        secret = await reads.get(kube, ns, st.secretName)
         if secret is None:
             return ArtifactReport(
                 "Unknown", STORAGE_CREDENTIALS_INVALID,
@@ -159,7 +158,7 @@ async def storage_credentials(kube: Any, dm: Any, bucket: str,
             )
         ca_pem = None
         if st.caBundleConfigMapRef is not None:
-            cm = await asyncio.to_thread(kube.get, "v1", "ConfigMap", ns, st.caBundleConfigMapRef.name)
+            cm = await kube.aget("v1", "ConfigMap", ns, st.caBundleConfigMapRef.name)
             key = st.caBundleConfigMapRef.key or "ca.crt"
             ca_pem = ((cm or {}).get("data") or {}).get(key)
             if ca_pem is None:

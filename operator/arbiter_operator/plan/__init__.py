@@ -5,8 +5,8 @@ exactly what exists and the apply layer writes nothing. Promotion (which version
 delegated to one call, `arbiter_operator.promotion.advance`.
 """
 
-from .model import ArtifactObservation, Event, Observations, Plan
+from .model import ArtifactObservation, Event, Observations, Plan, children_of
 from .planner import plan
 from .validate import operator_side_problems
 
-__all__ = ["ArtifactObservation", "Event", "Observations", "Plan", "operator_side_problems", "plan"]
+__all__ = ["ArtifactObservation", "Event", "Observations", "Plan", "children_of", "operator_side_problems", "plan"]

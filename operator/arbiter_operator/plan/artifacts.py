@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
 from ..api.models import effective_decision
 from ..api.names import CONFIG_FILE, LABEL_VERSION
-from .model import ArtifactObservation
+from .model import ArtifactObservation, Observations
 from .tokencost import TokenCost, TokenizerUnreadable, decision_settings, token_cost
 
 
@@ -389,9 +389,9 @@ def to_observation(report: ArtifactReport, previous: Any = None, previous_diffus
                                storage_key=report.storage_key)
 
 
-def deployed_as_diffusion(obs: Any, version: str) -> bool:
+def deployed_as_diffusion(obs: Observations, version: str) -> bool:
     """Whether the version's deployed decision config (its ConfigMap, render.configmap) says diffusion."""
-    for cm in (getattr(obs, "configmaps", None) or {}).values():
+    for cm in obs.of_kind("ConfigMap").values():
         if ((cm.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION) != version:
             continue
         try:

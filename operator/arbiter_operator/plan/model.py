@@ -25,21 +25,20 @@ class ArtifactObservation:
     storage_key: str | None = None  # the storage-config entry the check read with; KServe is told to use it too
 
 
+ChildKey = tuple[str, str]  # (kind, name)
+
+
 @dataclass(frozen=True)
 class Observations:
-    """What exists, as read by arbiter_operator.observe. Children are keyed by their name."""
+    """What exists, as read by arbiter_operator.observe."""
 
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
-    inferenceservices: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    configmaps: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    servingruntime: dict[str, Any] | None = None
-    route: dict[str, Any] | None = None
+    # The DecisionModel's own children (controlled by it, by uid), keyed by (kind, name): what observe/children.py's
+    # table of child kinds found. A kind the planner renders only sometimes (the shadow phase's Role and RoleBinding,
+    # a PodMonitor) is here only while it exists.
+    children: Mapping[ChildKey, dict[str, Any]] = field(default_factory=dict)
     # The PodMonitor API (prometheus-operator) is served: render one; without it, monitoring is simply not set up.
     podmonitor_api: bool = False
-    podmonitor: dict[str, Any] | None = None
-    stable_service: dict[str, Any] | None = None  # the DecisionModel's own Service (owned), if it exists
-    # The shadow phase's Role and RoleBinding (owned), keyed by (kind, name): deleted when no shadow phase runs.
-    shadow_rbac: Mapping[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # Filled by other parts (registry, artifact check, Prometheus analysis); neutral defaults keep serving going.
     artifacts: Mapping[str, ArtifactObservation] = field(default_factory=dict)
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -57,6 +56,22 @@ class Observations:
     # KServe's predictor Services (`<isvc>-predictor`), keyed by Service name, where seen: whether the Route's target
     # port is there (plan/exposure.py).
     predictor_services: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+
+    def of_kind(self, kind: str) -> dict[str, dict[str, Any]]:
+        """The observed children of one kind, by name."""
+        return {name: obj for (k, name), obj in self.children.items() if k == kind}
+
+    def one(self, kind: str) -> dict[str, Any] | None:
+        """The observed child of a kind the DecisionModel has one of (its Route, its stable Service), if any."""
+        return next((obj for (k, _), obj in sorted(self.children.items()) if k == kind), None)
+
+
+def children_of(*objs: dict[str, Any], **by_kind: Mapping[str, dict[str, Any]]) -> dict[ChildKey, dict[str, Any]]:
+    """Children keyed as Observations holds them: objects by their own kind and name, and {name: object} maps by
+    the kind they are named after (e.g. `children_of(route, InferenceService={name: isvc})`)."""
+    out = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    out.update({(kind, name): o for kind, named in by_kind.items() for name, o in named.items()})
+    return out
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..api import conditions as c
 from ..api.conditions import Condition, make_condition, set_condition
-from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionStatus, isvc_name
-from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RBAC_API, RETRY_ANNOTATION
-from ..promotion.machine import CANDIDATE_FAILED, PromotionInputs, VersionObservation, advance
+from ..api.models import Address, DecisionModel, DecisionModelStatus, ModelVersion, VersionStatus, isvc_name
+from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, CORE_API, ISVC_API, RBAC_API, RETRY_ANNOTATION
+from ..promotion.machine import CANDIDATE_FAILED, PromotionInputs, PromotionPlan, VersionObservation, advance
 from ..render import (
     configmap_name,
     render_configmap,
@@ -160,9 +160,8 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
 
     versions = {v.name: v for v in dm.spec.versions}
     names = tuple(versions)
-    # The InferenceService that speaks for each version (see `serving_inferenceservices`); `serving_names` holds its
-    # name, which differs from isvc_name() only while one under an earlier naming scheme still carries the traffic.
-    serving_names, isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.inferenceservices)
+    # The InferenceService of each version (see `serving_inferenceservices`).
+    isvc_by_version = serving_inferenceservices(dm.metadata.name, obs.of_kind("InferenceService"))
 
     # The versions that served when the last status was written (the stable one, the previous one kept warm).
     before = old.promotion
@@ -203,47 +202,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     )
     events.extend(pplan.events)
 
-    # Desired children: the runtime, one ConfigMap + InferenceService per live version, the Route.
-    children: list[dict[str, Any]] = [render_servingruntime(dm, obs.default_runtime_image)]
-    live = [v for v in names if v in pplan.live]  # spec order: stable rendering
-    for v in live:
-        art = obs.artifacts.get(v, ArtifactObservation())
-        shadow = pplan.shadow if pplan.shadow is not None and pplan.shadow.stable == v else None
-        cm = render_configmap(dm, versions[v], diffusion=art.diffusion, shadow=shadow)
-        children.append(cm)
-        children.append(
-            render_inferenceservice(
-                dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion,
-                runtime_image=runtime_image(dm, isvc_by_version.get(v), obs.default_runtime_image),
-                storage_key=art.storage_key,
-            )
-        )
-    # While the stable version mirrors to the candidate, its pods may call the candidate (auth on); never otherwise.
-    shadow_rbac = render_shadow_rbac(dm, pplan.shadow.candidate) if pplan.shadow and dm.spec.exposure.auth else []
-    children.extend(shadow_rbac)
-    if obs.podmonitor_api:
-        children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
-    stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None
-    if stable is not None and stable in versions:
-        children.append(render_stable_service(dm, stable))  # follows the stable version; status.address names it
-    route = render_route(dm, pplan.traffic, {v: f"{n}-predictor" for v, n in serving_names.items()})
-    if route is not None:
-        children.append(route)
-    # No ready version: the Route is left as it is (it may point at a version coming back); never pointed at nothing.
-
-    # A live version that left spec.versions (e.g. the stable one, removed while its successor is not serving yet)
-    # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
-    # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
-    retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
-    kept = [v for v in live + retained if v in serving_names]  # earlier-named ones still serving, or retained
-    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained} | {serving_names[v] for v in kept}
-    wanted_cms = {configmap_name(dm.metadata.name, v) for v in live + retained}
-    wanted_cms |= {f"{serving_names[v]}-decision" for v in kept}  # the ConfigMap that InferenceService mounts
-    deletions = [("serving.kserve.io/v1beta1", "InferenceService", n) for n in sorted(obs.inferenceservices)
-                 if n not in wanted_isvcs]
-    deletions += [("v1", "ConfigMap", n) for n in sorted(obs.configmaps) if n not in wanted_cms]
-    wanted_rbac = {(c["kind"], c["metadata"]["name"]) for c in shadow_rbac}
-    deletions += [(RBAC_API, k, n) for k, n in sorted(obs.shadow_rbac) if (k, n) not in wanted_rbac]
+    children, deletions, live, retained, stable, route = _desired(dm, obs, pplan, versions, isvc_by_version)
 
     # Conditions: promotion's three, then Serving / Exposed / Ready from what the user can reach.
     for pc in (pplan.promoted, pplan.stalled, pplan.reconciling):
@@ -270,7 +229,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             msg += f"; {pplan.status.failedVersion} was stopped: {pplan.status.failureMessage}"
         cond(c.SERVING, "False", reason, msg)
 
-    url, admitted, route_msg = _route_url(dm, obs.route)
+    url, admitted, route_msg = _route_url(dm, obs.one("Route"))
     if admitted is False:
         cond(c.EXPOSED, "False", "RouteNotAdmitted",
              f"Route {dm.metadata.name} was not admitted: {route_msg}; fix spec.exposure.host or the router shard")
@@ -329,7 +288,7 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
             VersionStatus(
                 name=v,
                 phase=_phase(o.exists, o.ready, o.failed, v in pplan.live, art),
-                inferenceService=serving_names.get(v, isvc_name(dm.metadata.name, v))
+                inferenceService=isvc_name(dm.metadata.name, v)
                 if o.exists or v in pplan.live else None,
                 ready=o.ready,
                 registeredModelId=ids.get("registeredModelId"),
@@ -348,35 +307,22 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
         conditions=_at_generation(conditions, gen),
         activeVersion=active,
         url=url,
-        address=Address(url=stable_service_url(dm)) if stable is not None or obs.stable_service else None,
+        address=Address(url=stable_service_url(dm)) if stable is not None or obs.one("Service") else None,
         versions=vstatus,
         promotion=pplan.status,
     )
     return Plan(children, deletions, _dump(status), events, sooner(pplan.requeue_after, recheck_after(conditions, now)))
 
 
-def serving_inferenceservices(
-    dm_name: str, owned: Mapping[str, dict[str, Any]]
-) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
-    """Per version (by its label): the name and object of the InferenceService that speaks for it.
-
-    That is the one named isvc_name(), unless it is not ready yet and an owned one under an earlier naming scheme
-    is: then the earlier one keeps the traffic (and is kept) until its successor serves. Renaming therefore never
-    tears a live version down before the new object is ready. `owned` holds only this DecisionModel's children.
-    """
-    names: dict[str, str] = {}
+def serving_inferenceservices(dm_name: str, owned: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per version (by its label): the InferenceService named isvc_name() for it. `owned` holds only this
+    DecisionModel's children; one under another name speaks for no version (and is deleted as not wanted)."""
     objs: dict[str, dict[str, Any]] = {}
     for name, isvc in sorted(owned.items()):
         version = ((isvc.get("metadata") or {}).get("labels") or {}).get(LABEL_VERSION)
-        if not version:
-            continue
-        canonical = name == isvc_name(dm_name, version)
-        current = objs.get(version)
-        if current is None or (canonical and (isvc_state(isvc)[1] or not isvc_state(current)[1])) or (
-            not canonical and isvc_state(isvc)[1] and not isvc_state(current)[1]
-        ):
-            names[version], objs[version] = name, isvc
-    return names, objs
+        if version and name == isvc_name(dm_name, version):
+            objs[version] = isvc
+    return objs
 
 
 CHILD_CONFLICT = "ChildConflict"
@@ -435,3 +381,63 @@ def _at_generation(conditions: list[Condition], gen: int) -> list[Condition]:
 
 def _dump(status: DecisionModelStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def unwanted(obs: Observations, wanted: Mapping[tuple[str, str], set[str]]) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of each observed child of a kind in `wanted` whose name is not wanted."""
+    return [(api_version, kind, name) for (api_version, kind), names in wanted.items()
+            for name in sorted(obs.of_kind(kind)) if name not in names]
+
+
+class Desired(NamedTuple):
+    children: list[dict[str, Any]]  # to apply
+    deletions: list[tuple[str, str, str]]  # (apiVersion, kind, name) observed and no longer wanted
+    live: list[str]  # the live versions in spec order
+    retained: list[str]  # live versions that left spec.versions: kept as observed
+    stable: str | None  # the version holding the most traffic
+    route: dict[str, Any] | None  # the Route rendered (None: no ready version yet)
+
+
+def _desired(dm: DecisionModel, obs: Observations, pplan: PromotionPlan, versions: Mapping[str, ModelVersion],
+             isvc_by_version: Mapping[str, dict[str, Any]]) -> Desired:
+    """The children a plan applies and deletes, from the promotion's plan and what was observed."""
+    # Desired children: the runtime, one ConfigMap + InferenceService per live version, the Route.
+    children: list[dict[str, Any]] = [render_servingruntime(dm, obs.default_runtime_image)]
+    live = [v for v in versions if v in pplan.live]  # spec order: stable rendering
+    for v in live:
+        art = obs.artifacts.get(v, ArtifactObservation())
+        shadow = pplan.shadow if pplan.shadow is not None and pplan.shadow.stable == v else None
+        cm = render_configmap(dm, versions[v], diffusion=art.diffusion, shadow=shadow)
+        children.append(cm)
+        children.append(
+            render_inferenceservice(
+                dm, versions[v], cm, obs.namespace_labels, obs.registry_ids.get(v), diffusion=art.diffusion,
+                runtime_image=runtime_image(dm, isvc_by_version.get(v), obs.default_runtime_image),
+                storage_key=art.storage_key,
+            )
+        )
+    # While the stable version mirrors to the candidate, its pods may call the candidate (auth on); never otherwise.
+    shadow_rbac = render_shadow_rbac(dm, pplan.shadow.candidate) if pplan.shadow and dm.spec.exposure.auth else []
+    children.extend(shadow_rbac)
+    if obs.podmonitor_api:
+        children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
+    stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None
+    if stable is not None and stable in versions:
+        children.append(render_stable_service(dm, stable))  # follows the stable version; status.address names it
+    route = render_route(dm, pplan.traffic)
+    if route is not None:
+        children.append(route)
+    # No ready version: the Route is left as it is (it may point at a version coming back); never pointed at nothing.
+
+    # A live version that left spec.versions (e.g. the stable one, removed while its successor is not serving yet)
+    # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
+    # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
+    retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
+    wanted_isvcs = {isvc_name(dm.metadata.name, v) for v in live + retained}
+    wanted_cms = {configmap_name(dm.metadata.name, v) for v in live + retained}
+    # The children that come and go (per version, per phase): those observed and no longer wanted are deleted.
+    wanted = {(ISVC_API, "InferenceService"): wanted_isvcs, (CORE_API, "ConfigMap"): wanted_cms,
+              **{(RBAC_API, kind): {c["metadata"]["name"] for c in shadow_rbac if c["kind"] == kind}
+                 for kind in ("Role", "RoleBinding")}}
+    deletions = unwanted(obs, wanted)
+    return Desired(children, deletions, live, retained, stable, route)

@@ -26,12 +26,8 @@ def route_tls(dm: DecisionModel) -> str:
     return exposure.tls or ("reencrypt" if exposure.auth else "edge")
 
 
-def render_route(
-    dm: DecisionModel, traffic: Mapping[str, int], services: Mapping[str, str] | None = None
-) -> dict[str, Any] | None:
-    """traffic: version -> percent (sums to 100). None when no version can take traffic yet. services: version ->
-    predictor Service, where it is not the one named after the version's InferenceService (an earlier name)."""
-    services = services or {}
+def render_route(dm: DecisionModel, traffic: Mapping[str, int]) -> dict[str, Any] | None:
+    """traffic: version -> percent (sums to 100). None when no version can take traffic yet."""
     backends = [(v, w) for v, w in traffic.items() if w > 0]
     if not backends:
         return None
@@ -42,7 +38,7 @@ def render_route(
     spec: dict[str, Any] = {
         "to": {
             "kind": "Service",
-            "name": services.get(first[0]) or predictor_service(dm.metadata.name, first[0]),
+            "name": predictor_service(dm.metadata.name, first[0]),
             "weight": first[1],
         },
         "port": {"targetPort": PROXY_PORT_NAME if route_tls(dm) == "reencrypt" else SERVING_PORT},
@@ -53,7 +49,7 @@ def render_route(
         spec["host"] = exposure.host
     if rest:
         spec["alternateBackends"] = [
-            {"kind": "Service", "name": services.get(v) or predictor_service(dm.metadata.name, v), "weight": w}
+            {"kind": "Service", "name": predictor_service(dm.metadata.name, v), "weight": w}
             for v, w in rest
         ]
     return {

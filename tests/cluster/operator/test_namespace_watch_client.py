@@ -1,30 +1,31 @@
-"""The operator's own namespace list/watch client (clients/namespaces.py) on the real kube-apiserver: the wire format it
-parses defensively is the one the apiserver speaks (a label- or field-selected list, chunked watch events), and both
-loops built on it follow real label changes: a shard's `run_shard` takes a namespace labelled in and lets it go when
-labelled out; `NamespaceWatch` holds the new labels and queues the namespace's DecisionModels. The same loops against
-a hostile peer: tests/unit/operator/test_namespace_watches_hostile.py.
+"""The operator's namespace watches (kube/watch.py's list/watch on Namespaces, cluster-scoped) on the real
+kube-apiserver: the wire format it parses defensively is the one the apiserver speaks (a label- or field-selected
+list, chunked watch events), and both loops built on it follow real label changes: a shard's `run_shard` takes a
+namespace labelled in and lets it go when labelled out; `NamespaceLabels` holds the new labels and queues the
+namespace's DecisionModels. The same loops against a hostile peer:
+tests/unit/operator/test_namespace_watches_hostile.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
-import threading
+import time
 import uuid
+from collections.abc import Callable
 
 import pytest
 from arbiter_operator.api.backoff import DoublingBackoff
-from arbiter_operator.clients.namespaces import Failed, WatchOptions, list_namespaces, watch_namespaces
 from arbiter_operator.kube.cache import WatchCache
 from arbiter_operator.kube.client import new_api_client
+from arbiter_operator.kube.namespaces import NamespaceLabels
 from arbiter_operator.kube.shard import run_shard
-from arbiter_operator.nswatch import NamespaceWatch
+from arbiter_operator.kube.watch import Failed, Watches, WatchOptions, namespaces
 from kubernetes import client
-from support.polling import eventually
 
 LABEL = "arbiter.dev/test-nswatch"
-OPTIONS = WatchOptions(timeout_seconds=5, read_timeout=10, healthy_after=1.0, backoff=DoublingBackoff(0.2, 1.0))
+OPTIONS = WatchOptions(timeout_seconds=5, read_timeout=10, healthy_after=1.0, relist_after=1,
+                       backoff=DoublingBackoff(0.2, 1.0))
 
 
 def _delete(core, name):
@@ -35,21 +36,38 @@ def _delete(core, name):
             raise
 
 
+async def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def _ignore(*_):
+    return None
+
+
 def test_list_and_watch_on_the_real_apiserver(control_plane, namespace):
-    api = control_plane.api_client()
-    try:
-        found, rv = list_namespaces(api, [("fieldSelector", f"metadata.name={namespace}")], OPTIONS)
-        assert set(found) == {namespace} and found[namespace].labels.get("arbiter.dev/test") == "true"
-        assert rv.isdigit()
-        found, _ = list_namespaces(api, [("labelSelector", f"{LABEL}={uuid.uuid4().hex[:8]}")], OPTIONS)
-        assert found == {}
-        # A watch from no resourceVersion starts with the state (ADDED), and the apiserver ends it at its timeout.
-        events = list(watch_namespaces(api, [("fieldSelector", f"metadata.name={namespace}")], "",
-                                       dataclasses.replace(OPTIONS, timeout_seconds=1)))
-        assert [(e.type, e.namespace.name) for e in events if e.namespace] == [("ADDED", namespace)]
-        assert all(e.resource_version.isdigit() for e in events)  # bookmarks too (allowWatchBookmarks)
-    finally:
-        api.close()
+    one = namespaces(field_selector=f"metadata.name={namespace}")
+
+    async def main() -> None:
+        watches = Watches(control_plane.api_client().configuration, [], [], _ignore, _ignore,
+                          dataclasses.replace(OPTIONS, timeout_seconds=1)).start()
+        try:
+            found, rv = await watches._list(one, None)
+            assert [o["metadata"]["name"] for o in found] == [namespace]
+            assert found[0]["metadata"]["labels"].get("arbiter.dev/test") == "true"
+            assert rv.isdigit()
+            none, _ = await watches._list(namespaces(selector=f"{LABEL}={uuid.uuid4().hex[:8]}"), None)
+            assert none == []
+            # A watch from no resourceVersion starts with the state (ADDED), and the apiserver ends it at its timeout.
+            events = [e async for e in watches._watch(one, None, "")]
+            assert [(t, o["metadata"]["name"]) for t, o, _ in events if o] == [("ADDED", namespace)]
+            assert all(rv.isdigit() for _, _, rv in events)  # bookmarks too (allowWatchBookmarks)
+        finally:
+            await watches.stop()
+
+    asyncio.run(main())
 
 
 def test_a_service_account_token_is_sent_and_a_refusal_is_named(control_plane, namespace, tmp_path):
@@ -65,75 +83,67 @@ def test_a_service_account_token_is_sent_and_a_refusal_is_named(control_plane, n
         token = core.create_namespaced_service_account_token("no-grants", namespace, request).status.token
     finally:
         admin.close()
-    api = new_api_client(str(control_plane.write_kubeconfig(tmp_path / "sa.kubeconfig", token=token)))
-    try:
-        with pytest.raises(Failed, match=rf"HTTP 403 .*system:serviceaccount:{namespace}:no-grants"):
-            list_namespaces(api, [("fieldSelector", f"metadata.name={namespace}")], OPTIONS)
-    finally:
-        api.close()
+    config = new_api_client(str(control_plane.write_kubeconfig(tmp_path / "sa.kubeconfig", token=token))).configuration
 
+    async def main() -> None:
+        watches = Watches(config, [], [], _ignore, _ignore, OPTIONS).start()
+        try:
+            with pytest.raises(Failed, match=rf"HTTP 403 .*system:serviceaccount:{namespace}:no-grants"):
+                await watches._list(namespaces(field_selector=f"metadata.name={namespace}"), None)
+        finally:
+            await watches.stop()
 
-class _Idle(logging.Handler):
-    """Records the shard's wait while no namespace matches (run_shard logs it; no run is started) as an empty run."""
-
-    def __init__(self, history: list[list[str]]) -> None:
-        super().__init__(logging.WARNING)
-        self.history = history
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("no namespace matches"):
-            self.history.append([])
+    asyncio.run(main())
 
 
 def test_shard_and_label_watch_follow_real_label_changes(control_plane, namespace):
     api = control_plane.api_client()
     core = client.CoreV1Api(api)
     run = uuid.uuid4().hex[:8]
-    history: list[list[str]] = []  # each run's namespaces; [] for the wait while none matches
-    finish = threading.Event()
-
-    def kopf_run(watched: list[str], stop: threading.Event) -> None:  # stands for the kopf run: records its namespaces
-        history.append(list(watched))
-        while not (stop.is_set() or finish.is_set()):
-            stop.wait(0.05)
-
-    idle = _Idle(history)
-    logging.getLogger("arbiter.shard").addHandler(idle)
-    shard = threading.Thread(target=run_shard, args=(control_plane.api_client(), f"{LABEL}={run}", kopf_run, None),
-                             kwargs={"options": OPTIONS}, daemon=True)
-    queued: list[tuple[str, str]] = []
-    loop = asyncio.new_event_loop()
-    loop_thread = threading.Thread(target=loop.run_forever, daemon=True)
-    loop_thread.start()
-    cache = WatchCache()
-    labels = NamespaceWatch(control_plane.api_client(), queued.append, loop, cache=cache, options=OPTIONS)
+    history: list[list[str]] = []  # each run's namespaces; [] for the idle run while none matches
     other = f"t-{run}-in"
-    try:
+
+    async def main() -> None:
+        finish = asyncio.Event()
+
+        async def kopf_run(watched: list[str], stop: asyncio.Event) -> None:  # stands for the kopf run
+            history.append(list(watched))
+            while not (stop.is_set() or finish.is_set()):
+                await asyncio.sleep(0.05)
+
+        queued: list[tuple[str, str]] = []
+        cache = WatchCache()
+        config = control_plane.api_client().configuration
+        labels = NamespaceLabels(config, queued.append, cache=cache, options=OPTIONS).start()
         core.patch_namespace(namespace, {"metadata": {"labels": {LABEL: run}}})
-        shard.start()
-        eventually(lambda: history == [[namespace]], 30, "the shard running on the labelled namespace")
-        labels.note(namespace, "credit-limit")
-        eventually(lambda: _labels(cache, namespace).get(LABEL) == run, 30, "the namespace's labels held")
+        shard = asyncio.create_task(run_shard(config, f"{LABEL}={run}", kopf_run, options=OPTIONS))
+        try:
+            await _until(lambda: history == [[namespace]], 30, "the shard running on the labelled namespace")
+            labels.note(namespace, "credit-limit")
+            await _until(lambda: _labels(cache, namespace).get(LABEL) == run, 30, "the namespace's labels held")
 
-        core.patch_namespace(namespace, {"metadata": {"labels": {"istio-injection": "enabled"}}})
-        eventually(lambda: queued == [(namespace, "credit-limit")], 30, "the DecisionModel queued on the mesh label")
-        assert _labels(cache, namespace).get("istio-injection") == "enabled"
-        assert history == [[namespace]]  # an owned namespace relabelled within the shard: no restart
+            core.patch_namespace(namespace, {"metadata": {"labels": {"istio-injection": "enabled"}}})
+            await _until(lambda: queued == [(namespace, "credit-limit")], 30,
+                         "the DecisionModel queued on the mesh label")
+            assert _labels(cache, namespace).get("istio-injection") == "enabled"
+            assert history == [[namespace]]  # an owned namespace relabelled within the shard: no restart
 
-        core.patch_namespace(namespace, {"metadata": {"labels": {LABEL: "elsewhere"}}})
-        eventually(lambda: history == [[namespace], []], 30, "the shard letting the namespace go")
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other, labels={LABEL: run})))
-        eventually(lambda: history == [[namespace], [], [other]], 30, "the shard taking up a namespace created so")
-        assert shard.is_alive()
+            core.patch_namespace(namespace, {"metadata": {"labels": {LABEL: "elsewhere"}}})
+            await _until(lambda: history == [[namespace], []], 30, "the shard letting the namespace go")
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=other, labels={LABEL: run})))
+            await _until(lambda: history == [[namespace], [], [other]], 30,
+                         "the shard taking up a namespace created so")
+            assert not shard.done()
+        finally:
+            finish.set()  # the run ends, and with it run_shard (the set did not change)
+            await asyncio.wait_for(shard, 30)
+            await labels.stop()
+
+    try:
+        asyncio.run(main())
     finally:
-        finish.set()  # the run ends, and with it run_shard (the set did not change)
-        shard.join(30)
-        labels.stop()
-        loop.call_soon_threadsafe(loop.stop)
-        logging.getLogger("arbiter.shard").removeHandler(idle)
         _delete(core, other)
         api.close()
-    assert not shard.is_alive()
 
 
 def _labels(cache: WatchCache, namespace: str) -> dict[str, str]:

@@ -298,12 +298,14 @@ def test_an_echo_that_overtakes_the_writes_answer_is_still_an_echo():
     import asyncio
     import threading
 
-    from arbiter_operator import handlers
+    from arbiter_operator import app
+    from arbiter_operator.kube.workqueue import PriorityWorkQueue
     from arbiter_operator.render.common import LABEL_DM
+    from arbiter_operator.triggers import Triggers
 
     cache = WatchCache({("v1", "ConfigMap"): LABEL_DM})
     key = ("v1", "ConfigMap", "ns", "cm")
-    configmaps = next(r for r in handlers.WATCHED if r.kind == "ConfigMap")
+    configmaps = next(r for r in app.WATCHED if r.kind == "ConfigMap")
 
     def obj(rv):
         return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
@@ -318,8 +320,8 @@ def test_an_echo_that_overtakes_the_writes_answer_is_still_an_echo():
         return woken
 
     async def run():
-        queue = handlers.WorkQueue()
-        events = handlers.WatchEvents({handlers.CACHE_KEY: cache, handlers.QUEUE_KEY: queue})
+        queue = PriorityWorkQueue()
+        events = Triggers(queue, cache)
         cache.begin_write(key)
         threading.Timer(0.2, cache.end_write, (key, obj(7))).start()  # the answer, late
         ours = await queued_after(events, queue, 7)

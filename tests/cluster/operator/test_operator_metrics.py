@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from arbiter_operator import metrics
-from arbiter_operator.handlers import WorkQueue
+from arbiter_operator.kube.workqueue import PriorityWorkQueue as WorkQueue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families

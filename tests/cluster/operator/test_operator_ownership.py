@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 import uuid
-from datetime import UTC, datetime
 from typing import Any
 
-from arbiter_operator.api.models import DecisionModel, isvc_name
+from arbiter_operator.api.models import isvc_name
 from arbiter_operator.kube.client import raw_call
-from arbiter_operator.plan import Observations, plan
 from arbiter_operator.render.naming import derived_names
 from hypothesis import HealthCheck, given, settings
 from hypothesis import example as hexample
 from hypothesis import strategies as st
 from kubernetes import client
-from support.naming_rules import legacy_isvc_name
 from support.operator_kit import condition, create_dm, eventually, example, get
 
 ROUTES = ("route.openshift.io", "v1", "routes")
@@ -189,58 +185,6 @@ def test_crd_name_rules_match_the_naming_predicate(control_plane, namespace, api
 
     check()
 
-
-def test_children_under_the_earlier_names_are_replaced_once_their_successors_serve(
-    control_plane, namespace, api, operator_process, predictors
-):
-    """Upgrade: an InferenceService and ConfigMap named `<dm>-<slug>` (the earlier scheme), owned by the
-    DecisionModel and serving behind its Route, are kept until `<dm>--<slug>` is ready, then deleted."""
-    custom = client.CustomObjectsApi(api)
-    dm = create_dm(api, namespace, example())
-    # What an earlier build left: its children rendered now, under the earlier names (same labels, same owner).
-    rendered = plan(DecisionModel.model_validate({**dm, "metadata": {**dm["metadata"]}}), Observations(),
-                    datetime.now(UTC)).children
-    old = legacy_isvc_name("credit-limit", "1.0.0")
-    for child in rendered:
-        if child["kind"] == "InferenceService":
-            child["metadata"]["name"] = old
-            child["spec"]["predictor"]["volumes"][0]["configMap"]["name"] = f"{old}-decision"
-            custom.create_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices",
-                                                   child)
-        elif child["kind"] == "ConfigMap":
-            child["metadata"]["name"] = f"{old}-decision"
-            client.CoreV1Api(api).create_namespaced_config_map(namespace, child)
-        elif child["kind"] == "ServingRuntime":  # KServe's controller makes no predictor without its runtime
-            custom.create_namespaced_custom_object("serving.kserve.io", "v1alpha1", namespace, "servingruntimes",
-                                                   child)
-    eventually(lambda: get(api, "v1", "services", namespace, f"{old}-predictor"), 60, "the earlier one serving")
-
-    operator_process(namespaces=[namespace])
-    new = isvc_name("credit-limit", "1.0.0")
-
-    def new_ready() -> bool:
-        isvc = get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, new) or {}
-        return any(c["type"] == "Ready" and c["status"] == "True"
-                   for c in (isvc.get("status") or {}).get("conditions") or [])
-
-    # Watched as it happens (readiness only goes up, so each check reads the other side second): the earlier one is
-    # never gone, and the Route never on the new one, before the new one is Ready.
-    deadline = time.monotonic() + 90
-    while get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, old) is not None:
-        assert time.monotonic() < deadline, "the earlier InferenceService was never replaced"
-        route = get(api, "route.openshift.io/v1", "routes", namespace, "credit-limit")
-        if route and route["spec"]["to"]["name"] == f"{new}-predictor":
-            assert new_ready(), "the Route moved before its new backend was ready"
-        time.sleep(0.1)
-    assert new_ready(), "the earlier InferenceService went before its successor was ready"
-    eventually(lambda: _ready(api, namespace, "credit-limit"), 90, "Ready")
-    assert get(api, "v1", "configmaps", namespace, f"{old}-decision") is None
-    assert get(api, "serving.kserve.io/v1beta1", "inferenceservices", namespace, new)
-    route = custom.get_namespaced_custom_object(*ROUTES[:2], namespace, ROUTES[2], "credit-limit")
-    assert route["spec"]["to"]["name"] == f"{new}-predictor"
-
-
-# ---- the create-only apply against whatever already holds the name ----------------------------------------------
 
 _FOREIGN_KINDS = {  # (apiVersion, kind) -> a minimal valid body of that kind, as somebody else would write it
     ("v1", "ConfigMap"): {"data": {"team": "theirs"}},

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from arbiter_operator.api.models import DecisionModel, isvc_name
 from arbiter_operator.api.promotion import AnalysisRun
-from arbiter_operator.plan import Observations, plan
+from arbiter_operator.plan import Observations, children_of, plan
 from arbiter_operator.promotion import analysis_due, judge
 from arbiter_operator.render.common import ANN_CONFIG_CHECKSUM
 from arbiter_operator.render.shadow_rbac import render_shadow_rbac
@@ -19,7 +19,7 @@ from support.plannerdrive import Driver, two_versions
 
 
 def children(d: Driver) -> dict[tuple[str, str], dict]:
-    p = plan(d.dm(), Observations(inferenceservices=d.isvcs), d.now)
+    p = plan(d.dm(), Observations(children=children_of(InferenceService=d.isvcs)), d.now)
     return {(c["kind"], c["metadata"]["name"]): c for c in p.children or []}
 
 
@@ -94,8 +94,8 @@ def test_with_auth_on_the_stable_pods_may_call_the_candidate_only_during_the_sha
     # Shadow phase over: the grant goes (the planner deletes what it observes of it).
     d.now += timedelta(seconds=60)
     d.reconcile(0, shadow_run(d, 100, 0))
-    obs = Observations(inferenceservices=d.isvcs, shadow_rbac={("Role", "credit-limit-shadow"): role,
-                                                               ("RoleBinding", "credit-limit-shadow"): binding})
+    obs = Observations(children=children_of(InferenceService=d.isvcs, Role={"credit-limit-shadow": role},
+                                            RoleBinding={"credit-limit-shadow": binding}))
     p = plan(d.dm(), obs, d.now)
     assert not [c for c in p.children if c["kind"] in ("Role", "RoleBinding")]
     assert ("rbac.authorization.k8s.io/v1", "Role", "credit-limit-shadow") in p.deletions

@@ -55,7 +55,7 @@ NOT_EXERCISABLE = {
     # minute (kube/client.py, SERIES_WRITE_INTERVAL); these scenarios finish before any series is due a second
     # write. tests/cluster/operator/test_operator_events.py makes that PATCH on the real apiserver.
     ("", "events", "patch"),
-    # A namespace is read by name only by a reconcile that runs before the namespace's label watch (nswatch.py) has
+    # A namespace is read by name only by a reconcile that runs before its label watch (kube/namespaces.py) has
     # answered, which fills the watch cache; whether the first reconcile or the watch's list comes first is a race
     # these scenarios do not control. The grant is still needed for the reconcile that wins it.
     ("", "namespaces", "get"),

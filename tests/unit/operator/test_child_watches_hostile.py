@@ -1,4 +1,4 @@
-"""The operator's watches (kube/watch.py, fed into the cache and the work queue by handlers.WatchEvents) against a
+"""The operator's watches (kube/watch.py, fed into the cache and the work queue by triggers.Triggers) against a
 hostile apiserver (support/hostile_apiserver.py, a real HTTP server on loopback speaking the list/watch wire format
 for DecisionModels, InferenceServices and pods, and the Namespaces the namespace watch follows).
 
@@ -17,16 +17,17 @@ import json
 import time
 from typing import Any
 
-import kopf
 import pytest
-from arbiter_operator import handlers
+from arbiter_operator import app
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
-from arbiter_operator.clients.namespaces import WatchOptions as NamespaceWatchOptions
 from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.kinds import CACHED, ECHOING
+from arbiter_operator.kube.namespaces import NamespaceLabels
 from arbiter_operator.kube.watch import Watches, WatchOptions
-from arbiter_operator.nswatch import NamespaceWatch
+from arbiter_operator.kube.workqueue import PriorityWorkQueue as WorkQueue
 from arbiter_operator.render.common import LABEL_DM
+from arbiter_operator.triggers import Triggers
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
@@ -34,15 +35,15 @@ from support.hostile_apiserver import ENDS, GARBAGE_LISTS, STATUS_BODIES, TRANSP
 
 KINDS = {"inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService"), "pods": ("v1", "Pod"),
          "decisionmodels": (API_VERSION, KIND)}
-RESOURCES = [r for r in handlers.WATCHED if r.plural in KINDS]
+RESOURCES = [r for r in app.WATCHED if r.plural in KINDS]
 LABEL = {"inferenceservices": LABEL_DM, "pods": ISVC_LABEL, "decisionmodels": None}  # None: watched unfiltered
 MAX_BYTES = 256 * 1024
 OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0, page_size=2,
                        max_page_bytes=MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=2,
                        backoff=DoublingBackoff(0.05, 0.2))
 # The namespace watch that DecisionModel events start, on the same peer, as short-lived as the watches above.
-NAMESPACE_OPTIONS = NamespaceWatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
-                                          healthy_after=0.3)
+NAMESPACE_OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
+                                 healthy_after=0.3, relist_after=1)
 HOSTILE_S = 1.0
 CONVERGE_S = 20.0
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck),
@@ -142,19 +143,18 @@ def held(cache: WatchCache) -> dict[tuple[str, str, str], str]:
     return out
 
 
-def new_memo(peer: HostileApiserver) -> kopf.Memo:
+def new_triggers(peer: HostileApiserver) -> Triggers:
     """What the watch events go into: the cache, the work queue and (DecisionModel events note their namespace) the
-    namespace watch, on the same peer. Stop it with `stop_memo`."""
-    memo = kopf.Memo()
-    cache = memo[handlers.CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
-    queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
-    memo[handlers.NSWATCH_KEY] = NamespaceWatch(k8s.ApiClient(configuration(peer)), queue.add,
-                                                asyncio.get_running_loop(), cache=cache, options=NAMESPACE_OPTIONS)
-    return memo
+    namespace watch, on the same peer. Stop it with `stop_triggers`."""
+    cache = WatchCache(CACHED)
+    queue = WorkQueue()
+    namespaces = NamespaceLabels(configuration(peer), queue.add, cache=cache, options=NAMESPACE_OPTIONS).start()
+    return Triggers(queue, cache, namespaces)
 
 
-def stop_memo(memo: kopf.Memo) -> None:
-    memo[handlers.NSWATCH_KEY].stop()
+async def stop_triggers(triggers: Triggers) -> None:
+    assert isinstance(triggers.namespaces, NamespaceLabels)
+    await triggers.namespaces.stop()
 
 
 async def _converged(cache: WatchCache, peer: HostileApiserver, scopes: list[str], watches: Watches) -> bool:
@@ -182,12 +182,11 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
 
     async def run() -> None:
         asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        memo = new_memo(peer)
-        cache = memo[handlers.CACHE_KEY]
-        events = handlers.WatchEvents(memo)
+        events = new_triggers(peer)
+        cache = events.cache
         peer.go_honest(start)
         peer.set_script(script)
-        watches = handlers.watches_for(events, configuration(peer), RESOURCES, scopes, OPTIONS).start()
+        watches = app.watches_for(events, configuration(peer), RESOURCES, scopes, OPTIONS).start()
         try:
             for ref, labels in changes:
                 await asyncio.sleep(HOSTILE_S / (len(changes) + 1))
@@ -196,11 +195,11 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
             peer.go_honest(final)
             assert await _converged(cache, peer, scopes, watches), (held(cache), selected(peer, scopes))
             assert watches.running  # every task still follows its kind
-            assert all(not t.done() for t in watches._tasks)
+            assert all(not t.done() for t in watches._tasks.values())
         finally:
             await watches.stop()
             await events.stop()
-            stop_memo(memo)
+            await stop_triggers(events)
 
     asyncio.run(run())
     assert not errors  # no exception escaped a task
@@ -216,15 +215,14 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
     kept = ("inferenceservices", "ns-c", "m1")
 
     async def run() -> None:
-        memo = new_memo(peer)
-        cache = memo[handlers.CACHE_KEY]
-        events = handlers.WatchEvents(memo)
+        events = new_triggers(peer)
+        cache = events.cache
         peer.go_honest({isvc: {LABEL_DM: "dm-one"}, kept: {LABEL_DM: "dm-kept"}, relabelled: {LABEL_DM: "dm-three"},
                         pod: {ISVC_LABEL: "m1"}, ("inferenceservices", "ns-b", "m1"): {LABEL_DM: "dm-two"}})
-        watches = handlers.watches_for(events, configuration(peer), RESOURCES, [], OPTIONS).start()
+        watches = app.watches_for(events, configuration(peer), RESOURCES, [], OPTIONS).start()
         try:
             assert await _converged(cache, peer, [], watches)
-            queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()  # from now on: what the outage wakes
+            queue = events.queue = WorkQueue()  # from now on: what the outage wakes
             peer.set_script([("status", 503, "status", None)] * 4)  # away for a while, then 410 on the old version
             peer.go_honest({kept: {LABEL_DM: "dm-kept"}, relabelled: {"other": "x"},
                             ("inferenceservices", "ns-b", "m1"): {LABEL_DM: "dm-two"}})
@@ -237,7 +235,7 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
         finally:
             await watches.stop()
             await events.stop()
-            stop_memo(memo)
+            await stop_triggers(events)
 
     asyncio.run(run())
 
@@ -257,19 +255,18 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
     truth.update({("pods", ns, "m1"): {ISVC_LABEL: "m1"} for ns in NAMESPACES})
 
     async def run() -> None:
-        memo = new_memo(peer)
-        cache = memo[handlers.CACHE_KEY]
-        events = handlers.WatchEvents(memo)
+        events = new_triggers(peer)
+        cache = events.cache
         peer.go_honest(truth)
         peer.set_script([("slow", 0.6)], cycle=True)  # every list and watch answers late
-        watches = handlers.watches_for(events, configuration(peer), RESOURCES, list(NAMESPACES),
+        watches = app.watches_for(events, configuration(peer), RESOURCES, list(NAMESPACES),
                                        OPTIONS).start()
         recorder = Recorder(cache)
         leading = asyncio.Event()
         leading.set()
-        queue = memo[handlers.QUEUE_KEY]
+        queue = events.queue
         queue.add(("ns-a", "dm"))
-        worker = asyncio.create_task(handlers._worker(queue, recorder, {}, leading, 0, watches.primed))
+        worker = asyncio.create_task(app.worker(queue, recorder, {}, leading, 0, watches.primed))
         try:
             deadline = time.monotonic() + CONVERGE_S
             while not recorder.saw and time.monotonic() < deadline:
@@ -281,7 +278,7 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
             await asyncio.gather(worker, return_exceptions=True)
             await watches.stop()
             await events.stop()
-            stop_memo(memo)
+            await stop_triggers(events)
             peer.set_script([])
 
     asyncio.run(run())
@@ -296,11 +293,10 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
     pod = ("pods", "ns-a", "m1")
 
     async def run() -> float:
-        memo = new_memo(peer)
-        events = handlers.WatchEvents(memo)
+        events = new_triggers(peer)
         peer.go_honest({pod: {ISVC_LABEL: "m1"}})
         pods = [r for r in RESOURCES if r.plural == "pods"]
-        watches = handlers.watches_for(events, configuration(peer), pods, [], options).start()
+        watches = app.watches_for(events, configuration(peer), pods, [], options).start()
         hang = peer.hang_s
         try:
             await watches.primed.wait()
@@ -310,7 +306,7 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
             started = time.monotonic()
             peer.put(("pods", "ns-a", "m2"), {ISVC_LABEL: "m2"})  # made while the watch hears nothing
             while time.monotonic() - started < 20:
-                if memo[handlers.CACHE_KEY].get("v1", "Pod", "ns-a", "m2") is not None:
+                if events.cache.get("v1", "Pod", "ns-a", "m2") is not None:
                     return time.monotonic() - started
                 await asyncio.sleep(0.05)
             return float("inf")
@@ -318,7 +314,7 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
             peer.hang_s = hang
             await watches.stop()
             await events.stop()
-            stop_memo(memo)
+            await stop_triggers(events)
             peer.set_script([])
 
     seen_after = asyncio.run(run())
@@ -351,7 +347,7 @@ def test_an_event_of_an_object_held_as_it_is_goes_no_further(peer):
         peer.go_honest({})
         peer.set_script([("honest",), ("events", script, "hang")], cycle=False)  # the list, then the watch
         watches = Watches(configuration(peer), dms, [], on_event, lambda *_: None, OPTIONS,
-                          known=lambda _r, ns, name, rv: (ns, name, rv) in held_as_it_is, skim=handlers.ECHOING)
+                          known=lambda _r, ns, name, rv: (ns, name, rv) in held_as_it_is, skim=ECHOING)
         watches.start()
         try:
             deadline = time.monotonic() + CONVERGE_S
@@ -365,22 +361,21 @@ def test_an_event_of_an_object_held_as_it_is_goes_no_further(peer):
 
 
 def test_the_echo_of_the_operators_own_write_is_counted_and_wakes_nothing(peer):
-    """Through the product's wiring (handlers.watches_for): the watch event of a DecisionModel's status write, held
+    """Through the product's wiring (app.watches_for): the watch event of a DecisionModel's status write, held
     already from the write's answer, queues no pass and counts as an echo; someone else's change after it queues one."""
     from arbiter_operator import metrics
 
     ref = ("decisionmodels", "ns-a", "m1")
 
     async def run() -> None:
-        memo = new_memo(peer)
-        cache = memo[handlers.CACHE_KEY]
-        events = handlers.WatchEvents(memo)
+        events = new_triggers(peer)
+        cache = events.cache
         peer.go_honest({ref: {"app": "x"}})
-        watches = handlers.watches_for(events, configuration(peer), [r for r in RESOURCES if r.kind == KIND], [],
+        watches = app.watches_for(events, configuration(peer), [r for r in RESOURCES if r.kind == KIND], [],
                                        OPTIONS).start()
         try:
             assert await _converged(cache, peer, [], watches)
-            queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
+            queue = events.queue = WorkQueue()
             held_dm = cache.get(API_VERSION, KIND, "ns-a", "m1")
             assert held_dm is not None
             answer = {**held_dm, "metadata": {**held_dm["metadata"], "resourceVersion": str(peer.rv + 1)}}
@@ -399,6 +394,6 @@ def test_the_echo_of_the_operators_own_write_is_counted_and_wakes_nothing(peer):
         finally:
             await watches.stop()
             await events.stop()
-            stop_memo(memo)
+            await stop_triggers(events)
 
     asyncio.run(run())

@@ -1,11 +1,12 @@
-"""Which InferenceService changes wake its DecisionModel (handlers.isvc_view): KServe's verdict and what drift is
+"""Which InferenceService changes wake its DecisionModel (triggers.isvc_view): KServe's verdict and what drift is
 judged on do; KServe's own bookkeeping while a predictor comes up does not."""
 
 from __future__ import annotations
 
 import copy
 
-from arbiter_operator.handlers import isvc_view
+from arbiter_operator.kube.kinds import CACHED
+from arbiter_operator.triggers import isvc_view
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -77,7 +78,7 @@ def test_the_verdict_and_drift_wake_the_decision_model():
 
 
 def test_a_view_wakes_once_per_change_and_on_a_deletion_of_what_it_held():
-    from arbiter_operator.handlers import LastSeen
+    from arbiter_operator.triggers import LastSeen
 
     seen = LastSeen(lambda o: o.get("status", {}).get("trouble"))  # None: nothing to report (a healthy pod)
 
@@ -104,7 +105,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
 def test_an_inference_service_of_any_shape_gets_a_view(status, metadata, conditions, model_status):
     """Whatever KServe (or anybody) writes, the watch event is judged, never dropped on an exception: an object
     whose view cannot be read wakes its DecisionModel, and the reconcile reports what is wrong."""
-    from arbiter_operator.handlers import LastSeen
+    from arbiter_operator.triggers import LastSeen
 
     obj = {"metadata": metadata, "status": status}
     if isinstance(status, dict):
@@ -118,12 +119,12 @@ def test_an_inference_service_of_any_shape_gets_a_view(status, metadata, conditi
 @given(status=_json, metadata=_json, conditions=st.lists(_json, max_size=3))
 def test_a_predictor_deployment_or_pod_of_any_shape_gets_a_view(status, metadata, conditions):
     """The same for the predictor Deployments and pods: a view of any object, so no watch event is lost."""
-    from arbiter_operator.handlers import _AVAILABILITY, _REPLICA_FAILURE, _TROUBLE
+    from arbiter_operator.triggers import LastSeen, availability, replica_failure, trouble
 
     if isinstance(status, dict):
         status["conditions"] = conditions
     obj = {"metadata": metadata, "status": status}
-    for seen in (_AVAILABILITY, _REPLICA_FAILURE, _TROUBLE):
+    for seen in (LastSeen(availability), LastSeen(replica_failure), LastSeen(trouble)):
         assert seen.changed({"type": "MODIFIED", "object": obj}) in (True, False)
         assert seen.changed({"type": "DELETED", "object": obj}) in (True, False)
 
@@ -144,8 +145,8 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
     """Replicas coming up before KServe's Ready change nothing a pass reports (KServe's Ready wakes the
     DecisionModel when it comes); after KServe's Ready they decide readiness, and pods that cannot be created are
     reported at once."""
-    from arbiter_operator import handlers
     from arbiter_operator.kube.cache import WatchCache
+    from arbiter_operator.triggers import Triggers
 
     woken: list[tuple[str, str]] = []
 
@@ -154,19 +155,19 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
             assert urgent, "a predictor's serving state moved: the urgent lane"
             woken.append(key)
 
-    cache = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
-    memo = {handlers.CACHE_KEY: cache, handlers.QUEUE_KEY: Queue()}
+    cache = WatchCache(CACHED)
+    triggers = Triggers(Queue(), cache)
     isvc = _isvc()
-    isvc["metadata"]["namespace"] = "risk-deployments"  # the views of other tests are module state: a key of its own
+    isvc["metadata"]["namespace"] = "risk-deployments"
 
     def isvc_event(type_, obj):  # as the watch delivers it: into the cache, then judged
         cache.put(obj)
-        handlers._child_event({"type": type_, "object": obj}, "risk-deployments", memo)
+        triggers.child_event({"type": type_, "object": obj}, "risk-deployments")
         woken.clear()  # KServe's verdict wakes its DecisionModel too (another test's subject); here: the Deployment's
 
     def deployment_event(type_, obj):
         obj["metadata"]["namespace"] = "risk-deployments"
-        handlers._deployment_event({"type": type_, "object": obj}, "risk-deployments", memo)
+        triggers.deployment_event({"type": type_, "object": obj}, "risk-deployments")
         return woken.pop() if woken else None
 
     isvc_event("ADDED", isvc)
@@ -190,40 +191,40 @@ def test_a_predictor_deployment_wakes_its_decision_model_when_a_pass_would_repor
 def test_kserves_own_objects_with_the_operators_label_wake_nothing():
     """KServe's predictor Service inherits the InferenceService's labels, the operator's among them; it is KServe's,
     and a pass reads nothing of it. The operator's own Service does wake its DecisionModel when someone edits it."""
-    from arbiter_operator.handlers import _kserves
+    from arbiter_operator.triggers import kserves
 
     def service(owner_kind: str) -> dict:
         return {"type": "ADDED", "object": {"metadata": {"ownerReferences": [
             {"kind": owner_kind, "name": "x", "uid": "u", "controller": True}]}}}
 
-    assert _kserves(service("InferenceService"))
-    assert not _kserves(service("DecisionModel"))
-    assert not _kserves({"type": "ADDED", "object": {"metadata": {"ownerReferences": "garbage"}}})
+    assert kserves(service("InferenceService"))
+    assert not kserves(service("DecisionModel"))
+    assert not kserves({"type": "ADDED", "object": {"metadata": {"ownerReferences": "garbage"}}})
 
 
 def test_kserves_verdict_wakes_its_decision_model_in_the_urgent_lane_and_other_drift_in_the_ordinary_one():
     """A version KServe has just made ready (or failed) is reconciled ahead of a fleet's first passes
-    (handlers.WorkQueue); an edit of the operator's Route waits its turn."""
-    from arbiter_operator import handlers
+    (kube/workqueue.py); an edit of the operator's Route waits its turn."""
     from arbiter_operator.kube.cache import WatchCache
+    from arbiter_operator.kube.workqueue import PriorityWorkQueue
+    from arbiter_operator.triggers import Triggers
 
-    memo = {handlers.CACHE_KEY: WatchCache({(a, k): label for a, k, _, label in handlers.CACHED}),
-            handlers.QUEUE_KEY: handlers.WorkQueue()}
-    queue = memo[handlers.QUEUE_KEY]
+    queue = PriorityWorkQueue()
+    triggers = Triggers(queue, WatchCache(CACHED))
     isvc = _isvc()
-    isvc["metadata"]["namespace"] = "risk-urgent"  # the views of other tests are module state: a key of its own
-    handlers._child_event({"type": "ADDED", "object": isvc}, "risk-urgent", memo)
+    isvc["metadata"]["namespace"] = "risk-urgent"
+    triggers.child_event({"type": "ADDED", "object": isvc}, "risk-urgent")
     assert queue._pending == {("risk-urgent", "credit-limit"): True}
     queue._pending.clear()
 
     route = {"apiVersion": "route.openshift.io/v1", "kind": "Route",
              "metadata": {"name": "credit-limit", "namespace": "risk-urgent", "resourceVersion": "30",
                           "labels": {"arbiter.dev/decision-model": "credit-limit"}}, "spec": {"to": {"name": "x"}}}
-    handlers._child_event({"type": "MODIFIED", "object": route}, "risk-urgent", memo)
+    triggers.child_event({"type": "MODIFIED", "object": route}, "risk-urgent")
     assert queue._pending == {("risk-urgent", "credit-limit"): False}
 
     ready = copy.deepcopy(isvc)
     ready["metadata"]["resourceVersion"] = "11"
     ready["status"]["conditions"][1] = {"type": "Ready", "status": "True"}
-    handlers._child_event({"type": "MODIFIED", "object": ready}, "risk-urgent", memo)
+    triggers.child_event({"type": "MODIFIED", "object": ready}, "risk-urgent")
     assert queue._pending == {("risk-urgent", "credit-limit"): True}  # moved ahead

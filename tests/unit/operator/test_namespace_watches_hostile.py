@@ -1,6 +1,7 @@
 """The operator's own namespace watches against a hostile apiserver (support/hostile_apiserver.py, a real HTTP server
 on loopback speaking the list/watch wire format): a shard's `run_shard` (which namespaces it owns, kube/shard.py) and
-`NamespaceWatch` (the labels of a namespace holding DecisionModels, nswatch.py).
+`NamespaceLabels` (the labels of a namespace holding DecisionModels, kube/namespaces.py), both on kube/watch.py's
+generic list/watch.
 
 What a user would notice, whatever the peer does for a while (error statuses with or without bodies and Retry-After,
 410 Gone, resets, hangs, cut or broken streams, lines that never end, garbage and lying events) and then behaving
@@ -14,17 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import threading
 import time
 from typing import Any
 
 import pytest
 from arbiter_operator.api.backoff import DoublingBackoff
-from arbiter_operator.clients.namespaces import NAME, Failed, Gone, WatchOptions, parse_event, parse_list
 from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.namespaces import NamespaceLabels
 from arbiter_operator.kube.shard import run_shard
-from arbiter_operator.nswatch import NamespaceWatch
+from arbiter_operator.kube.watch import NAMESPACE_NAME as NAME
+from arbiter_operator.kube.watch import Failed, Gone, Watches, WatchOptions, list_page, namespaces
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
@@ -33,8 +34,9 @@ from support.polling import eventually
 
 MAX_BYTES = 256 * 1024
 # Short: an honest watch lasts a second; silence longer than that (a read timeout past the watch's own) is a fault.
+# relist_after=1: the namespace watches' own setting (kube/namespaces.py, kube/shard.py).
 OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
-                       max_list_bytes=MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3,
+                       max_page_bytes=MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=1,
                        backoff=DoublingBackoff(0.05, 0.2))
 HOSTILE_S = 1.0  # how long the peer misbehaves in each example
 CONVERGE_S = 15.0  # a bound for "eventually", far above what it takes (about a second)
@@ -137,49 +139,44 @@ class Peer:
         self.peer.stop()
 
 
-def _api(peer: HostileApiserver) -> k8s.ApiClient:
-    return k8s.ApiClient(k8s.Configuration(host=peer.url))
+def _config(peer: HostileApiserver) -> k8s.Configuration:
+    return k8s.Configuration(host=peer.url)
 
 
 class Shard:
-    """`run_shard` in a thread, the kopf run replaced by a recorder of the namespaces each run was given."""
+    """`run_shard` on an event loop of its own (in a thread of the test's), the kopf run replaced by a recorder of
+    the namespaces each run was given ([] for the idle run while none matches)."""
 
     def __init__(self, peer: HostileApiserver) -> None:
         self.peer = peer
-        self.history: list[list[str]] = []  # each run's namespaces; [] for the wait while none matches
+        self.history: list[list[str]] = []  # each run's namespaces
         self.finish = threading.Event()
         self.error: BaseException | None = None
         self.returned = False
         self._lock = threading.Lock()
-        self._log = logging.getLogger("arbiter.shard")
-        self._handler = _Idle(self)
         self.thread = threading.Thread(target=self._main, daemon=True, name="test-shard")
 
-    def _run(self, watched: list[str], stop: threading.Event) -> None:
+    async def _run(self, watched: list[str], stop: asyncio.Event) -> None:
         with self._lock:
             self.history.append(list(watched))
         while not (stop.is_set() or self.finish.is_set()):
-            stop.wait(0.02)
+            await asyncio.sleep(0.02)
 
     def _main(self) -> None:
         try:
-            run_shard(_api(self.peer), SELECTOR, self._run, None, options=OPTIONS)
+            asyncio.run(run_shard(_config(self.peer), SELECTOR, self._run, options=OPTIONS))
         except BaseException as exc:
             self.error = exc
         self.returned = True
 
     def __enter__(self) -> Shard:
-        self._log.addHandler(self._handler)
         self.thread.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.finish.set()
-        if self.history and self.history[-1] == []:  # the wait ends with a run, which ends at once
-            self.peer.go_honest()
-            self.peer.put("zz-end", {KEY: MINE})
+        self.peer.go_honest()  # a shard between two runs lists again before its next run (which ends at once)
         self.thread.join(15)
-        self._log.removeHandler(self._handler)
         assert not self.thread.is_alive(), "run_shard did not return"
 
     def owns(self) -> list[str] | None:
@@ -191,20 +188,9 @@ class Shard:
         assert not self.returned and self.thread.is_alive(), "run_shard stopped following"
 
 
-class _Idle(logging.Handler):
-    def __init__(self, shard: Shard) -> None:
-        super().__init__(logging.WARNING)
-        self.shard = shard
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage().startswith("no namespace matches"):
-            with self.shard._lock:
-                self.shard.history.append([])
-
-
 class Watched:
-    """A `NamespaceWatch` for one namespace holding two DecisionModels, with the watch cache it fills and an event
-    loop for its queue."""
+    """`NamespaceLabels` with one namespace holding two DecisionModels, with the watch cache it fills, on an event
+    loop of its own (in a thread of the test's)."""
 
     NS = "credit"
 
@@ -214,30 +200,35 @@ class Watched:
         self.cache = WatchCache()
         self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-nswatch-loop")
-        self.watch = NamespaceWatch(_api(peer), self.queued.append, self.loop, cache=self.cache, options=OPTIONS)
+        self.watch = NamespaceLabels(_config(peer), self.queued.append, cache=self.cache, options=OPTIONS)
+
+    def _on_loop(self, fn: Any) -> Any:
+        async def call() -> Any:
+            out = fn()
+            return await out if asyncio.iscoroutine(out) else out
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(10)
 
     def __enter__(self) -> Watched:
         self._loop_thread.start()
+        self._on_loop(self.watch.start)
         for dm in DMS:
-            self.watch.note(self.NS, dm)
+            self._on_loop(lambda dm=dm: self.watch.note(self.NS, dm))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.watch.stop()
-        self.peer.cut_connections()  # a watch blocked in a read sees the end now rather than at its read timeout
-        thread = self.watch._threads[self.NS]
-        thread.join(5)
+        self._on_loop(self.watch.stop)  # cancels the watch's task, wherever it is (a read, a back-off)
+        stopped = not self.watch.running(self.NS)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._loop_thread.join(5)
         self.loop.close()
-        assert not thread.is_alive(), "the namespace watch did not stop"
+        assert stopped, "the namespace watch did not stop"
 
     def labels(self) -> dict[str, str] | None:
         held = self.cache.get("v1", "Namespace", None, self.NS)
         return held["metadata"].get("labels", {}) if held is not None else None
 
     def healthy(self) -> None:
-        assert self.watch._threads[self.NS].is_alive(), "the namespace watch stopped following"
+        assert self.watch.running(self.NS), "the namespace watch stopped following"
 
 
 def _mine(truth: dict[str, dict[str, str]]) -> list[str]:
@@ -439,44 +430,50 @@ def test_retry_after_is_granted_up_to_the_back_off_cap():
 
 
 # -- the parsers on their own (pure) --------------------------------------------------------------------------------
+NAMESPACES = namespaces(selector=SELECTOR)
+
+
+def _parse_event(line: bytes) -> tuple[str, dict[str, Any] | None, str] | None:
+    watches = Watches(k8s.Configuration(host="http://127.0.0.1:9"), [], [], lambda *a: None, lambda *a: None)
+    return watches._event(NAMESPACES, None, line)
+
+
 @settings(max_examples=300, deadline=None)
 @given(line=st.one_of(st.binary(max_size=200), malformed_lines, lying_lines, error_lines))
 def test_a_watch_line_is_a_well_formed_event_skipped_or_the_end_of_the_watch(line):
     try:
-        event = parse_event(line)
+        event = _parse_event(line)
     except Gone:
-        assert b'"ERROR"' in line and b'"code": 410' in line
-        return
-    except Failed:
-        assert b'"ERROR"' in line  # any other ERROR event ends the watch too: the loop lists again
+        assert b'"ERROR"' in line  # an ERROR event, 410 or not, ends the watch: the loop lists again
         return
     if event is None:
         return
-    assert event.type in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
-    assert isinstance(event.resource_version, str)
-    if event.type == "BOOKMARK":
-        assert event.namespace is None and event.resource_version
+    type_, obj, rv = event
+    assert type_ in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK")
+    assert isinstance(rv, str)
+    if type_ == "BOOKMARK":
+        assert obj is None and rv
     else:
-        ns = event.namespace
-        assert ns is not None and NAME.fullmatch(ns.name)
-        assert all(isinstance(k, str) and isinstance(v, str) for k, v in ns.labels.items())
+        assert obj is not None and NAME.fullmatch(obj["metadata"]["name"])
+        labels = obj["metadata"].get("labels") or {}
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
 
 
 @settings(max_examples=200, deadline=None)
 @given(body=st.one_of(st.binary(max_size=200), st.sampled_from(GARBAGE_LISTS), json_values.map(_line)))
 def test_a_list_answer_is_a_namespace_list_or_a_failure(body):
     try:
-        found, rv = parse_list(body)
+        found, rv, _ = list_page(NAMESPACES, None, body)
     except Failed:
         return
-    assert rv and all(NAME.fullmatch(n) and ns.name == n for n, ns in found.items())
+    assert rv and all(NAME.fullmatch(o["metadata"]["name"]) and o["kind"] == "Namespace" for o in found)
 
 
 def test_every_garbage_list_of_the_peer_is_refused_as_a_whole():
     # The shard test's "never a run on namespaces that did not match" relies on it: none of these is half-used.
     for body in GARBAGE_LISTS:
         with pytest.raises(Failed):
-            parse_list(body)
+            list_page(NAMESPACES, None, body)
 
 
 GONE_EVENT = b'{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}'

@@ -75,37 +75,6 @@ def test_crd_states_the_limits_in_its_messages() -> None:
         assert text in messages
 
 
-def test_children_under_the_earlier_names_keep_serving_until_their_successors_serve() -> None:
-    """Upgrade path: an owned InferenceService named `<dm>-<slug>` (the earlier scheme) keeps the Route and is kept
-    until `<dm>--<slug>` is ready; only then are it and its ConfigMap deleted."""
-    from arbiter_operator.plan import Observations, plan
-    from support.factory import make_dm
-    from test_planner import T0, _ready
-
-    dm = make_dm()
-    first = plan(dm, Observations(), T0)
-    new_isvc = next(c for c in first.children if c["kind"] == "InferenceService")
-    new_cm = next(c for c in first.children if c["kind"] == "ConfigMap")
-    old_isvc = _ready({**new_isvc, "metadata": {**new_isvc["metadata"], "name": "credit-limit-1-0-0"}})
-    old_cm = {**new_cm, "metadata": {**new_cm["metadata"], "name": "credit-limit-1-0-0-decision"}}
-
-    obs = Observations(inferenceservices={"credit-limit-1-0-0": old_isvc, "credit-limit--1-0-0": new_isvc},
-                       configmaps={"credit-limit-1-0-0-decision": old_cm, "credit-limit--1-0-0-decision": new_cm})
-    p = plan(dm, obs, T0)
-    route = next(c for c in p.children if c["kind"] == "Route")
-    assert route["spec"]["to"]["name"] == "credit-limit-1-0-0-predictor"  # still the earlier one: it is ready
-    assert not p.deletions
-    assert ("InferenceService", "credit-limit--1-0-0") in {(c["kind"], c["metadata"]["name"]) for c in p.children}
-    assert next(c for c in p.status["conditions"] if c["type"] == "Serving")["status"] == "True"
-
-    obs2 = Observations(inferenceservices={"credit-limit-1-0-0": old_isvc, "credit-limit--1-0-0": _ready(new_isvc)},
-                        configmaps=obs.configmaps)
-    p2 = plan(dm, obs2, T0)
-    assert next(c for c in p2.children if c["kind"] == "Route")["spec"]["to"]["name"] == "credit-limit--1-0-0-predictor"
-    assert set(p2.deletions) == {("serving.kserve.io/v1beta1", "InferenceService", "credit-limit-1-0-0"),
-                                 ("v1", "ConfigMap", "credit-limit-1-0-0-decision")}
-
-
 def test_route_default_host_too_long_for_a_dns_label_is_invalid_spec() -> None:
     """OpenShift's default host is <route>-<namespace>.<apps domain>; the namespace is beyond CEL's reach."""
     from arbiter_operator.plan import Observations, plan

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from arbiter_operator.handlers import WorkQueue
+from arbiter_operator.kube.workqueue import PriorityWorkQueue as WorkQueue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

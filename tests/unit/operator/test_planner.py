@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.apply import merge_patch
-from arbiter_operator.plan import ArtifactObservation, Observations, plan
+from arbiter_operator.plan import ArtifactObservation, Observations, children_of, plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.examples import example
@@ -56,7 +56,7 @@ def test_first_deployment_then_ready():
     assert p.requeue_after is not None
 
     isvc = next(c for c in p.children if c["kind"] == "InferenceService")
-    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)})
+    obs = Observations(children=children_of(InferenceService={isvc["metadata"]["name"]: _ready(isvc)}))
     dm, p = _converge(_with_status(dm, p.status), lambda _: obs)
     route = next(c for c in p.children if c["kind"] == "Route")
     assert route["spec"]["to"] == {"kind": "Service", "name": "credit-limit--1-0-0-predictor", "weight": 100}
@@ -73,7 +73,7 @@ def test_converged_plan_is_stable_over_time():
     dm = make_dm()
     first = plan(dm, Observations(), T0)
     isvc = next(c for c in first.children if c["kind"] == "InferenceService")
-    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)})
+    obs = Observations(children=children_of(InferenceService={isvc["metadata"]["name"]: _ready(isvc)}))
     dm, p = _converge(_with_status(dm, first.status), lambda _: obs)
     later = plan(dm, obs, T0 + timedelta(hours=3))
     assert merge_patch(dm.status.model_dump(mode="json", by_alias=True, exclude_none=True), later.status) is None
@@ -138,9 +138,10 @@ def test_kopf_handles_no_resource_so_it_never_writes_to_a_decisionmodel():
     diff base on the DecisionModel (change handlers) or add a finalizer (daemons, timers); the watches are the
     operator's own (kube/watch.py), DecisionModels included."""
     import kopf
-    from arbiter_operator import handlers  # noqa: F401  (registers the handlers)
+    from arbiter_operator import handlers
+    from arbiter_operator.app import Operator, OperatorConfig
 
-    registry = kopf.get_default_registry()
+    registry = handlers.register(kopf.OperatorRegistry(), Operator(OperatorConfig()))
     for kind in (registry._changing, registry._watching, registry._indexing, registry._spawning, registry._webhooks):
         assert kind.get_all_handlers() == []
     assert registry._activities.get_all_handlers()  # the registry inspected is the one the handlers went into
@@ -161,7 +162,8 @@ def test_failed_isvc_reports_why():
     failed = {**isvc, "status": {"conditions": [{"type": "Ready", "status": "False"}],
                                  "modelStatus": {"transitionStatus": "BlockedByFailedLoad",
                                                  "lastFailureInfo": {"message": "CUDA out of memory"}}}}
-    p2 = plan(_with_status(dm, p.status), Observations(inferenceservices={isvc["metadata"]["name"]: failed}), T0)
+    obs = Observations(children=children_of(InferenceService={isvc["metadata"]["name"]: failed}))
+    p2 = plan(_with_status(dm, p.status), obs, T0)
     assert p2.status["versions"][0]["phase"] == "Failed"
     assert "CUDA out of memory" in p2.status["versions"][0]["message"]
     assert _cond(p2, "Ready")["status"] == "False"
@@ -171,8 +173,8 @@ def test_version_not_live_is_deleted():
     dm = make_dm()
     stray = {"metadata": {"name": "credit-limit--0-9-0", "labels": {"arbiter.dev/version": "0.9.0"}}}
     stray_cm = {"metadata": {"name": "credit-limit--0-9-0-decision"}}
-    p = plan(dm, Observations(inferenceservices={"credit-limit--0-9-0": stray},
-                              configmaps={"credit-limit--0-9-0-decision": stray_cm}), T0)
+    p = plan(dm, Observations(children=children_of(InferenceService={"credit-limit--0-9-0": stray},
+                                                   ConfigMap={"credit-limit--0-9-0-decision": stray_cm})), T0)
     assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit--0-9-0") in p.deletions
     assert ("v1", "ConfigMap", "credit-limit--0-9-0-decision") in p.deletions
 
@@ -193,7 +195,8 @@ def test_route_admission_failure_is_reported():
              "status": {"ingress": [{"host": "x", "conditions": [{"type": "Admitted", "status": "False",
                                                                  "reason": "HostAlreadyClaimed",
                                                                  "message": "host claimed by another namespace"}]}]}}
-    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)}, route=route)
+    obs = Observations(children=children_of(InferenceService={isvc["metadata"]["name"]: _ready(isvc)},
+                                                   Route={"credit-limit": route}))
     _, p = _converge(_with_status(dm, first.status), lambda _: obs)
     exposed = _cond(p, "Exposed")
     assert (exposed["status"], exposed["reason"]) == ("False", "RouteNotAdmitted")
@@ -222,7 +225,8 @@ def test_admitted_route_gives_the_url():
     route = {"metadata": {"name": "credit-limit"}, "spec": {},
              "status": {"ingress": [{"host": "credit-limit-team-a.apps.example.com",
                                      "conditions": [{"type": "Admitted", "status": "True"}]}]}}
-    obs = Observations(inferenceservices={isvc["metadata"]["name"]: _ready(isvc)}, route=route)
+    obs = Observations(children=children_of(InferenceService={isvc["metadata"]["name"]: _ready(isvc)},
+                                                   Route={"credit-limit": route}))
     _, p = _converge(_with_status(dm, first.status), lambda _: obs)
     assert p.status["url"] == "https://credit-limit-team-a.apps.example.com"
     assert _cond(p, "Exposed")["reason"] == "RouteAdmitted"
@@ -236,7 +240,8 @@ def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves()
     first = plan(dm, Observations(), T0)
     v1 = _ready(next(c for c in first.children if c["kind"] == "InferenceService"))
     v1_cm = next(c for c in first.children if c["kind"] == "ConfigMap")
-    obs1 = Observations(inferenceservices={"credit-limit--1-0-0": v1}, configmaps={v1_cm["metadata"]["name"]: v1_cm})
+    obs1 = Observations(children=children_of(InferenceService={"credit-limit--1-0-0": v1},
+                                             ConfigMap={v1_cm["metadata"]["name"]: v1_cm}))
     dm, _ = _converge(_with_status(dm, first.status), lambda _: obs1)
 
     raw = dm.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -261,8 +266,8 @@ def test_stable_version_removed_from_spec_keeps_serving_until_successor_serves()
     # The successor turns ready: it is promoted, and only then is the removed version's InferenceService deleted.
     v2 = _ready(next(c for c in p.children if (c["kind"], c["metadata"]["name"]) ==
                      ("InferenceService", "credit-limit--2-0-0")))
-    obs2 = Observations(inferenceservices={"credit-limit--1-0-0": v1, "credit-limit--2-0-0": v2},
-                        configmaps=obs1.configmaps)
+    obs2 = Observations(children=children_of(InferenceService={"credit-limit--1-0-0": v1, "credit-limit--2-0-0": v2},
+                                             ConfigMap=obs1.of_kind("ConfigMap")))
     dm2, p2 = _converge(_with_status(dm2, p.status), lambda _: obs2, now=T0 + timedelta(minutes=2))
     assert p2.status["promotion"]["stable"] == "2.0.0"
     assert ("serving.kserve.io/v1beta1", "InferenceService", "credit-limit--1-0-0") in p2.deletions

@@ -9,7 +9,7 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-from arbiter_operator.plan import Observations, plan
+from arbiter_operator.plan import Observations, children_of, plan
 from support.plannerdrive import Driver, isvc_status, two_versions
 
 OLD, NEW = "registry.example.com/arbiter/runtime:0.1.0", "registry.example.com/arbiter/runtime:0.2.0"
@@ -20,7 +20,7 @@ class ImageDriver(Driver):
 
     def reconcile(self, after: float = 0, analysis=None) -> dict[str, Any]:
         self.now += timedelta(seconds=after)
-        obs = Observations(inferenceservices=copy.deepcopy(self.isvcs), analysis=analysis,
+        obs = Observations(children=children_of(InferenceService=copy.deepcopy(self.isvcs)), analysis=analysis,
                            default_runtime_image=self.default_image)
         p = plan(self.dm(), obs, self.now)
         self.last_children = p.children or []

@@ -12,7 +12,7 @@ from arbiter_operator.api.conditions import make_condition
 from arbiter_operator.api.models import VersionStatus
 from arbiter_operator.observe.storage import observe_artifacts
 from arbiter_operator.plan.artifacts import ArtifactReport, to_observation
-from arbiter_operator.plan.model import Observations
+from arbiter_operator.plan.model import Observations, children_of
 from arbiter_operator.plan.recheck import recheck_after, sooner
 from arbiter_operator.reconcile import utc_now
 from arbiter_operator.render import render_configmap
@@ -59,7 +59,7 @@ def test_unreadable_storage_keeps_a_serving_diffusion_version_as_deployed():
     cm = render_configmap(dm, dm.spec.versions[0], diffusion=True)
     previous = VersionStatus(name="1.0.0", phase="Ready", artifactsDigest="sha256:x")
     report = ArtifactReport("Unknown", "StorageCredentialsInvalid", "Secret gone")
-    obs_in = Observations(configmaps={cm["metadata"]["name"]: cm})
+    obs_in = Observations(children=children_of(ConfigMap={cm["metadata"]["name"]: cm}))
 
     from arbiter_operator.plan.artifacts import deployed_as_diffusion as _deployed_as_diffusion
 
@@ -68,8 +68,8 @@ def test_unreadable_storage_keeps_a_serving_diffusion_version_as_deployed():
 
 
 async def test_missing_storage_secret_is_unknown_so_the_version_waits_instead_of_failing():
-    class NoSecrets:
-        def get(self, *_):
+    class NoSecrets:  # the cluster's answer: no such Secret (the observe step's reads are awaited)
+        async def aget(self, *_):
             return None
 
     dm = make_dm(model="m", versions=["1.0.0"])

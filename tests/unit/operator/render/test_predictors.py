@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from arbiter_operator.plan.model import Observations
+from arbiter_operator.plan.model import Observations, children_of
 from arbiter_operator.plan.planner import plan
 from arbiter_operator.plan.predictors import CRASH_LOOP, UNSCHEDULABLE, deployment_available, predictor_problem
 from hypothesis import given, settings
@@ -87,7 +87,7 @@ def test_unschedulable_predictor_names_the_cause_on_the_decision_model():
     dm = make_dm()
     isvc = _first_isvc(dm)
     name = isvc["metadata"]["name"]
-    obs = Observations(inferenceservices={name: isvc}, workloads_observed=True,
+    obs = Observations(children=children_of(InferenceService={name: isvc}), workloads_observed=True,
                        predictor_pods={name: (pending_pod(f"{name}-predictor-abc"),)})
     p = plan(dm, obs, T0)
     serving = _serving(p)
@@ -102,12 +102,13 @@ def test_ready_needs_the_predictor_deployment_too():
     isvc = _first_isvc(dm)
     name = isvc["metadata"]["name"]
     ready = {**isvc, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    no_deployment = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True), T0)
+    no_deployment = plan(dm, Observations(children=children_of(InferenceService={name: ready}),
+                                          workloads_observed=True), T0)
     assert _serving(no_deployment)["status"] == "False"
     assert "has no available replica" in no_deployment.status["versions"][0]["message"]
     deployment = {"metadata": {"name": f"{name}-predictor"},
                   "status": {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
-    served = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+    served = plan(dm, Observations(children=children_of(InferenceService={name: ready}), workloads_observed=True,
                                    predictor_deployments={name: deployment}), T0)
     assert _serving(served)["status"] == "True"
 
@@ -120,7 +121,7 @@ def test_a_deployment_not_yet_rolled_out_for_its_spec_is_not_available():
     stale = {"metadata": {"name": f"{name}-predictor", "generation": 3},
              "status": {"observedGeneration": 2, "availableReplicas": 1,
                         "conditions": [{"type": "Available", "status": "True"}]}}
-    p = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+    p = plan(dm, Observations(children=children_of(InferenceService={name: ready}), workloads_observed=True,
                               predictor_deployments={name: stale}), T0)
     assert _serving(p)["status"] == "False" and "has no available replica" in p.status["versions"][0]["message"]
 
@@ -135,12 +136,12 @@ def test_a_serving_version_keeps_serving_while_its_deployment_picks_up_a_spec_ch
     rolled = {"metadata": {"name": f"{name}-predictor", "generation": 2},
               "status": {"observedGeneration": 2, "availableReplicas": 1,
                          "conditions": [{"type": "Available", "status": "True"}]}}
-    first = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+    first = plan(dm, Observations(children=children_of(InferenceService={name: ready}), workloads_observed=True,
                                   predictor_deployments={name: rolled}), T0)
     assert first.status["promotion"]["stable"] == dm.spec.promote.version and _serving(first)["status"] == "True"
     dm = dm.model_copy(update={"status": type(dm.status).model_validate(first.status)})
     scaling = {**rolled, "metadata": {**rolled["metadata"], "generation": 3}}
-    p = plan(dm, Observations(inferenceservices={name: ready}, workloads_observed=True,
+    p = plan(dm, Observations(children=children_of(InferenceService={name: ready}), workloads_observed=True,
                               predictor_deployments={name: scaling}), T0.replace(second=5))
     assert _serving(p)["status"] == "True", _serving(p)
     assert p.status["versions"][0]["phase"] == "Ready"
@@ -150,7 +151,7 @@ def test_crash_looping_predictor_fails_the_version_with_restarts_and_reason():
     dm = make_dm()
     isvc = _first_isvc(dm)
     name = isvc["metadata"]["name"]
-    obs = Observations(inferenceservices={name: isvc}, workloads_observed=True,
+    obs = Observations(children=children_of(InferenceService={name: isvc}), workloads_observed=True,
                        predictor_pods={name: (crashing_pod(f"{name}-predictor-x", 5, "Error", 1),)})
     p = plan(dm, obs, T0)
     assert _serving(p)["reason"] == "CrashLoopBackOff"
@@ -169,7 +170,7 @@ def test_a_first_version_whose_pods_cannot_be_created_keeps_saying_why_once_stop
     message = 'pods "p" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false'
     refused = {"metadata": {"name": f"{name}-predictor"}, "status": {"conditions": [
         {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": message}]}}
-    failing = plan(dm, Observations(inferenceservices={name: isvc}, workloads_observed=True,
+    failing = plan(dm, Observations(children=children_of(InferenceService={name: isvc}), workloads_observed=True,
                                     predictor_deployments={name: refused}), T0)
     assert (_serving(failing)["reason"], failing.status["promotion"]["failureReason"]) == (FAILED_CREATE,
                                                                                         "CandidateFailed")
