@@ -26,7 +26,7 @@ def _exposed(exposure: dict[str, Any], services: dict[str, Any]) -> dict[str, An
     isvc = next(c for c in first.children or [] if c["kind"] == "InferenceService")
     isvc["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     dm = dm.model_copy(update={"status": type(dm.status).model_validate(first.status)})
-    p = plan(dm, Observations(inferenceservices={ISVC: isvc}, predictor_services=services), T0)
+    p = plan(dm, Observations(children={("InferenceService", ISVC): isvc}, predictor_services=services), T0)
     return {c["type"]: c for c in p.status["conditions"]}
 
 

@@ -12,6 +12,7 @@ the package sits on a declared floor, so a new module must be placed before it c
                                clients; neither uses the other
   observe, sync                reads (observe) and the one write outside the cluster (sync)
   apply, registry_handlers     the writes of a reconcile: children and status; the registry's finalizer
+  refuse                       the status of an object the operator cannot decode or validate
   reconcile                    one pass: observe, sync, plan, apply
   triggers                     watch events -> work-queue keys (never a reconcile of their own)
   app                          the composition root: builds all of the above for one run
@@ -50,7 +51,8 @@ ALLOWED = {
     "sync": {"api", "render", "promotion", "plan", "metrics", "kube", "clients", "observe", "sync"},
     "apply": _DOMAIN,
     "registry_handlers": _DOMAIN,
-    "reconcile": _DOMAIN | {"apply", "registry_handlers"},
+    "refuse": _DOMAIN | {"apply"},
+    "reconcile": _DOMAIN | {"apply", "registry_handlers", "refuse"},
     "triggers": {"api", "render", "promotion", "plan", "metrics", "kube"},
     "app": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers"},
     "handlers": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app"},

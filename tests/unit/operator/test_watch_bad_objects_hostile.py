@@ -1,7 +1,7 @@
 """One bad object never stops the others: a hostile apiserver (support/hostile_apiserver.py, a real HTTP server on
 loopback) serves DecisionModels and InferenceServices of which any may be nested deeper than the operator's decoders go,
 huge or of the wrong shape, in list pages and watch streams, with cut and garbage lines around them (kube/watch.py,
-handlers.WatchEvents, the work queue and its workers).
+triggers.Triggers, the work queue and its workers).
 
 What a user would notice: every object reaches the cache at its resourceVersion (one that cannot be decoded as a
 stand-in naming why, every other one whole), every DecisionModel gets its pass (where a bad one is refused on its
@@ -15,31 +15,32 @@ import json
 import time
 from typing import Any
 
-import kopf
 import pytest
-from arbiter_operator import handlers
+from arbiter_operator import app
 from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.kubejson import REFUSED
 from arbiter_operator.api.names import API_VERSION, KIND
-from arbiter_operator.clients.namespaces import WatchOptions as NamespaceWatchOptions
 from arbiter_operator.kube.cache import WatchCache
+from arbiter_operator.kube.kinds import CACHED
+from arbiter_operator.kube.namespaces import NamespaceLabels
 from arbiter_operator.kube.watch import WatchOptions
-from arbiter_operator.nswatch import NamespaceWatch
+from arbiter_operator.kube.workqueue import PriorityWorkQueue
 from arbiter_operator.render.common import LABEL_DM
+from arbiter_operator.triggers import Triggers
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from kubernetes import client as k8s
 from support.hostile_apiserver import TRANSPORT, HostileApiserver
 
 KINDS = {"decisionmodels": (API_VERSION, KIND), "inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService")}
-RESOURCES = [r for r in handlers.WATCHED if r.plural in KINDS]
+RESOURCES = [r for r in app.WATCHED if r.plural in KINDS]
 LABELS = {"decisionmodels": {}, "inferenceservices": {LABEL_DM: "dm"}}
 MAX_BYTES = 2 * 1024 * 1024
 OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=4.0, page_size=3,
                        max_page_bytes=4 * MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=2,
                        backoff=DoublingBackoff(0.05, 0.2))
-NAMESPACE_OPTIONS = NamespaceWatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
-                                          healthy_after=0.3)
+NAMESPACE_OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
+                                 healthy_after=0.3, relist_after=1)
 CONVERGE_S = 30.0
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck),
                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -126,20 +127,19 @@ def test_every_object_converges_whatever_one_of_them_holds(peer, objects, script
 
     async def run() -> None:
         asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        memo = kopf.Memo()
-        cache = memo[handlers.CACHE_KEY] = WatchCache({(a, k): label for a, k, _, label in handlers.CACHED})
-        queue = memo[handlers.QUEUE_KEY] = handlers.WorkQueue()
-        memo[handlers.NSWATCH_KEY] = NamespaceWatch(k8s.ApiClient(configuration(peer)), queue.add,
-                                                    asyncio.get_running_loop(), cache=cache, options=NAMESPACE_OPTIONS)
-        events = handlers.WatchEvents(memo)
+        cache = WatchCache(CACHED)
+        queue = PriorityWorkQueue()
+        namespaces = NamespaceLabels(configuration(peer), queue.add, cache=cache,
+                                     options=NAMESPACE_OPTIONS).start()
+        events = Triggers(queue, cache, namespaces)
         for ref in REFS:
             peer.set_spec(ref, BAD_SPECS[objects[ref]][0] if objects.get(ref) else None)
         peer.go_honest({ref: LABELS[ref[0]] for ref in objects})
         peer.set_script(script, cycle=False)
-        watches = handlers.watches_for(events, configuration(peer), RESOURCES, scopes, OPTIONS).start()
+        watches = app.watches_for(events, configuration(peer), RESOURCES, scopes, OPTIONS).start()
         passes, leading = Passes(), asyncio.Event()
         leading.set()
-        worker = asyncio.create_task(handlers._worker(queue, passes, {}, leading, 0, watches.primed))
+        worker = asyncio.create_task(app.worker(queue, passes, {}, leading, 0, watches.primed))  # type: ignore[arg-type]
         want_passes = {(ns, name) for (p, ns, name) in objects if p == "decisionmodels"}
         try:
             deadline = time.monotonic() + CONVERGE_S
@@ -148,13 +148,13 @@ def test_every_object_converges_whatever_one_of_them_holds(peer, objects, script
                 await asyncio.sleep(0.05)
             assert held(cache) == expected(peer, objects)
             assert passes.keys >= want_passes  # every DecisionModel got its pass, the bad ones too (to refuse them)
-            assert watches.running and all(not t.done() for t in watches._tasks)
+            assert watches.running and all(not t.done() for t in watches._tasks.values())
         finally:
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)
             await watches.stop()
             await events.stop()
-            memo[handlers.NSWATCH_KEY].stop()
+            await namespaces.stop()
             peer.set_script([])
 
     asyncio.run(run())

@@ -94,10 +94,10 @@ def test_an_item_nothing_names_still_fails_its_list():
 @pytest.mark.parametrize("levels", [20_000, 200_000])  # past any recursion limit (msgspec's depth follows it)
 def test_a_watch_line_or_write_answer_too_deep_is_a_stand_in(levels):
     line = b'{"type":"MODIFIED","object":' + item("bad", deep(levels)) + b"}"
-    type_, obj = loads_event(line, "DecisionModel")
+    type_, obj = loads_event(line, False)
     assert type_ == "MODIFIED" and obj["metadata"]["name"] == "bad" and REFUSED in obj
     assert loads_object(item("bad", deep(levels)))["metadata"]["uid"] == "u-bad"
-    assert loads_event(line[:-20], "DecisionModel") is None  # cut: not an event at all
+    assert loads_event(line[:-20], False) is None  # cut: not an event at all
 
 
 @pytest.mark.parametrize("levels", [1_100, 3_000])
@@ -108,7 +108,7 @@ def test_the_cache_reads_back_what_it_holds_or_a_stand_in(levels):
     try:
         cache = WatchCache()
         line = b'{"type":"MODIFIED","object":' + item("bad", deep(levels)) + b"}"
-        _, obj = loads_event(line, "DecisionModel")
+        _, obj = loads_event(line, False)
         cache.put(obj)
     finally:
         sys.setrecursionlimit(limit)

@@ -91,7 +91,8 @@ class Workloads(Driver):
         self.now += timedelta(seconds=after)
         ready = {"status": {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
         deployments = {n: self.deployments.get(n, ready) for n in self.isvcs}
-        obs = Observations(inferenceservices=copy.deepcopy(self.isvcs), workloads_observed=True,
+        children = {("InferenceService", n): o for n, o in copy.deepcopy(self.isvcs).items()}
+        obs = Observations(children=children, workloads_observed=True,
                            predictor_deployments=deployments)
         self.last = p = plan(self.dm(), obs, self.now)
         self.events.extend(p.events)
