@@ -30,7 +30,7 @@ QWEN_LIKE = {"architectures": ["Qwen3ForCausalLM"], "num_attention_heads": 32, "
 
 
 class Kube:
-    """The reads the hooks make (clients.kube.KubeClient.get), straight on the apiserver through the kubernetes
+    """The reads the hooks make (kube.client.KubeClient.aget), straight on the apiserver through the kubernetes
     client, plus the writes the tests need to set the scene."""
 
     def __init__(self, api: k8s.ApiClient):
@@ -54,6 +54,10 @@ class Kube:
                 return None
             raise
         return self.api.sanitize_for_serialization(obj)
+
+    async def aget(self, api_version, kind, namespace, name):
+        """The awaited read the hooks make (KubeClient.aget), the blocking client in a thread."""
+        return await asyncio.to_thread(self.get, api_version, kind, namespace, name)
 
     def create(self, obj):
         ns = obj["metadata"]["namespace"]
