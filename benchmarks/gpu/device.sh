@@ -1,6 +1,6 @@
 #!/bin/bash
 # The GPU run, step by step, on a machine where each command carries at most 64 MiB and /tmp lasts only while the
-# machine is held (see docs/gpu.md). From the repo root, after `bash /path/to/prepare-vllm.sh` filled .dev/ and
+# machine is held (see docs/gpu.md). From the repo root, after vLLM 0.26.0 was staged into .dev/ (docs/gpu.md) and
 # `benchmarks/gpu/stage-wheels.sh` filled .whl/:
 #   stage1  carry .dev/c0 .dev/da        stash part 1; start training the model fixture in the background
 #   stage2  carry .dev/c1 .dev/db        stash part 2

@@ -1,8 +1,8 @@
 """Stand-in for `vllm serve` (vLLM 0.26) where no GPU is: tests, benchmarks, the GPU-less local run.
 
 It speaks the OpenAI chat-completions wire format the way vLLM 0.26 answers it, for every answer format the runtime
-asks for (scored compact and lines regexes, generated JSON) (see
-shared/gpu/scored-response-example.json): `structured_outputs` {regex, choice, json} (the removed `guided_json` is
+asks for (scored compact and lines regexes, generated JSON) (as a
+recorded vLLM 0.26 scored answer shows): `structured_outputs` {regex, choice, json} (the removed `guided_json` is
 ignored, as vLLM ignores it), `logprobs`/`top_logprobs`, `logprob_token_ids` (the sampled token first, then the
 requested ids; tokens the constraint masks come back at -9999.0), `seed`, `max_tokens` (-> finish_reason
 "length"), `/tokenize`, `/health`, `/v1/models`.
