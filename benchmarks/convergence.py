@@ -18,6 +18,7 @@ Target: operator p50 at most 1.2x the floor's.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
@@ -83,6 +84,8 @@ class Floor:
     def __init__(self, stack: common.Stack, dm_watch: common.Watcher, isvc_watch: common.Watcher):
         self.stack = stack
         self.kube = RestKubeClient(stack.cp.api_client())
+        # One loop for the floor's requests (the client is awaited), so its connections are kept between writes.
+        self.loop = asyncio.new_event_loop()
         self.dm_watch = dm_watch
         self.isvc_watch = isvc_watch
         self.passes = read_passes(stack.op.log())
@@ -93,12 +96,17 @@ class Floor:
                     continue
                 # Whatever kinds the operator applies (kube/kinds.py KINDS), read back as it wrote them.
                 k = next(k for (_av, kn), k in KINDS.items() if kn == kind)
-                obj = self.kube._call("GET", k.path(OP_NS, name))
+                obj = self.loop.run_until_complete(self.kube.aget(k.api_version, kind, OP_NS, name))
+                assert obj is not None, f"{kind} {OP_NS}/{name} the operator wrote is gone"
                 obj.setdefault("apiVersion", k.api_version)
                 obj.setdefault("kind", kind)
                 self.children[(kind, name)] = json.dumps(strip(obj))
         self.statuses = dm_watch.statuses[(OP_NS, TEMPLATE)]
         self.n_status = sum(1 for p in self.passes for w in p if w[0] == "patch-status")
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.kube.close())
+        self.loop.close()
 
     def describe(self) -> list[list[str]]:
         return [[f"{v} {k} {n}" + (f" [{x}]" if x else "") for v, k, n, x in p] for p in self.passes]
@@ -136,7 +144,7 @@ class Floor:
                 body = json.loads(rename(self.children[(kind, child)]))
                 for ref in body["metadata"].get("ownerReferences") or []:
                     ref["uid"] = dm["metadata"]["uid"]
-                self.kube.apply(body)
+                self.loop.run_until_complete(self.kube.aapply(body))
                 if kind == "InferenceService":
                     state["isvcs"].append((namespace, body["metadata"]["name"]))
             elif verb == "patch-status":
@@ -145,10 +153,10 @@ class Floor:
                 state["status_i"] += 1
                 fields = extra.split(",") if extra else list(snap)
                 patch = json.loads(rename(json.dumps({f: snap[f] for f in fields if f in snap})))
-                self.kube.patch_status(f"{common.GROUP}/{common.VERSION}", "DecisionModel", namespace, name,
-                                       {"status": patch})
+                self.loop.run_until_complete(self.kube.apatch_status(
+                    f"{common.GROUP}/{common.VERSION}", "DecisionModel", namespace, name, {"status": patch}))
             elif verb == "event":
-                self.kube.event(dm, "Normal", extra, extra)
+                self.loop.run_until_complete(self.kube.aevent(dm, "Normal", extra, extra))
 
 
 STEPS = (
@@ -251,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             if (i + 1) % 10 == 0:
                 common.log(f"  {i + 1}/{args.repetitions}: operator p50 {common.percentile(op_times, 50):.3f}s, "
                            f"floor p50 {common.percentile(floor_times, 50):.3f}s")
+        floor.close()
         op_writes = stack.op.writes()
         dm_watch.stop()
         isvc_watch.stop()

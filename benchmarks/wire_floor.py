@@ -295,7 +295,8 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
     template's passes as requests (names still the template's; the replayer swaps them)."""
     from arbiter_operator.api.times import format_time
     from arbiter_operator.app import WATCHED
-    from arbiter_operator.kube.client import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER, event_body
+    from arbiter_operator.kube.client import CREATE_ONLY_RESOURCE_VERSION, FIELD_MANAGER
+    from arbiter_operator.kube.events import event_body
     from arbiter_operator.kube.kinds import KINDS
     from convergence import OP_NS, TEMPLATE
 

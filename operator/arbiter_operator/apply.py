@@ -16,7 +16,7 @@ from typing import Any
 from .api.conditions import EXPOSED
 from .api.models import DecisionModel
 from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
-from .kube.client import KubeError, LoopKubeClient, NotLeader
+from .kube.client import KubeClient, KubeError, NotLeader
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .observe.children import controller_of, owned_by
 from .plan.exposure import ROUTE_NOT_OWNED
@@ -93,7 +93,7 @@ def describe_owner(obj: dict[str, Any], dm: DecisionModel) -> str:
 
 
 async def apply_plan(
-    client: LoopKubeClient,
+    client: KubeClient,
     dm_raw: dict[str, Any],
     dm: DecisionModel,
     plan: Plan,
@@ -179,7 +179,7 @@ async def apply_plan(
 
 
 async def _write_child(
-    client: LoopKubeClient, dm: DecisionModel, desired: dict[str, Any], live: dict[str, Any] | None
+    client: KubeClient, dm: DecisionModel, desired: dict[str, Any], live: dict[str, Any] | None
 ) -> tuple[int, str | None]:
     """Create or update one child; (writes made, the conflict when another owner holds the name)."""
     ns = dm.metadata.namespace

@@ -22,7 +22,7 @@ from .api.kubejson import REFUSED
 from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .api.names import API_VERSION, KIND
 from .apply import apply_plan
-from .kube.client import LoopKubeClient
+from .kube.client import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.children import observe_children, podmonitor_served
 from .observe.storage import VerdictCache, observe_artifacts
@@ -50,7 +50,7 @@ class Finalizer(Protocol):
 class Reconciler:
     def __init__(
         self,
-        client: LoopKubeClient,
+        client: KubeClient,
         clock: Callable[[], datetime] = utc_now,
         finalizer: Finalizer | None = None,
         prometheus: InstantQuerier | None = None,

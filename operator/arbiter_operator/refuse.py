@@ -20,7 +20,7 @@ from .api.kubejson import REFUSED
 from .api.models import MAX_SCHEMA_DEPTH
 from .api.names import API_VERSION, KIND
 from .apply import merge_patch
-from .kube.client import LoopKubeClient
+from .kube.client import KubeClient
 
 log = logging.getLogger("arbiter.reconcile")
 
@@ -64,7 +64,7 @@ def refusal_status(raw: dict[str, Any], message: str, now: datetime) -> dict[str
     return {"observedGeneration": gen, "conditions": [x.model_dump() for x in conds]}
 
 
-async def refuse(client: LoopKubeClient, raw: dict[str, Any], message: str, now: datetime) -> None:
+async def refuse(client: KubeClient, raw: dict[str, Any], message: str, now: datetime) -> None:
     """Write the refusal status (only what changed), post a Warning Event on the transition into it; an Event and the
     metric where the status cannot be written."""
     meta = raw["metadata"]
@@ -91,7 +91,7 @@ async def refuse(client: LoopKubeClient, raw: dict[str, Any], message: str, now:
         await _event(client, involved, INVALID_SPEC, message[:1000])
 
 
-async def _event(client: LoopKubeClient, involved: dict[str, Any], reason: str, message: str) -> None:
+async def _event(client: KubeClient, involved: dict[str, Any], reason: str, message: str) -> None:
     try:
         await client.aevent(involved, "Warning", reason, message)
     except Exception as exc:  # an Event is best effort: the log line and the metric stay

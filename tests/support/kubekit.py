@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from arbiter_operator.kube.client import answer_of
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
@@ -64,3 +65,16 @@ def api_error(exc: ApiException) -> str:
         return json.loads(exc.body).get("message", exc.body)
     except (TypeError, ValueError):
         return str(exc.body)
+
+
+def raw_call(api: client.ApiClient, method: str, path: str, body: Any = None,
+             query: list[tuple[str, str]] | None = None, content_type: str = "application/json",
+             timeout: float = 30.0) -> dict[str, Any]:
+    """One blocking REST call of the test's own (another writer or reader than the operator) through the kubernetes
+    client: the decoded JSON object, or the operator's KubeError for a non-2xx answer (its decoding of answers)."""
+    method_, url, headers, body_, post = api.param_serialize(
+        method, path, query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body, auth_settings=["BearerToken"])
+    resp = api.call_api(method_, url, header_params=headers, body=body_, post_params=post, _request_timeout=timeout)
+    return answer_of(method, path, resp.status, resp.reason or "", resp.read())

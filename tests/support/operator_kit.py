@@ -9,11 +9,12 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from arbiter_operator.kube.client import KubeError, raw_call
+from arbiter_operator.kube.client import KubeError
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from support.examples import example  # noqa: F401  (re-exported: the operator tests take it from here)
+from support.kubekit import raw_call
 from support.paths import REPO
 from support.polling import eventually as _eventually
 

@@ -21,13 +21,13 @@ import json
 import re
 import threading
 from collections.abc import Awaitable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import msgspec
 
 from ..api import jsonfast
 from ..api.kubejson import REFUSED, refused
-from .client import LoopKubeClient, Objects
+from .client import KubeClient, Objects
 from .kinds import STATUS_ONLY
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace, name
@@ -269,14 +269,13 @@ def _read(data: bytes) -> dict[str, Any]:
 
 
 class CachedKubeClient:
-    """A KubeClient whose reads of cached kinds come from the watch cache; writes go through and are written back."""
+    """A KubeClient whose reads of cached kinds come from the watch cache; writes go through and are written back.
+    Every verb is defined here (none reaches the wrapped client unseen), so every write goes through the cache's
+    bookkeeping."""
 
-    def __init__(self, inner: LoopKubeClient, cache: WatchCache) -> None:
+    def __init__(self, inner: KubeClient, cache: WatchCache) -> None:
         self.inner = inner
         self.cache = cache
-
-    def __getattr__(self, name: str) -> Any:  # writes, fence, served, ... of the wrapped client
-        return getattr(self.inner, name)
 
     def _answered(self, api_version: str, kind: str, namespace: str | None, name: str,
                   own_child: bool = False) -> tuple[bool, dict[str, Any] | None]:
@@ -289,16 +288,6 @@ class CachedKubeClient:
         cached = (api_version, kind) in self.cache.kinds
         return cached and (own_child or self.cache.kinds[(api_version, kind)] is None), None
 
-    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        answered, held = self._answered(api_version, kind, namespace, name)
-        return held if answered else self.inner.get(api_version, kind, namespace, name)
-
-    def held(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
-        """Like `get`, but a miss of a cached kind is an answer (None), not a read: for the operator's own children,
-        which all carry the label the watch filters on."""
-        answered, held = self._answered(api_version, kind, namespace, name, own_child=True)
-        return held if answered else self.inner.get(api_version, kind, namespace, name)
-
     def _list_requirements(self, api_version: str, kind: str,
                            label_selector: str | None) -> list[tuple[str, str, set[str]]] | None:
         """The selector's requirements when the cache answers this LIST (its kind is held and the selector pins the
@@ -310,48 +299,6 @@ class CachedKubeClient:
                 return reqs
         return None
 
-    def list(self, api_version: str, kind: str, namespace: str | None,
-             label_selector: str | None = None) -> list[dict[str, Any]]:
-        reqs = self._list_requirements(api_version, kind, label_selector)
-        if reqs is not None:
-            return self.cache.list(api_version, kind, namespace, reqs)
-        return self.inner.list(api_version, kind, namespace, label_selector)
-
-    def _write(self, key: Key, call: Any) -> dict[str, Any]:
-        self.cache.begin_write(key)
-        out = None
-        try:
-            out = call()
-            return cast("dict[str, Any]", out)
-        finally:
-            self.cache.end_write(key, out)
-
-    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
-        return self._write(_key(obj), lambda: self.inner.apply(obj, force=force))
-
-    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._write(_key(obj), lambda: self.inner.create(obj))
-
-    def patch_status(self, api_version: str, kind: str, namespace: str, name: str,
-                     patch: dict[str, Any]) -> dict[str, Any]:
-        return self._write((api_version, kind, namespace or "", name),
-                           lambda: self.inner.patch_status(api_version, kind, namespace, name, patch))
-
-    def patch(self, api_version: str, kind: str, namespace: str | None, name: str, body: Any,
-              content_type: str) -> dict[str, Any]:
-        return self._write((api_version, kind, namespace or "", name),
-                           lambda: self.inner.patch(api_version, kind, namespace, name, body, content_type))
-
-    def delete(self, api_version: str, kind: str, namespace: str | None, name: str, uid: str | None = None) -> bool:
-        out = self.inner.delete(api_version, kind, namespace, name, uid=uid)
-        self.cache.discard(api_version, kind, namespace, name)
-        return out
-
-    def event(self, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.inner.event(involved, type_, reason, message)
-
-    # -- the same, awaited on the operator's loop (the apply step): each is defined here, none reaches the wrapped
-    # client through __getattr__, so every write goes through the cache's bookkeeping either way.
     async def _awrite(self, key: Key, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         self.cache.begin_write(key)
         out = None
@@ -366,6 +313,8 @@ class CachedKubeClient:
         return held if answered else await self.inner.aget(api_version, kind, namespace, name)
 
     async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Like `aget`, but a miss of a cached kind is an answer (None), not a read: for the operator's own children,
+        which all carry the label the watch filters on."""
         answered, held = self._answered(api_version, kind, namespace, name, own_child=True)
         return held if answered else await self.inner.aget(api_version, kind, namespace, name)
 
@@ -403,6 +352,3 @@ class CachedKubeClient:
 
     async def aserved(self, api_version: str, kind: str) -> bool:
         return await self.inner.aserved(api_version, kind)
-
-    def served(self, api_version: str, kind: str) -> bool:
-        return self.inner.served(api_version, kind)

@@ -4,9 +4,7 @@ transport of RestKubeClient's requests, the leader Lease's included.
 Why: the reconcile's writes went through the kubernetes package's ApiClient (its pure-Python HTTP stack, whose
 headers are parsed by the email package), and that was the largest share of the operator's CPU at fleet scale;
 aiohttp's HTTP parser is C, and it already runs on the event loop for kopf and the watches. The operator awaits
-`LoopTransport.request` on that loop (RestKubeClient's `a...` methods); no thread is involved. Its blocking methods
-serve tools and tests: called from another thread, they go through `LoopTransport.call`, which hands the request to
-the loop and waits for its answer.
+`LoopTransport.request` on that loop; no thread is involved.
 
 Same connection settings as the kubeconfig or the in-cluster config (kubernetes.client.Configuration): host, CA,
 client certificate, bearer token (re-read through the configuration's refresh hook), basic auth, proxy,
@@ -16,7 +14,6 @@ client certificate, bearer token (re-read through the configuration's refresh ho
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import ssl
 import time
 from typing import Any
@@ -24,10 +21,6 @@ from typing import Any
 import aiohttp
 
 from ..metrics import count_request
-
-# Time allowed for a request on top of its own timeout before the waiting thread gives up on the loop itself (a
-# loop that stopped or is starved must not hold a worker thread for good).
-LOOP_GRACE_SECONDS = 5.0
 
 
 def ssl_context(config: Any) -> ssl.SSLContext:
@@ -93,27 +86,6 @@ class LoopTransport:
             headers = auth_headers(self.config)
             self._auth = (now, headers)
         return headers
-
-    def usable(self) -> bool:
-        """Whether a request may be handed to the loop from this thread: not from the loop's own thread (it would wait
-        for itself), and not once the loop has stopped."""
-        if self.loop.is_closed() or not self.loop.is_running():
-            return False
-        try:
-            return asyncio.get_running_loop() is not self.loop
-        except RuntimeError:  # no loop in this thread: a worker thread
-            return True
-
-    def call(self, method: str, path: str, body: bytes, query: list[tuple[str, str]], content_type: str,
-             timeout: float) -> tuple[int, str, bytes]:
-        """Blocking, from a thread other than the loop's: the answer's status, reason phrase and body."""
-        future = asyncio.run_coroutine_threadsafe(self.request(method, path, body, query, content_type, timeout),
-                                                  self.loop)
-        try:
-            return future.result(timeout + LOOP_GRACE_SECONDS)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"{method} {path}: no answer within {timeout:.0f}s") from None
 
     async def close(self) -> None:
         if self._session is not None:

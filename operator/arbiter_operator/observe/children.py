@@ -22,7 +22,7 @@ from ..api.names import (
     ROUTE_API,
     SERVINGRUNTIME_API,
 )
-from ..kube.client import KubeError, LoopKubeClient
+from ..kube.client import KubeClient, KubeError
 from ..plan.model import Observations
 from ..render.common import runtime_name
 from ..render.podmonitor import podmonitor_name
@@ -111,7 +111,7 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
 )
 
 
-async def _observe_kind(client: LoopKubeClient, dm: DecisionModel, child: ChildKind) -> list[dict[str, Any]]:
+async def _observe_kind(client: KubeClient, dm: DecisionModel, child: ChildKind) -> list[dict[str, Any]]:
     """The owned children of one kind."""
     ns, name = dm.metadata.namespace, dm.metadata.name
     if isinstance(child.find, ByLabel):
@@ -125,7 +125,7 @@ async def _observe_kind(client: LoopKubeClient, dm: DecisionModel, child: ChildK
     return [obj] if obj is not None and _owned(obj, dm) else []
 
 
-async def observe_children(client: LoopKubeClient, dm: DecisionModel, podmonitor_api: bool = False,
+async def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False,
                            default_runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> Observations:
     """podmonitor_api: whether the PodMonitor API is served (see `podmonitor_served`; observed once per process).
     default_runtime_image: the operator's setting for versions that name no image.
@@ -166,7 +166,7 @@ def _isvc_ready(isvc: dict[str, Any]) -> bool:
 
 
 async def _observe_workloads(
-    client: LoopKubeClient, ns: str, isvcs: dict[str, dict[str, Any]]
+    client: KubeClient, ns: str, isvcs: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, tuple[dict[str, Any], ...]], bool]:
     """The predictor Deployments of these InferenceServices and, for those not ready, their pods. (deployments,
     pods, observed): observed False when the operator may not read them (readiness then rests on KServe alone)."""
@@ -206,7 +206,7 @@ def _belongs_to(deployment: dict[str, Any], isvc: dict[str, Any] | None) -> bool
     return any(r.get("uid") == uid for r in refs)
 
 
-async def podmonitor_served(client: LoopKubeClient) -> bool | None:
+async def podmonitor_served(client: KubeClient) -> bool | None:
     """Whether the cluster serves PodMonitors (prometheus-operator installed). None: cannot tell now (ask later)."""
     try:
         return await client.aserved(PODMONITOR_API, PODMONITOR_KIND)

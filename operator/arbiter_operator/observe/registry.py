@@ -83,7 +83,7 @@ async def _referenced(kube: Any, kind: str, ns: str, ref: Any, default_key: str,
 async def resolve_registry(
     kube: Any, dm: DecisionModel, now: datetime, sa_dir: str = SA_DIR
 ) -> RegistryTarget | None:
-    """Turn `spec.registry` into URL, token and CA, reading the cluster through `kube` (kube.client.LoopKubeClient,
+    """Turn `spec.registry` into URL, token and CA, reading the cluster through `kube` (kube.client.KubeClient,
     awaited). None when the DecisionModel names no registry (then there is no `Registered`
     condition at all)."""
     reg = dm.spec.registry

@@ -143,7 +143,7 @@ class SecretReads:
 async def storage_credentials(kube: Any, dm: Any, bucket: str,
                               secrets: SecretReads | None = None) -> S3Credentials | ArtifactReport:
     """S3 credentials for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the
-    cluster through `kube`'s awaited reads (kube.client.LoopKubeClient). An `ArtifactReport` instead when
+    cluster through `kube`'s awaited reads (kube.client.KubeClient). An `ArtifactReport` instead when
     they cannot be had. `secrets`: recent Secret reads to share (None: read it)."""
     st = dm.spec.storage
     ns = dm.metadata.namespace

@@ -9,10 +9,10 @@ import time
 import uuid
 
 from arbiter_operator.kube.cache import CachedKubeClient, WatchCache, _requirements, matches
-from arbiter_operator.kube.client import raw_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
+from support.kubekit import raw_call
 from support.operator_kit import condition, create_dm, eventually, example, get
 from test_operator_metrics import samples, total
 
@@ -219,7 +219,7 @@ def test_label_selectors_match_as_the_apiserver_does(control_plane, namespace, a
     assert ours == live, selector
 
 
-def test_a_list_the_cache_cannot_answer_goes_to_the_apiserver(control_plane, namespace, api):
+async def test_a_list_the_cache_cannot_answer_goes_to_the_apiserver(control_plane, namespace, api):
     """A selector the cache's watch does not filter on (objects without the operator's label are not held) is
     answered by the apiserver, and so is a get of an object the cache does not hold."""
     from arbiter_operator.kube.client import RestKubeClient
@@ -227,11 +227,13 @@ def test_a_list_the_cache_cannot_answer_goes_to_the_apiserver(control_plane, nam
     name = f"plain-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(api).create_namespaced_config_map(namespace, {"metadata": {"name": name,
                                                                                 "labels": {"app": "x"}}})
-    cached = CachedKubeClient(RestKubeClient(api), WatchCache({("v1", "ConfigMap"): "arbiter.dev/decision-model"}))
-    assert [o["metadata"]["name"] for o in cached.list("v1", "ConfigMap", namespace, "app=x")] == [name]
-    assert cached.list("v1", "ConfigMap", namespace, "arbiter.dev/decision-model=x") == []  # held: none
-    assert cached.get("v1", "ConfigMap", namespace, name)["metadata"]["name"] == name
-    assert cached.held("v1", "ConfigMap", namespace, name) is None
+    rest = RestKubeClient(api)
+    cached = CachedKubeClient(rest, WatchCache({("v1", "ConfigMap"): "arbiter.dev/decision-model"}))
+    assert [o["metadata"]["name"] for o in await cached.alist("v1", "ConfigMap", namespace, "app=x")] == [name]
+    assert await cached.alist("v1", "ConfigMap", namespace, "arbiter.dev/decision-model=x") == []  # held: none
+    assert (await cached.aget("v1", "ConfigMap", namespace, name))["metadata"]["name"] == name
+    assert await cached.aheld("v1", "ConfigMap", namespace, name) is None
+    await rest.close()
 
 
 def test_a_child_whose_label_is_removed_gets_it_back(control_plane, namespace, api, operator_process, predictors):

@@ -4,6 +4,7 @@ storage initializer reading the credentials the artifact check used, and schedul
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import uuid
@@ -30,7 +31,14 @@ def _model(raw: dict[str, Any], namespace: str) -> DecisionModel:
 
 def _apply(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
     """Server-side apply with the operator's own client (field manager, force), through KServe's webhooks."""
-    return RestKubeClient(api).apply(_strip_owner(obj), force=True)  # the DecisionModel is not created here
+    return asyncio.run(_aapply(RestKubeClient(api), _strip_owner(obj)))  # the DecisionModel is not created here
+
+
+async def _aapply(kube: RestKubeClient, obj: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return await kube.aapply(obj, force=True)
+    finally:
+        await kube.close()
 
 
 def _strip_owner(obj: dict[str, Any]) -> dict[str, Any]:

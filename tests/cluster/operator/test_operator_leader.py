@@ -10,12 +10,13 @@ import asyncio
 import uuid
 
 import pytest
-from arbiter_operator.kube.client import KubeError, NotLeader, RestKubeClient, raw_call
+from arbiter_operator.kube.client import KubeError, NotLeader, RestKubeClient
 from arbiter_operator.kube.leader import LEASE_PATH, LeaderElector
 from arbiter_operator.kube.transport import LoopTransport
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
+from support.kubekit import raw_call
 
 
 class Clock:
@@ -56,7 +57,7 @@ async def _takeover(namespace, api):
     assert not a.is_leader()
     kube = RestKubeClient(api, fence=a.is_leader)
     with pytest.raises(NotLeader):
-        kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": namespace}})
+        await kube.aapply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": namespace}})
     assert client.CoreV1Api(api).list_namespaced_config_map(namespace, field_selector="metadata.name=x").items == []
     clock.t += 2
     assert await b.try_acquire_or_renew() and b.is_leader()

@@ -4,18 +4,19 @@ generated pairs of DecisionModels in one namespace each get their own children."
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import uuid
 from typing import Any
 
 from arbiter_operator.api.models import isvc_name
-from arbiter_operator.kube.client import raw_call
 from arbiter_operator.render.naming import derived_names
 from hypothesis import HealthCheck, given, settings
 from hypothesis import example as hexample
 from hypothesis import strategies as st
 from kubernetes import client
+from support.kubekit import raw_call
 from support.operator_kit import condition, create_dm, eventually, example, get
 
 ROUTES = ("route.openshift.io", "v1", "routes")
@@ -197,6 +198,14 @@ _FOREIGN_KINDS = {  # (apiVersion, kind) -> a minimal valid body of that kind, a
 _label_values = st.text(alphabet="abc-1", min_size=1, max_size=5).filter(lambda s: s[0].isalnum() and s[-1].isalnum())
 
 
+async def _once(kube, call):
+    """One awaited call of the operator's client on a loop of its own (asyncio.run), its transport closed after."""
+    try:
+        return await call
+    finally:
+        await kube.close()
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(_FOREIGN_KINDS)), labels=st.dictionaries(
     st.sampled_from(["app", "arbiter.dev/decisionmodel", "team"]), _label_values, max_size=3),
@@ -227,17 +236,18 @@ def test_a_create_never_touches_an_object_already_under_the_name(control_plane, 
     before = get(api, api_version, plural[kind_name], namespace, name)
 
     try:
-        kc.create(ours)
+        asyncio.run(_once(kc, kc.acreate(ours)))
         raise AssertionError("a create over an existing object succeeded")
     except KubeError as exc:
         assert exc.status == 409
     assert get(api, api_version, plural[kind_name], namespace, name) == before
 
     free = {**copy.deepcopy(ours), "metadata": {**ours["metadata"], "name": name + "-free"}}
-    kc.create(free)
+    asyncio.run(_once(kc, kc.acreate(free)))
     # Read back whole: the operator's client decodes the answers to its writes without managedFields.
     created = get(api, api_version, plural[kind_name], namespace, name + "-free")
     assert [m["operation"] for m in created["metadata"]["managedFields"]] == ["Apply"]
     # Our later apply stops sending the label: server-side apply removes it (we own it as an applier).
     free["metadata"]["labels"] = {}
-    assert "labels" not in kc.apply(free)["metadata"] or not kc.apply(free)["metadata"]["labels"]
+    applied = asyncio.run(_once(kc, kc.aapply(free)))
+    assert "labels" not in applied["metadata"] or not applied["metadata"]["labels"]

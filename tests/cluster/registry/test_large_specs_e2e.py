@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 from arbiter_devenv.operator_process import OperatorProcess
-from arbiter_operator.kube.client import KubeError, raw_call
+from arbiter_operator.kube.client import KubeError
 from support.examples import example
+from support.kubekit import raw_call
 from support.operator_kit import seed_model_storage
 from support.paths import REPO
 from support.polling import eventually

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 from arbiter_devenv.cluster import wait_default_service_account
 from arbiter_devenv.operator_process import OperatorProcess
-from arbiter_operator.kube.client import raw_call
 from kubernetes import client
+from support.kubekit import raw_call
 from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 from support.rbackit import (
     Identity,

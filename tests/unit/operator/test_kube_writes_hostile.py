@@ -1,9 +1,7 @@
 """The operator's Kubernetes requests (kube/client.py: every write, and the few reads not served from the watch
 cache) against a hostile apiserver or a broken proxy in front of it: a real HTTP server on loopback that answers with
-any status, any body, a lying or missing length, or not at all. Both transports: the operator's (aiohttp on an event
-loop, clients/aiokube.LoopTransport: the awaitable methods on that loop, as the apply step makes its writes, and the
-blocking ones from a worker thread) and the kubernetes client's (urllib3, raw_call: the leader election's, and the
-fallback off the loop).
+any status, any body, a lying or missing length, or not at all. Every verb is awaited on an event loop,
+by the operator's transport (kube/transport.py LoopTransport, aiohttp) or one the client makes for another loop.
 
 What a user would notice if this broke: a reconcile that dies on an exception nobody can read (AttributeError,
 UnicodeDecodeError) instead of the apiserver's own message, or a worker stuck for good on an answer that never ends.
@@ -19,8 +17,7 @@ import time
 
 import aiohttp
 import pytest
-import urllib3
-from arbiter_operator.kube.client import KubeError, RestKubeClient, raw_call
+from arbiter_operator.kube.client import KubeError, RestKubeClient
 from arbiter_operator.kube.transport import LoopTransport
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -97,6 +94,8 @@ def operator_loop():
     thread = threading.Thread(target=loop.run_forever, daemon=True, name="operator-loop")
     thread.start()
     yield loop
+    for kube in CLIENTS:
+        asyncio.run_coroutine_threadsafe(kube.close(), loop).result(5)
     for transport in TRANSPORTS.pop(loop, []):
         asyncio.run_coroutine_threadsafe(transport.close(), loop).result(5)
     loop.call_soon_threadsafe(loop.stop)
@@ -120,20 +119,26 @@ def _config(peer: HostileWriteTarget) -> k8s.Configuration:
 
 
 def _client(peer: HostileWriteTarget, loop: asyncio.AbstractEventLoop | None = None) -> RestKubeClient:
-    return RestKubeClient(k8s.ApiClient(_config(peer)), transport=_transport(peer, loop) if loop else None)
+    """loop: the client holds the operator's transport of that loop; None: it makes one for the loop it is awaited on
+    (closed with the operator's loop, like the transports above)."""
+    kube = RestKubeClient(k8s.ApiClient(_config(peer)), transport=_transport(peer, loop) if loop else None)
+    CLIENTS.append(kube)
+    return kube
 
 
-# What a broken connection or an unreadable answer raises, by transport.
-TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, aiohttp.ClientError, OSError)  # TimeoutError is an OSError
+CLIENTS: list[RestKubeClient] = []  # their own transports are closed with the operator's loop
+
+# What a broken connection or an unreadable answer raises.
+TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)  # TimeoutError is an OSError
 
 
-@pytest.fixture(params=["loop", "urllib3"])
+@pytest.fixture(params=["operator's", "made for the loop"])
 def transport(request, operator_loop):
-    return operator_loop if request.param == "loop" else None
+    return operator_loop if request.param == "operator's" else None
 
 
 def _arguments(call: str) -> tuple:
-    """The arguments of one RestKubeClient call (blocking `call`, or its awaitable `a<call>`)."""
+    """The arguments of one RestKubeClient verb (`a<call>`)."""
     return {
         "apply": (_configmap(),),
         "create": (_configmap(),),
@@ -141,17 +146,21 @@ def _arguments(call: str) -> tuple:
         "get": ("v1", "ConfigMap", "risk", "cm"),
         "list": ("v1", "ConfigMap", "risk", "arbiter.dev/decision-model=dm"),
         "delete": ("v1", "ConfigMap", "risk", "cm", "u1"),
-        "event": (_configmap() | {"metadata": {"name": "cm", "namespace": "risk", "uid": "u"}}, "Normal", "Tested",
-                  "a message"),
+        "event": (_involved(), "Normal", "Tested", "a message"),
     }[call]
 
 
-def _make(kube: RestKubeClient, call: str, mode: str, loop: asyncio.AbstractEventLoop):
-    """mode "blocking": the method from this thread; "awaited": its awaitable twin, awaited on the operator's loop
-    (the apply step's way)."""
-    if mode == "blocking":
-        return getattr(kube, call)(*_arguments(call))
-    return asyncio.run_coroutine_threadsafe(getattr(kube, "a" + call)(*_arguments(call)), loop).result(60)
+def _on(loop: asyncio.AbstractEventLoop, coro, timeout: float = 60):
+    """Await `coro` on the operator's loop (its thread), as the reconcile does."""
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+
+def _make(kube: RestKubeClient, call: str, loop: asyncio.AbstractEventLoop):
+    return _on(loop, getattr(kube, "a" + call)(*_arguments(call)))
+
+
+def _involved() -> dict:
+    return _configmap() | {"metadata": {"name": "cm", "namespace": "risk", "uid": "u"}}
 
 
 def _configmap() -> dict:
@@ -159,11 +168,10 @@ def _configmap() -> dict:
             "data": {"decision.json": "{}"}}
 
 
-@pytest.mark.parametrize("mode", ["blocking", "awaited"])
-def test_an_honest_answer_is_the_decoded_object_and_the_request_is_what_the_apiserver_expects(peer, transport, mode,
+def test_an_honest_answer_is_the_decoded_object_and_the_request_is_what_the_apiserver_expects(peer, transport,
                                                                                               operator_loop):
     peer.script = [("answer", 200, b'{"metadata": {"name": "cm", "resourceVersion": "7"}}')]
-    out = _make(_client(peer, transport), "apply", mode, operator_loop)
+    out = _make(_client(peer, transport), "apply", operator_loop)
     assert out["metadata"]["resourceVersion"] == "7"
     method, target, body = peer.seen[-1]
     assert method == "PATCH"
@@ -176,10 +184,10 @@ def test_an_honest_answer_is_the_decoded_object_and_the_request_is_what_the_apis
         assert headers["user-agent"] == "arbiter-operator/test"
 
 
-def test_an_error_answer_names_the_apiservers_reason_and_message(peer, transport):
+def test_an_error_answer_names_the_apiservers_reason_and_message(peer, transport, operator_loop):
     peer.script = [("answer", 409, BODIES[8])]
     with pytest.raises(KubeError) as caught:
-        _client(peer, transport).apply(_configmap())
+        _make(_client(peer, transport), "apply", operator_loop)
     assert (caught.value.status, caught.value.reason) == (409, "Conflict")
     assert "the object has been modified" in str(caught.value)
 
@@ -187,14 +195,14 @@ def test_an_error_answer_names_the_apiservers_reason_and_message(peer, transport
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(how=st.sampled_from(TRANSPORT), status=st.sampled_from(STATUSES), body=st.sampled_from(BODIES),
        call=st.sampled_from(["apply", "create", "patch_status", "get", "list", "delete", "event"]),
-       on_loop=st.booleans(), mode=st.sampled_from(["blocking", "awaited"]))
+       on_loop=st.booleans())
 def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer, operator_loop, how, status, body,
-                                                                           call, on_loop, mode):
-    peer.script = [(how, status, body)] * 5  # every attempt: the client retries a broken connection (urllib3's 3)
+                                                                           call, on_loop):
+    peer.script = [(how, status, body)] * 5  # every attempt: the transport sends a request again on a dropped one
     kube = _client(peer, operator_loop if on_loop else None)
     started = time.monotonic()
     try:
-        out = _make(kube, call, mode, operator_loop)
+        out = _make(kube, call, operator_loop)
     except KubeError as exc:
         # The apiserver's answer, named: its status code, and no traceback of the client's own.
         assert 100 <= exc.status < 600 and isinstance(exc.message, str) and isinstance(exc.reason, str)
@@ -203,7 +211,7 @@ def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer,
     except TRANSPORT_ERRORS:
         # The connection broke, or the answer could not be read: a body after a 204 or 304 (HTTP forbids one there)
         # is a malformed answer to aiohttp's parser.
-        assert how != "answer" or (status in (204, 304) and body and on_loop)
+        assert how != "answer" or (status in (204, 304) and body)
     else:
         # Only an answer that carried an object counts as done (a get's 404 is "absent", an Event is a courtesy).
         assert ((how == "answer" and 200 <= status < 300 and isinstance(out, dict))
@@ -214,23 +222,15 @@ def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer,
     peer.script = []
 
 
-def test_a_hung_apiserver_costs_the_calls_timeout_not_a_worker(peer):
-    peer.script = [("hang", 200, b"")] * 5
-    api = _client(peer).api
-    started = time.monotonic()
-    with pytest.raises((urllib3.exceptions.HTTPError, OSError)):
-        raw_call(api, "GET", "/api/v1/namespaces/risk/configmaps/cm", timeout=0.3)
-    # The timeout per attempt, and urllib3's three retries of a read: the call gives up, the worker is free again.
-    assert time.monotonic() - started < 4 * 0.3 + 1.0
-    peer.script = []
-
-
-def test_a_hung_apiserver_costs_the_loop_transports_timeout(peer, operator_loop):
-    peer.script = [("hang_after_headers", 200, b"{}")] * 5
+@pytest.mark.parametrize("how", ["hang", "hang_after_headers"])
+def test_a_hung_apiserver_costs_the_loop_transports_timeout(peer, operator_loop, how):
+    """No answer at all, or a head and then nothing: the request gives up at its timeout, the worker is free."""
+    peer.script = [(how, 200, b"{}")] * 5
     transport = _transport(peer, operator_loop)
     started = time.monotonic()
     with pytest.raises(TimeoutError):
-        transport.call("GET", "/api/v1/namespaces/risk/configmaps/cm", b"", [], "application/json", 0.3)
+        _on(operator_loop, transport.request("GET", "/api/v1/namespaces/risk/configmaps/cm", b"", [],
+                                             "application/json", 0.3))
     assert time.monotonic() - started < 0.3 + 0.5
     peer.script = []
 
@@ -241,7 +241,7 @@ def test_an_answer_longer_than_the_transport_accepts_is_refused_not_held(peer, o
     kube = RestKubeClient(k8s.ApiClient(_config(peer)),
                           transport=_transport(peer, operator_loop, max_body_bytes=100_000))
     with pytest.raises(aiohttp.ClientPayloadError, match="longer than 100000 bytes"):
-        kube.apply(_configmap())
+        _make(kube, "apply", operator_loop)
     peer.script = []
 
 
@@ -255,31 +255,35 @@ def test_a_cookie_the_apiserver_sets_is_never_sent_back(peer, operator_loop):
     TRANSPORTS.setdefault(operator_loop, []).append(transport)
     peer.script = [("set_cookie", 200, b"{}"), ("answer", 200, b"{}")]
     for _ in range(2):
-        transport.call("GET", "/api/v1/namespaces/risk/configmaps/cm", b"", [], "application/json", 5)
+        _on(operator_loop, transport.request("GET", "/api/v1/namespaces/risk/configmaps/cm", b"", [],
+                                             "application/json", 5))
     assert "cookie" not in peer.headers[-1]
     peer.script = []
 
 
-def test_a_request_made_on_the_loops_own_thread_is_made_without_it_not_deadlocked(peer, operator_loop):
-    """A blocking call on the loop's thread cannot wait for the loop: it goes through the kubernetes client instead."""
+def test_a_client_awaited_on_another_loop_makes_its_requests_there_not_on_the_operators(peer, operator_loop):
+    """A tool or a test awaits the client on a loop of its own: the requests go through a transport of that loop
+    (an aiohttp session is bound to one loop), never through the operator's, whose loop may be busy or elsewhere."""
     peer.script = [("answer", 200, b'{"metadata": {"name": "cm", "resourceVersion": "9"}}')]
     kube = _client(peer, operator_loop)
 
-    async def on_the_loop() -> dict:
-        return kube.apply(_configmap())
+    async def elsewhere() -> dict:
+        try:
+            return await kube.aapply(_configmap())
+        finally:
+            await kube.close()
 
-    out = asyncio.run_coroutine_threadsafe(on_the_loop(), operator_loop).result(10)
+    out = asyncio.run(elsewhere())
     assert out["metadata"]["resourceVersion"] == "9"
-    assert peer.headers[-1]["user-agent"] != "arbiter-operator/test"  # the kubernetes client's own request
+    assert peer.headers[-1]["user-agent"] != "arbiter-operator/test"  # not the operator's transport
     peer.script = []
 
 
 @pytest.mark.parametrize("body", [b'{"items": 5}', b'{"items": [1, "x", null]}', b'{"items": {"a": 1}}'])
-@pytest.mark.parametrize("mode", ["blocking", "awaited"])
-def test_a_list_whose_items_are_not_objects_is_a_bad_response_named_not_a_crash(peer, operator_loop, body, mode):
+def test_a_list_whose_items_are_not_objects_is_a_bad_response_named_not_a_crash(peer, operator_loop, body):
     peer.script = [("answer", 200, body)]
     with pytest.raises(KubeError) as caught:
-        _make(_client(peer, operator_loop), "list", mode, operator_loop)
+        _make(_client(peer, operator_loop), "list", operator_loop)
     assert (caught.value.status, caught.value.reason) == (502, "BadResponse")
     assert "LIST of ConfigMap" in caught.value.message
     peer.script = []
