@@ -1,6 +1,6 @@
 """The operator's Kubernetes requests (kube/client.py: every write, and the few reads not served from the watch
 cache) against a hostile apiserver or a broken proxy in front of it: a real HTTP server on loopback that answers with
-any status, any body, a lying or missing length, or not at all. Every verb is awaited on an event loop,
+any status, any body, a lying or missing length, extra headers, or not at all. Every verb is awaited on an event loop,
 by the operator's transport (kube/transport.py LoopTransport, aiohttp) or one the client makes for another loop.
 
 What a user would notice if this broke: a reconcile that dies on an exception nobody can read (AttributeError,
@@ -17,6 +17,7 @@ import time
 
 import aiohttp
 import pytest
+from arbiter_operator.kube import events
 from arbiter_operator.kube.client import KubeError, RestKubeClient
 from arbiter_operator.kube.transport import LoopTransport
 from hypothesis import HealthCheck, given, settings
@@ -46,6 +47,7 @@ class HostileWriteTarget(LoopbackPeer):
         self.script: list[tuple[str, int, bytes]] = []
         self.seen: list[tuple[str, str, bytes]] = []  # (method, target, body) as received
         self.headers: list[dict[str, str]] = []  # each request's headers (lower-case names)
+        self.extra_head = ""  # header lines added to every answer
         super().__init__()
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -64,7 +66,7 @@ class HostileWriteTarget(LoopbackPeer):
                 length_said = len(payload) + (10 if how == "short_body" else 0)
                 cookie = "Set-Cookie: session=planted; Path=/\r\n" if how == "set_cookie" else ""
                 writer.write(f"HTTP/1.1 {status} Whatever\r\nContent-Type: application/json\r\n{cookie}"
-                             f"Content-Length: {length_said}\r\n\r\n".encode())
+                             f"{self.extra_head}Content-Length: {length_said}\r\n\r\n".encode())
                 if how == "hang_after_headers":
                     await writer.drain()
                     await asyncio.sleep(self.hang_s)
@@ -286,4 +288,90 @@ def test_a_list_whose_items_are_not_objects_is_a_bad_response_named_not_a_crash(
         _make(_client(peer, operator_loop), "list", operator_loop)
     assert (caught.value.status, caught.value.reason) == (502, "BadResponse")
     assert "LIST of ConfigMap" in caught.value.message
+    peer.script = []
+
+
+@pytest.mark.parametrize("call", ["apply", "patch_status", "delete", "event"])
+def test_a_dropped_kept_alive_connection_is_tried_again_but_never_an_event_post(peer, operator_loop, call):
+    """The apiserver closed a kept-alive connection before answering: a server-side apply, merge patch or delete
+    (idempotent) is sent once more on a fresh connection; an Event's POST is not (it would count twice)."""
+    peer.script = [("close", 0, b""), ("answer", 200, b'{"metadata": {"name": "cm.1", "resourceVersion": "3"}}')]
+    kube = _client(peer, operator_loop)
+    before = len(peer.seen)
+    if call == "event":
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            _make(kube, call, operator_loop)
+        assert [m for m, _, _ in peer.seen[before:]] == ["POST"]
+    else:
+        assert _make(kube, call, operator_loop) in ({"metadata": {"name": "cm.1", "resourceVersion": "3"}}, True)
+        assert len(peer.seen) - before == 2
+    peer.script = []
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(retry_after=st.one_of(st.sampled_from(["0", "-5", "abc", "99999999999", "Wed, 21 Oct 2015 07:28:00 GMT", ""]),
+                             st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7e), max_size=30)),
+       status=st.sampled_from([429, 503]), call=st.sampled_from(["apply", "get", "event"]))
+def test_a_throttled_answer_is_the_apiservers_error_at_once_whatever_its_retry_after(peer, operator_loop,
+                                                                                    retry_after, status, call):
+    """A 429 or 503 with any Retry-After (none the apiserver would send, too): the reconcile gets the status and
+    message at once (its own backoff decides when to come back), the Event is dropped with a warning; the client
+    never sleeps on a value a proxy chose."""
+    peer.extra_head = f"Retry-After: {retry_after}\r\n"
+    peer.script = [("answer", status, b'{"kind": "Status", "reason": "TooManyRequests", "message": "slow down"}')]
+    started = time.monotonic()
+    try:
+        if call == "event":
+            assert _make(_client(peer, operator_loop), call, operator_loop) is None
+        else:
+            with pytest.raises(KubeError) as caught:
+                _make(_client(peer, operator_loop), call, operator_loop)
+            assert (caught.value.status, caught.value.reason, caught.value.message) == (status, "TooManyRequests",
+                                                                                        "slow down")
+    finally:
+        peer.extra_head = ""
+        peer.script = []
+    assert time.monotonic() - started < 2
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(how=st.sampled_from(["answer", "reset", "bad_status_line", "short_body"]),
+       status=st.sampled_from(STATUSES), body=st.sampled_from(BODIES))
+def test_a_hostile_answer_to_a_series_write_loses_no_count_and_posts_again_only_when_the_event_is_gone(
+        peer, operator_loop, how, status, body):
+    """The second occurrence a minute on writes the series' count to its Event (a merge PATCH). Whatever comes back:
+    a 404 (the Event expired) posts a new Event; an honest 2xx marks the count written; anything else leaves the count
+    pending for the next write (never lost, never raised as the apiserver's refusal)."""
+    kube, clock = _client(peer, operator_loop), Clock()
+    kube.events.clock = clock
+    peer.script = [("answer", 201, b'{"metadata": {"name": "cm.abc"}}')]
+    _make(kube, "event", operator_loop)
+    clock.now += events.SERIES_WRITE_INTERVAL
+    peer.script = [(how, status, body)] + [("answer", 201, b'{"metadata": {"name": "cm.def"}}')] * 2
+    before = len(peer.seen)
+    try:
+        _make(kube, "event", operator_loop)
+    except TRANSPORT_ERRORS:
+        assert how != "answer" or (status in (204, 304) and body)
+    sent = [(m, t.split("?")[0]) for m, t, _ in peer.seen[before:]]
+    assert sent[0] == ("PATCH", "/api/v1/namespaces/risk/events/cm.abc")
+    (series,) = kube.events.series.values()
+    gone = how == "answer" and status == 404
+    assert (("POST", "/api/v1/namespaces/risk/events") in sent) == gone
+    if gone:  # a new series, on the new Event
+        assert (series.name, series.count) == ("cm.def", 1)
+    else:
+        assert (series.name, series.count) == ("cm.abc", 2)
+        if how == "answer" and not 200 <= status < 300:  # refused: still pending, for the next write
+            assert series.written_count == 1
+        elif how == "answer" and status not in (204, 304) and body == BODIES[10]:  # an honest object: written
+            assert series.written_count == 2
     peer.script = []
