@@ -283,7 +283,9 @@ def _body_bytes(body: Any) -> bytes:
 
 
 def _serves(out: dict[str, Any], k: Kind) -> bool:
-    return any(r.get("name") == k.plural for r in (out or {}).get("resources") or [] if isinstance(r, dict))
+    """Whether a discovery answer (always an object: answer_of) lists the kind's resource."""
+    resources = out.get("resources")
+    return isinstance(resources, list) and any(isinstance(r, dict) and r.get("name") == k.plural for r in resources)
 
 
 def _items(out: dict[str, Any], api_version: str, kind: str) -> Objects:

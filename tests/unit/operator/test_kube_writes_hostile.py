@@ -32,6 +32,7 @@ BODIES = (
     b'{"metadata": {"name": "x", "resourceVersion": "7"}}', b'{"kind": "Sta', b"[" * 50000,
     b'{"message": "\\ud800"}', b"<html><body>502 Bad Gateway</body></html>",
     b'{"items": 5}', b'{"items": [1, "x", null]}', b'{"items": [{"metadata": {"name": "cm"}}]}',
+    b'{"resources": 5}', b'{"resources": [1, {"name": "configmaps"}]}',
 )
 STATUSES = (200, 201, 204, 301, 400, 401, 403, 404, 409, 410, 422, 429, 500, 502, 503, 504)
 TRANSPORT = ("answer", "reset", "close", "bad_status_line", "short_body", "hang_after_headers", "hang")
@@ -149,6 +150,7 @@ def _arguments(call: str) -> tuple:
         "list": ("v1", "ConfigMap", "risk", "arbiter.dev/decision-model=dm"),
         "delete": ("v1", "ConfigMap", "risk", "cm", "u1"),
         "event": (_involved(), "Normal", "Tested", "a message"),
+        "served": ("v1", "ConfigMap"),
     }[call]
 
 
@@ -196,7 +198,7 @@ def test_an_error_answer_names_the_apiservers_reason_and_message(peer, transport
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(how=st.sampled_from(TRANSPORT), status=st.sampled_from(STATUSES), body=st.sampled_from(BODIES),
-       call=st.sampled_from(["apply", "create", "patch_status", "get", "list", "delete", "event"]),
+       call=st.sampled_from(["apply", "create", "patch_status", "get", "list", "delete", "event", "served"]),
        on_loop=st.booleans())
 def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer, operator_loop, how, status, body,
                                                                            call, on_loop):
@@ -217,7 +219,7 @@ def test_any_answer_is_an_object_a_kube_error_or_a_transport_error_in_time(peer,
     else:
         # Only an answer that carried an object counts as done (a get's 404 is "absent", an Event is a courtesy).
         assert ((how == "answer" and 200 <= status < 300 and isinstance(out, dict))
-                or (call in ("get", "delete", "event") and out in (None, False, True))
+                or (call in ("get", "delete", "event", "served") and out in (None, False, True))
                 or (call == "list" and isinstance(out, list) and all(isinstance(o, dict) for o in out)))
     # Bounded: a hung peer costs the call's timeout (30 s by default; the peer gives up after 1 s), never more.
     assert time.monotonic() - started < 35
@@ -288,6 +290,17 @@ def test_a_list_whose_items_are_not_objects_is_a_bad_response_named_not_a_crash(
         _make(_client(peer, operator_loop), "list", operator_loop)
     assert (caught.value.status, caught.value.reason) == (502, "BadResponse")
     assert "LIST of ConfigMap" in caught.value.message
+    peer.script = []
+
+
+@pytest.mark.parametrize(("body", "served"), [(b'{"resources": 5}', False), (b'{"resources": "configmaps"}', False),
+                                              (b'{"resources": [1, null, {"name": "configmaps"}]}', True),
+                                              (b'{"kind": "APIResourceList"}', False)])
+def test_a_wrong_shaped_discovery_answer_is_an_answer_not_a_crash(peer, operator_loop, body, served):
+    """Whether a kind is served (the PodMonitor API, Routes) is read from discovery: resources that are not a list,
+    or entries that are not objects, mean what they hold of the kind, never a TypeError in the reconcile."""
+    peer.script = [("answer", 200, body)]
+    assert _make(_client(peer, operator_loop), "served", operator_loop) is served
     peer.script = []
 
 
