@@ -39,7 +39,7 @@ REQUEST_TIMEOUT = 30.0
 CREATE_ONLY_RESOURCE_VERSION = str(2**63 - 1)
 
 
-Objects = list[dict[str, Any]]  # a LIST's items, by a name that a class defining `list` can use in its annotations
+Objects = list[dict[str, Any]]  # a LIST's items
 
 
 class KubeError(Exception):
