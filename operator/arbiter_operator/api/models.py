@@ -56,6 +56,18 @@ MAX_ISVC_NAME = LABEL_VALUE_MAX - len("isvc.") - len("-predictor")
 MAX_ISVC_NAME_MULTINODE = MAX_ISVC_NAME - len("-worker")
 MAX_NAME_PLUS_VERSION = MAX_ISVC_NAME - len(NAME_SEPARATOR)
 MAX_NAME_PLUS_VERSION_MULTINODE = MAX_ISVC_NAME_MULTINODE - len(NAME_SEPARATOR)
+# KServe's RawDeployment host label for a predictor, `<isvc>-predictor-<namespace>`, is one DNS label too, and KServe
+# refuses the InferenceService when it is longer: name plus version at most 63 - len("--") - len("-predictor-") = 50
+# characters less the namespace's length. The CRD cannot see the namespace; the operator (plan/validate.py) and the
+# chart's admission policy (its CEL holds the same 50, tested against this) refuse it.
+HOST_LABEL_SUFFIX = "-predictor-"
+NAME_PLUS_VERSION_BEFORE_NAMESPACE = LABEL_VALUE_MAX - len(NAME_SEPARATOR) - len(HOST_LABEL_SUFFIX)
+
+
+def name_plus_version_limit(namespace: str) -> int:
+    """How long a DecisionModel's name plus a version's name may be in `namespace` (never more than the CRD's)."""
+    return min(MAX_NAME_PLUS_VERSION, NAME_PLUS_VERSION_BEFORE_NAMESPACE - len(namespace))
+
 # KServe's InferenceService name rule (IsvcNameFmt in its validating webhook); the DecisionModel's name starts every
 # InferenceService name, so it must fit the same rule (no dots, a letter first).
 ISVC_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"

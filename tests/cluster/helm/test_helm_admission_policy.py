@@ -12,8 +12,8 @@ import uuid
 from typing import Any
 
 import pytest
-from arbiter_operator.api.models import DecisionModel
-from arbiter_operator.plan.validate import host_label_problems, name_plus_version_limit
+from arbiter_operator.api.models import DecisionModel, name_plus_version_limit
+from arbiter_operator.plan.validate import host_label_problems
 from kubernetes import client
 from support.chartkit import of_kind, render
 from support.examples import example
