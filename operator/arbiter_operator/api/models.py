@@ -17,21 +17,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from pydantic.json_schema import JsonDict  # type: ignore[attr-defined]  # pydantic defines it, exports none
 
 from .conditions import Condition
-from .names import (
-    API_VERSION as API_VERSION,
-)
-from .names import (
-    GROUP as GROUP,
-)
-from .names import (
-    KIND as KIND,
-)
-from .names import (
-    PLURAL as PLURAL,
-)
-from .names import (
-    VERSION as VERSION,
-)
+from .names import API_VERSION as API_VERSION  # these `X as X`: re-exported, the API's identity
+from .names import GROUP as GROUP
+from .names import KIND as KIND
+from .names import PLURAL as PLURAL
+from .names import VERSION as VERSION
 from .promotion import PromoteSpec, PromotionStatus
 
 SINGULAR = "decisionmodel"
