@@ -17,7 +17,7 @@ import orjson
 import pytest
 import test_kube_writes_hostile as writes_hostile
 from arbiter_operator.apply import apply_plan
-from arbiter_operator.kube.client import KubeError, RestKubeClient
+from arbiter_operator.kube.client import KubeError, NotLeader, RestKubeClient
 from arbiter_operator.plan.model import Plan
 from arbiter_operator.plan.signals import TRANSIENT_REASONS
 from arbiter_operator.plan.writes import CHILD_WRITE_REFUSED
@@ -93,9 +93,9 @@ def _decodes(status: int, body: bytes) -> bool:
         return False
 
 
-def _refused_count() -> float:
+def _refused_count(reason: str = STATUS_REFUSED) -> float:
     return REGISTRY.get_sample_value("arbiter_operator_objects_refused_total",
-                                     {"kind": "DecisionModel", "reason": STATUS_REFUSED}) or 0.0
+                                     {"kind": "DecisionModel", "reason": reason}) or 0.0
 
 
 def _raw() -> dict[str, Any]:
@@ -147,7 +147,7 @@ def test_a_refusal_whose_status_write_is_answered_anyhow_still_says_why(apiserve
     apiserver.answers = {("PATCH", f"/decisionmodels/{name}/status"): (status, body),
                          ("POST", f"/namespaces/{NS}/events"): (event, body)}
     apiserver.seen = []
-    counted = _refused_count()
+    counted, shown = _refused_count(), _refused_count("InvalidSpec")
     message = "the spec does not match this operator's API: spec.versions: too deep"
     _run(operator_loop, refuse(_kube(apiserver, operator_loop), raw, message, T0))  # never raises
     (patch,) = apiserver.sent("PATCH", f"/decisionmodels/{name}/status")
@@ -156,8 +156,21 @@ def test_a_refusal_whose_status_write_is_answered_anyhow_still_says_why(apiserve
     events = apiserver.sent("POST", f"/namespaces/{NS}/events")
     if _decodes(status, body):
         assert [e["reason"] for e in events] == ["InvalidSpec"], events
+        assert (_refused_count(), _refused_count("InvalidSpec")) == (counted, shown + 1)
         return
     # Not written: an Event says why, and the metric counts it.
     (said,) = events
     assert said["reason"] == STATUS_REFUSED and message in said["message"], said
-    assert _refused_count() == counted + 1
+    assert (_refused_count(), _refused_count("InvalidSpec")) == (counted + 1, shown)
+
+
+def test_a_replica_that_no_longer_leads_writes_no_refusal_and_counts_none(apiserver, operator_loop):
+    """Its lease lost, the replica's status write is fenced: that is not a refusal (no StatusRefused Event, no count);
+    the pass ends and the leader writes the status."""
+    apiserver.answers, apiserver.seen = {}, []
+    kube = _kube(apiserver, operator_loop)
+    kube.fence = lambda: False
+    counted = _refused_count(), _refused_count("InvalidSpec")
+    with pytest.raises(NotLeader):
+        _run(operator_loop, refuse(kube, _raw(), "the spec does not match this operator's API: x", T0))
+    assert apiserver.seen == [] and (_refused_count(), _refused_count("InvalidSpec")) == counted
