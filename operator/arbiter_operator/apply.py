@@ -171,10 +171,10 @@ async def apply_plan(
     for ev in events:
         await client.aevent(involved, ev.type, ev.reason, ev.message)
         writes += 1
-    transient = next((f for f in failed if f.transient), None)
-    if transient is not None and all(f.transient for f in failed):
+    if failed and all(f.transient for f in failed):
         # Not answered: status says so; the pass fails so the work queue retries it with back-off.
-        raise KubeError(transient.status or 503, transient.reason, transient.line())
+        first = failed[0]
+        raise KubeError(first.status or 503, first.reason, first.line())
     return writes, conflicts + [f.line() for f in failed]
 
 

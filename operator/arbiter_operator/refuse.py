@@ -20,7 +20,7 @@ from .api.kubejson import REFUSED
 from .api.models import MAX_SCHEMA_DEPTH
 from .api.names import API_VERSION, KIND
 from .apply import merge_patch
-from .kube.client import KubeClient
+from .kube.client import KubeClient, NotLeader
 
 log = logging.getLogger("arbiter.reconcile")
 
@@ -78,15 +78,17 @@ async def refuse(client: KubeClient, raw: dict[str, Any], message: str, now: dat
     patch = merge_patch(old, {**old, **status})  # the rest of the status (the promotion's record) stays
     if patch is None:
         return
-    metrics.OBJECTS_REFUSED.labels(KIND, INVALID_SPEC).inc()
     log.warning("%s/%s refused: %s", namespace, name, message)
     try:
         await client.apatch_status(API_VERSION, KIND, namespace, name, {"status": patch})
+    except NotLeader:  # this replica no longer leads: the leader writes it; nothing was refused
+        raise
     except Exception as exc:  # the apiserver refused even the status (or did not answer): say so another way
         metrics.OBJECTS_REFUSED.labels(KIND, STATUS_REFUSED).inc()
         log.error("%s/%s: its refusal could not be written to its status (%s)", namespace, name, exc)
         await _event(client, involved, STATUS_REFUSED, f"{message} (the status could not be written: {exc})"[:1000])
         return
+    metrics.OBJECTS_REFUSED.labels(KIND, INVALID_SPEC).inc()  # counted once it shows on the status
     if not was_refused:
         await _event(client, involved, INVALID_SPEC, message[:1000])
 
@@ -94,6 +96,8 @@ async def refuse(client: KubeClient, raw: dict[str, Any], message: str, now: dat
 async def _event(client: KubeClient, involved: dict[str, Any], reason: str, message: str) -> None:
     try:
         await client.aevent(involved, "Warning", reason, message)
+    except NotLeader:
+        raise
     except Exception as exc:  # an Event is best effort: the log line and the metric stay
         log.error("%s/%s: the %s Event could not be posted (%s)", involved["metadata"].get("namespace"),
                   involved["metadata"].get("name"), reason, exc)

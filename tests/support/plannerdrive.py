@@ -10,7 +10,7 @@ from typing import Any
 
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.api.promotion import AnalysisRun
-from arbiter_operator.plan import Observations, children_of, plan
+from arbiter_operator.plan import Observations, Plan, children_of, plan
 from arbiter_operator.promotion import analysis_due, judge
 
 from support.examples import example
@@ -42,6 +42,7 @@ class Driver:
         self.now = T0
         self.snapshot: dict[str, Any] = {}
         self.events: list[Any] = []  # every Event the planner asked for, in order
+        self.last: Plan | None = None  # the latest pass's plan
 
     def dm(self) -> DecisionModel:
         return DecisionModel.model_validate(self.body)
@@ -63,10 +64,15 @@ class Driver:
             return None
         return judge(q, {"requests": requests, "errors": errors, "decision_p95": p95_s, "vllm_p95": None})
 
+    def observations(self, analysis: AnalysisRun | None) -> Observations:
+        """What the operator observed this pass; a test that observes more (workloads, a runtime image) extends it."""
+        return Observations(children=children_of(InferenceService=copy.deepcopy(self.isvcs)), analysis=analysis)
+
     def reconcile(self, after: float = 0, analysis: AnalysisRun | None = None) -> dict[str, Any]:
+        """One pass: plan on what is observed, apply the InferenceServices it wants to the "cluster"; ``self.last`` is
+        the plan, the DecisionModel after it is returned."""
         self.now += timedelta(seconds=after)
-        obs = Observations(children=children_of(InferenceService=copy.deepcopy(self.isvcs)), analysis=analysis)
-        p = plan(self.dm(), obs, self.now)
+        self.last = p = plan(self.dm(), self.observations(analysis), self.now)
         self.events.extend(p.events)
         for child in p.children or []:
             if child["kind"] == "InferenceService":

@@ -189,7 +189,8 @@ def name_rules() -> list[dict[str, str]]:
             "message": f"metadata.name plus each version name must be at most {m.MAX_NAME_PLUS_VERSION} characters: "
             f"the InferenceService is <name>{m.NAME_SEPARATOR}<version> and KServe labels its pods "
             f"app=isvc.<InferenceService>-predictor, a label value of at most {m.LABEL_VALUE_MAX} characters; "
-            "in a namespace longer than 4 characters the limit is lower, 50 less the namespace's length (KServe's host "
+            f"in a namespace longer than {m.NAME_PLUS_VERSION_BEFORE_NAMESPACE - m.MAX_NAME_PLUS_VERSION} characters "
+            f"the limit is lower, {m.NAME_PLUS_VERSION_BEFORE_NAMESPACE} less the namespace's length (KServe's host "
             "label <InferenceService>-predictor-<namespace>), which this schema cannot see: the chart's admission "
             "policy and the operator (InvalidSpec) refuse that",
         },

@@ -17,22 +17,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from pydantic.json_schema import JsonDict  # type: ignore[attr-defined]  # pydantic defines it, exports none
 
 from .conditions import Condition
-from .names import (
-    API_VERSION as API_VERSION,
-)
-from .names import (
-    GROUP as GROUP,
-)
-from .names import (
-    KIND as KIND,
-)
-from .names import (
-    PLURAL as PLURAL,
-)
-from .names import (
-    VERSION as VERSION,
-)
+from .names import API_VERSION as API_VERSION  # these `X as X`: re-exported, the API's identity
+from .names import GROUP as GROUP
+from .names import KIND as KIND
+from .names import PLURAL as PLURAL
+from .names import VERSION as VERSION
 from .promotion import PromoteSpec, PromotionStatus
+from .vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, flag_rule
 
 SINGULAR = "decisionmodel"
 SHORT_NAMES = ["dm"]
@@ -56,6 +47,18 @@ MAX_ISVC_NAME = LABEL_VALUE_MAX - len("isvc.") - len("-predictor")
 MAX_ISVC_NAME_MULTINODE = MAX_ISVC_NAME - len("-worker")
 MAX_NAME_PLUS_VERSION = MAX_ISVC_NAME - len(NAME_SEPARATOR)
 MAX_NAME_PLUS_VERSION_MULTINODE = MAX_ISVC_NAME_MULTINODE - len(NAME_SEPARATOR)
+# KServe's RawDeployment host label for a predictor, `<isvc>-predictor-<namespace>`, is one DNS label too, and KServe
+# refuses the InferenceService when it is longer: name plus version at most 63 - len("--") - len("-predictor-") = 50
+# characters less the namespace's length. The CRD cannot see the namespace; the operator (plan/validate.py) and the
+# chart's admission policy (its CEL holds the same 50, tested against this) refuse it.
+HOST_LABEL_SUFFIX = "-predictor-"
+NAME_PLUS_VERSION_BEFORE_NAMESPACE = LABEL_VALUE_MAX - len(NAME_SEPARATOR) - len(HOST_LABEL_SUFFIX)
+
+
+def name_plus_version_limit(namespace: str) -> int:
+    """How long a DecisionModel's name plus a version's name may be in `namespace` (never more than the CRD's)."""
+    return min(MAX_NAME_PLUS_VERSION, NAME_PLUS_VERSION_BEFORE_NAMESPACE - len(namespace))
+
 # KServe's InferenceService name rule (IsvcNameFmt in its validating webhook); the DecisionModel's name starts every
 # InferenceService name, so it must fit the same rule (no dots, a letter first).
 ISVC_NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -97,59 +100,6 @@ def _not_too_deep(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 JsonSchemaObject = Annotated[dict[str, Any], AfterValidator(_not_too_deep)]
-
-# vLLM 0.26 refuses these flags at start-up. Each entry: flag -> what to write instead (the message the user sees).
-REMOVED_VLLM_FLAGS: dict[str, str] = {
-    "--swap-space": (
-        "--swap-space was removed in vLLM 0.26 (the V1 engine preempts by recomputation); drop it, or offload KV "
-        "cache to CPU memory with --kv-offloading-size"
-    ),
-    "--disable-log-requests": (
-        "--disable-log-requests was removed in vLLM 0.26: requests are no longer logged by default; drop it "
-        "(--enable-log-requests turns logging on)"
-    ),
-    "--guided-decoding-backend": (
-        "--guided-decoding-backend was removed in vLLM 0.26; set spec.serving.vllm.structuredOutputsBackend "
-        "(rendered as --structured-outputs-config.backend)"
-    ),
-}
-# Flags the operator renders from typed fields; giving them twice would leave two sources of truth.
-MANAGED_VLLM_FLAGS: dict[str, str] = {
-    "--tensor-parallel-size": "spec.serving.gpus",
-    "--pipeline-parallel-size": "spec.serving.nodes",
-    "--max-model-len": "spec.serving.vllm.maxModelLen",
-    "--max-num-seqs": "spec.serving.vllm.maxNumSeqs",
-    "--block-size": "spec.serving.vllm.blockSize",
-    "--gpu-memory-utilization": "spec.serving.vllm.gpuMemoryUtilization",
-    "--dtype": "spec.serving.vllm.dtype",
-    "--seed": "spec.serving.vllm.seed",
-    "--structured-outputs-config": "spec.serving.vllm.structuredOutputsBackend",
-    "--port": "the runtime contract (vLLM listens on 8000 inside the pod, behind the decision server)",
-    "--served-model-name": "spec.model.name",
-}
-# vLLM 0.26's short spellings of long flags (EngineArgs.add_cli_args; `-O` is FlexibleArgumentParser's own case).
-VLLM_SHORT_ALIASES: dict[str, str] = {
-    "-tp": "--tensor-parallel-size",
-    "-pp": "--pipeline-parallel-size",
-    "-dp": "--data-parallel-size",
-    "-dpl": "--data-parallel-size-local",
-    "-dpa": "--data-parallel-address",
-    "-dpp": "--data-parallel-rpc-port",
-    "-q": "--quantization",
-    "-O": "--optimization-level",
-}
-
-
-def _flag_rule(flag: str, message: str) -> JsonDict:
-    # As vLLM's parser reads them: `--flag`, `--flag=value`, `--flag.key=value`, with `_` for `-` anywhere in the
-    # name, and the flag's short aliases. Prefix abbreviations are the operator's check (plan/vllm_args.py).
-    n = "a.replace('_', '-')"
-    spellings = [f"{n} == '{flag}'", f"{n}.startsWith('{flag}=')", f"{n}.startsWith('{flag}.')"]
-    for alias, target in VLLM_SHORT_ALIASES.items():
-        if target == flag:
-            spellings += [f"a == '{alias}'", f"a.startsWith('{alias}=')"]
-    return {"rule": f"!self.exists(a, {' || '.join(spellings)})", "message": message}
-
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> JsonDict:
     out: JsonDict = {"rule": rule, "message": message}
@@ -380,9 +330,9 @@ class VllmSettings(_Model):
         max_length=64,
         description="More `vllm serve` arguments, passed as given after the rendered ones.",
         json_schema_extra={
-            "x-kubernetes-validations": [_flag_rule(f, m) for f, m in REMOVED_VLLM_FLAGS.items()]  # type: ignore[dict-item]
+            "x-kubernetes-validations": [flag_rule(f, m) for f, m in REMOVED_VLLM_FLAGS.items()]  # type: ignore[dict-item]
             + [
-                _flag_rule(f, f"{f} is set by the operator from {field}; set that field instead of extraArgs")
+                flag_rule(f, f"{f} is set by the operator from {field}; set that field instead of extraArgs")
                 for f, field in MANAGED_VLLM_FLAGS.items()
             ]
         },

@@ -20,13 +20,22 @@ QUOTA_EXCEEDED = "QuotaExceeded"  # a ResourceQuota is full: it frees when other
 TRANSIENT_REASONS = (WEBHOOK_UNAVAILABLE, APISERVER_UNAVAILABLE, QUOTA_EXCEEDED)
 
 # A refusal: someone answered, and the answer is no. Checked before any outage text.
-_REFUSED = ("denied the request", "denied request", "violates podsecurity",
-            "is forbidden: unable to validate against any", "is invalid", "admission webhook denied")
-_WEBHOOK = ("failed calling webhook", "failed to call webhook")
-_QUOTA = ("exceeded quota",)
-_APISERVER = ("context deadline exceeded", "connection refused", "i/o timeout", "timeout awaiting",
-              "internal error occurred", "the server is currently unable", "etcdserver", "too many requests",
-              "service unavailable", "connection reset", "tls handshake timeout", "server has asked for the client")
+REFUSED_PHRASES = ("denied the request", "denied request", "violates podsecurity",
+                   "is forbidden: unable to validate against any", "is invalid", "admission webhook denied")
+# The outages, in the order they are looked for: (phrases, reason). docs/operations.md's table lists each phrase
+# (tests/unit/operator/promotion/test_signals_doc.py holds the two together).
+OUTAGES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("failed calling webhook", "failed to call webhook"), WEBHOOK_UNAVAILABLE),
+    (("exceeded quota",), QUOTA_EXCEEDED),
+    (("context deadline exceeded", "connection refused", "i/o timeout", "timeout awaiting",
+      "internal error occurred", "the server is currently unable", "etcdserver", "too many requests",
+      "service unavailable", "connection reset", "tls handshake timeout", "server has asked for the client"),
+     APISERVER_UNAVAILABLE),
+)
+
+
+def _refused(low: str) -> bool:
+    return any(p in low for p in REFUSED_PHRASES)
 
 
 @dataclass(frozen=True)
@@ -38,14 +47,10 @@ class Verdict:
 def classify_message(message: str, permanent_reason: str) -> Verdict:
     """The verdict on one failure message; `permanent_reason` names it when it is not an outage."""
     low = message.lower()
-    if any(p in low for p in _REFUSED):
-        return Verdict(permanent_reason, False)
-    if any(p in low for p in _WEBHOOK):
-        return Verdict(WEBHOOK_UNAVAILABLE, True)
-    if any(p in low for p in _QUOTA):
-        return Verdict(QUOTA_EXCEEDED, True)
-    if any(p in low for p in _APISERVER):
-        return Verdict(APISERVER_UNAVAILABLE, True)
+    if not _refused(low):
+        for phrases, reason in OUTAGES:
+            if any(p in low for p in phrases):
+                return Verdict(reason, True)
     return Verdict(permanent_reason, False)
 
 
@@ -53,7 +58,7 @@ def classify_status(code: int | None, message: str, refused_reason: str) -> Verd
     """The verdict on a failed request: no answer, 408, 429 and 5xx are transient unless the message is a refusal
     (a webhook that denied the request may say so with a 500); any other 4xx is a refusal."""
     by_text = classify_message(message, refused_reason)
-    if by_text.transient or any(p in message.lower() for p in _REFUSED):
+    if by_text.transient or _refused(message.lower()):
         return by_text
     if code is None or code in (408, 429) or code >= 500:
         return Verdict(APISERVER_UNAVAILABLE, True)

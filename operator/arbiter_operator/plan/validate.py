@@ -11,12 +11,15 @@ import jsonschema
 from arbiter_runtime.contract import DecisionJsonError
 
 from ..api.models import (
+    HOST_LABEL_SUFFIX,
     LABEL_VALUE_MAX,
     MAX_NAME_PLUS_VERSION,
+    NAME_PLUS_VERSION_BEFORE_NAMESPACE,
     DecisionModel,
     DecisionModelSpec,
     effective_decision,
     isvc_name,
+    name_plus_version_limit,
     version_slug,
 )
 from ..render.common import CONFIG_FILE
@@ -147,18 +150,6 @@ def size_problems(dm: DecisionModel) -> list[str]:
                 "inputSchema/outputSchema"
             )
     return problems
-
-
-# KServe's RawDeployment host label for a predictor: `<isvc>-predictor-<namespace>`, one DNS label (at most 63), and
-# KServe refuses the InferenceService when it is longer. With `<isvc>` = `<name>--<slug>`, that leaves name plus slug
-# 63 - len("--") - len("-predictor-") = 50 characters less the namespace's length.
-HOST_LABEL_SUFFIX = "-predictor-"
-NAME_PLUS_VERSION_BEFORE_NAMESPACE = LABEL_VALUE_MAX - 2 - len(HOST_LABEL_SUFFIX)
-
-
-def name_plus_version_limit(namespace: str) -> int:
-    """How long a DecisionModel's name plus a version's name may be in `namespace` (never more than the CRD's)."""
-    return min(MAX_NAME_PLUS_VERSION, NAME_PLUS_VERSION_BEFORE_NAMESPACE - len(namespace))
 
 
 def host_label_problems(dm: DecisionModel) -> list[str]:

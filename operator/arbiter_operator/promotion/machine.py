@@ -671,34 +671,7 @@ def _conditions(run: _Run, traffic: Mapping[str, int]) -> tuple[Condition, Condi
             ReadyVerdict("False", st.failureReason, msg),
         )
     if st.phase in IN_PROGRESS:
-        if st.phase == "Progressing":
-            n = len(inp.spec.steps)
-            msg = f"Canary step {st.step + 1}/{n}: {st.weight}% of traffic to {st.candidate}"
-            if st.lastAnalysis is not None:
-                msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
-        elif st.phase == "Shadowing":
-            msg = f"Shadow: {st.candidate} gets a mirrored sample of {st.stable}'s requests, no live traffic"
-            if st.lastAnalysis is not None:
-                msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
-        elif st.phase == "Paused":
-            msg = (
-                f"{st.candidate} passed its analysis and waits for approval ({st.weight}% of traffic): "
-                f"kubectl arbiter approve, or set the {APPROVE_ANNOTATION}={st.candidate} annotation"
-            )
-        elif st.phase == "Waiting":
-            msg = f"Waiting for {st.candidate} to become ready"
-        else:
-            msg = f"Deploying {st.candidate}"
-        if st.stable:
-            msg += f"; {st.stable} serves the rest"
-        reason = "WaitingForApproval" if st.phase == "Paused" else "Progressing"
-        held = run.obs(st.candidate)
-        if held.held:  # an outage outside the candidate: the reason names it, and how long the promotion waits
-            reason = held.held
-            until = run.deadline()
-            msg += (f"; held: {held.message}. This is an outage, not the candidate's failure: the promotion goes on "
-                    f"by itself once it clears" + (f", and rolls back at {format_time(until)} (progress deadline)"
-                                                    if until is not None else ""))
+        reason, msg = _in_progress(run)
         return (
             cond(PROMOTED, "False", reason, msg),
             cond(STALLED, "False", reason, msg),
@@ -728,6 +701,40 @@ def _conditions(run: _Run, traffic: Mapping[str, int]) -> tuple[Condition, Condi
         cond(RECONCILING, "False", "NotReady", msg),
         ReadyVerdict("False", "NotReady", msg),
     )
+
+
+def _in_progress(run: _Run) -> tuple[str, str]:
+    """The reason and message of a promotion in progress: its phase, what it waits on, and an outage holding it."""
+    inp, st = run.inp, run.st
+    if st.phase == "Progressing":
+        n = len(inp.spec.steps)
+        msg = f"Canary step {st.step + 1}/{n}: {st.weight}% of traffic to {st.candidate}"
+        if st.lastAnalysis is not None:
+            msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
+    elif st.phase == "Shadowing":
+        msg = f"Shadow: {st.candidate} gets a mirrored sample of {st.stable}'s requests, no live traffic"
+        if st.lastAnalysis is not None:
+            msg += f"; last analysis {st.lastAnalysis.verdict}: {st.lastAnalysis.message}"
+    elif st.phase == "Paused":
+        msg = (
+            f"{st.candidate} passed its analysis and waits for approval ({st.weight}% of traffic): "
+            f"kubectl arbiter approve, or set the {APPROVE_ANNOTATION}={st.candidate} annotation"
+        )
+    elif st.phase == "Waiting":
+        msg = f"Waiting for {st.candidate} to become ready"
+    else:
+        msg = f"Deploying {st.candidate}"
+    if st.stable:
+        msg += f"; {st.stable} serves the rest"
+    reason = "WaitingForApproval" if st.phase == "Paused" else "Progressing"
+    held = run.obs(st.candidate)
+    if held.held:  # an outage outside the candidate: the reason names it, and how long the promotion waits
+        reason = held.held
+        until = run.deadline()
+        msg += (f"; held: {held.message}. This is an outage, not the candidate's failure: the promotion goes on "
+                f"by itself once it clears" + (f", and rolls back at {format_time(until)} (progress deadline)"
+                                                if until is not None else ""))
+    return reason, msg
 
 
 def _requeue(run: _Run) -> float | None:

@@ -8,31 +8,15 @@ from typing import Any
 
 from ..api import names
 from ..api.models import DecisionModel, isvc_name
-from ..api.names import (  # re-exported for the renderers
-    ANN_CONFIG_CHECKSUM as ANN_CONFIG_CHECKSUM,
-)
+from ..api.names import ANN_CONFIG_CHECKSUM as ANN_CONFIG_CHECKSUM  # these `X as X`: re-exported for the renderers
 from ..api.names import API_VERSION, KIND
-from ..api.names import (
-    FIELD_MANAGER as FIELD_MANAGER,
-)
-from ..api.names import (
-    LABEL_COMPONENT as LABEL_COMPONENT,
-)
-from ..api.names import (
-    LABEL_DM as LABEL_DM,
-)
-from ..api.names import (
-    LABEL_MANAGED_BY as LABEL_MANAGED_BY,
-)
-from ..api.names import (
-    LABEL_PART_OF as LABEL_PART_OF,
-)
-from ..api.names import (
-    LABEL_VERSION as LABEL_VERSION,
-)
-from ..api.names import (
-    MANAGED_BY as MANAGED_BY,
-)
+from ..api.names import FIELD_MANAGER as FIELD_MANAGER
+from ..api.names import LABEL_COMPONENT as LABEL_COMPONENT
+from ..api.names import LABEL_DM as LABEL_DM
+from ..api.names import LABEL_MANAGED_BY as LABEL_MANAGED_BY
+from ..api.names import LABEL_PART_OF as LABEL_PART_OF
+from ..api.names import LABEL_VERSION as LABEL_VERSION
+from ..api.names import MANAGED_BY as MANAGED_BY
 
 # The runtime container: the decision server listens here (KServe's predictor Service targets it) and vLLM listens
 # on VLLM_PORT inside the pod only.

@@ -1,7 +1,8 @@
 """The chart's ValidatingAdmissionPolicy on the real kube-apiserver (v1.34 serves admissionregistration.k8s.io/v1):
 a DecisionModel whose name plus a version's name exceeds 50 - len(namespace), the most KServe's predictor host label
 allows, is refused at `oc apply` with a message naming the field and this namespace's limit; one character less is
-accepted. Checked at the exact boundary in namespaces of several lengths."""
+accepted. Checked at the exact boundary in namespaces of several lengths, against the operator's own limit
+(plan/validate.py), so the chart's CEL and the operator's check refuse the same DecisionModels."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import uuid
 from typing import Any
 
 import pytest
+from arbiter_operator.api.models import DecisionModel, name_plus_version_limit
+from arbiter_operator.plan.validate import host_label_problems
 from kubernetes import client
 from support.chartkit import of_kind, render
 from support.examples import example
@@ -27,12 +30,21 @@ def _namespace(core: client.CoreV1Api, length: int) -> str:
     return name
 
 
-def _create(api: Any, namespace: str, name: str, version: str) -> str | None:
-    """None when a dry-run create is admitted; else the apiserver's message."""
+def _body(namespace: str, name: str, version: str) -> dict[str, Any]:
     body = copy.deepcopy(example())
     body["metadata"] = {"name": name, "namespace": namespace}
     body["spec"]["versions"] = [{**body["spec"]["versions"][0], "name": version}]
     body["spec"]["promote"] = {"version": version}
+    return body
+
+
+def _operator_refuses(namespace: str, name: str, version: str) -> bool:
+    return bool(host_label_problems(DecisionModel.model_validate(_body(namespace, name, version))))
+
+
+def _create(api: Any, namespace: str, name: str, version: str) -> str | None:
+    """None when a dry-run create is admitted; else the apiserver's message."""
+    body = _body(namespace, name, version)
     try:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             "arbiter.dev", "v1alpha1", namespace, "decisionmodels", body, dry_run="All")
@@ -57,10 +69,12 @@ def test_the_policy_refuses_exactly_what_kserve_would_per_namespace_length(contr
         # The policy is enforced once the apiserver has loaded it.
         eventually(lambda: _create(api, first, "m" * 30, "1" * 13) is not None, 30, "the policy enforced")
         for ns in namespaces:
-            limit = 50 - len(ns)
+            limit = name_plus_version_limit(ns)
+            assert limit == 50 - len(ns)
             version = "1.0.0"
             fits = "m" * (limit - len(version))
             assert _create(api, ns, fits, version) is None, (ns, limit)
+            assert not _operator_refuses(ns, fits, version) and _operator_refuses(ns, fits + "m", version)
             refused = _create(api, ns, fits + "m", version)
             assert refused is not None, (ns, limit)
             assert "spec.versions" in refused and f"in namespace {ns}" in refused, refused

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from arbiter_operator.api.models import MAX_NAME_PLUS_VERSION, isvc_name
+from arbiter_operator.api.models import (
+    MAX_NAME_PLUS_VERSION,
+    NAME_PLUS_VERSION_BEFORE_NAMESPACE,
+    isvc_name,
+    name_plus_version_limit,
+)
 from arbiter_operator.plan import Observations, plan
-from arbiter_operator.plan.validate import host_label_problems, name_plus_version_limit
+from arbiter_operator.plan.validate import host_label_problems
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.factory import make_dm
+from support.paths import REPO
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -52,3 +58,12 @@ def test_too_long_for_its_namespace_is_invalid_spec_and_writes_no_child():
     assert (ready["status"], ready["reason"], stalled["status"]) == ("False", "InvalidSpec", "True")
     assert "at most 21 characters" in stalled["message"] and "spec.versions[1.0.0]" in stalled["message"]
     assert [e.reason for e in p.events] == ["InvalidSpec"]
+
+
+def test_the_charts_admission_policy_and_the_crds_message_hold_the_operators_limit():
+    """The chart's CEL cannot import the operator's constant: it is held to it here (the cluster test runs it)."""
+    assert NAME_PLUS_VERSION_BEFORE_NAMESPACE == 50
+    policy = (REPO / "helm" / "arbiter" / "templates" / "admissionpolicy.yaml").read_text()
+    assert f'expression: "{NAME_PLUS_VERSION_BEFORE_NAMESPACE} - size(request.namespace)"' in policy
+    crd = (REPO / "crds" / "arbiter.dev_decisionmodels.yaml").read_text()
+    assert f"the limit is lower, {NAME_PLUS_VERSION_BEFORE_NAMESPACE} less the namespace" in crd

@@ -6,7 +6,8 @@ import copy
 from typing import Any
 
 import pytest
-from arbiter_operator.api.models import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, DecisionModel
+from arbiter_operator.api.models import DecisionModel
+from arbiter_operator.api.vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.plan.vllm_args import arg_problems, flag_name
 from hypothesis import given, settings

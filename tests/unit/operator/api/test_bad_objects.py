@@ -59,6 +59,31 @@ def test_the_scanner_finds_what_a_decoder_decodes(doc, pad):
         assert [orjson.loads(data[a:b]) for a, b in spans] == doc
 
 
+# Bytes a broken or hostile peer might send: JSON's structural characters, quotes and escapes, and anything else.
+hostile_bytes = st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b'"a"', b"1", b" ", b"\xff",
+                                          b"null"]) | st.binary(max_size=3), max_size=80).map(b"".join)
+
+
+@settings(max_examples=500)
+@given(data=hostile_bytes)
+def test_whatever_the_bytes_the_scanner_answers_spans_inside_them_or_none(data):
+    """Never an exception, never a span outside the data or out of order: the decoders it hands spans to (orjson)
+    judge what lies there."""
+    found = jsonscan.children(data)
+    if found is not None:
+        _, spans, end = found
+        assert 0 < end <= len(data)
+        bounds = [b for _, span in spans for b in span]
+        assert bounds == sorted(bounds) and all(0 <= b <= end for b in bounds)
+    for parsed in (jsonscan.members(data), jsonscan.elements(data)):
+        assert parsed is None or isinstance(parsed, (dict, list))
+    try:
+        loads_list(data)
+    except ValueError:
+        pass  # not a list: the caller's error, named
+    assert refused(data, "r") is None or refused(data, "r")[REFUSED] == "r"
+
+
 @given(doc=json_st.filter(lambda d: isinstance(d, (dict, list)) and d), cut=st.integers(1, 200))
 def test_a_cut_document_is_no_container(doc, cut):
     data = json.dumps(doc).encode()

@@ -5,12 +5,11 @@ it. An explicit spec.serving.runtimeImage is the user's choice and applies to ev
 
 from __future__ import annotations
 
-import copy
-from datetime import timedelta
+from dataclasses import replace
 from typing import Any
 
-from arbiter_operator.plan import Observations, children_of, plan
-from support.plannerdrive import Driver, isvc_status, two_versions
+from arbiter_operator.plan import Observations
+from support.plannerdrive import Driver, two_versions
 
 OLD, NEW = "registry.example.com/arbiter/runtime:0.1.0", "registry.example.com/arbiter/runtime:0.2.0"
 
@@ -18,22 +17,13 @@ OLD, NEW = "registry.example.com/arbiter/runtime:0.1.0", "registry.example.com/a
 class ImageDriver(Driver):
     default_image = OLD
 
-    def reconcile(self, after: float = 0, analysis=None) -> dict[str, Any]:
-        self.now += timedelta(seconds=after)
-        obs = Observations(children=children_of(InferenceService=copy.deepcopy(self.isvcs)), analysis=analysis,
-                           default_runtime_image=self.default_image)
-        p = plan(self.dm(), obs, self.now)
-        self.last_children = p.children or []
-        for child in self.last_children:
-            if child["kind"] == "InferenceService":
-                name = child["metadata"]["name"]
-                kept = self.isvcs.get(name, {}).get("status") or isvc_status(False)
-                self.isvcs[name] = {**copy.deepcopy(child), "status": kept}
-        for _, kind, name in p.deletions:
-            if kind == "InferenceService":
-                self.isvcs.pop(name, None)
-        self.body["status"] = p.status
-        return self.body
+    def observations(self, analysis: Any) -> Observations:
+        return replace(super().observations(analysis), default_runtime_image=self.default_image)
+
+    def rendered(self, kind: str) -> dict[str, Any]:
+        """The child of this kind the latest pass rendered."""
+        assert self.last is not None
+        return next(c for c in self.last.children or [] if c["kind"] == kind)
 
     def image_of(self, version: str) -> str | None:
         for isvc in self.isvcs.values():
@@ -58,7 +48,7 @@ def test_operator_upgrade_keeps_the_stable_version_on_its_image():
     for _ in range(3):
         d.reconcile(30)
     assert d.image_of("1.0.0") == OLD  # not restarted: no untested image under all traffic at once
-    runtime = next(c for c in d.last_children if c["kind"] == "ServingRuntime")
+    runtime = d.rendered("ServingRuntime")
     assert runtime["spec"]["containers"][0]["image"] == NEW  # the template only
     status = {v["name"]: v for v in d.body["status"]["versions"]}
     assert status["1.0.0"]["runtimeImage"] == OLD
@@ -74,14 +64,14 @@ def test_new_image_arrives_as_the_canary_candidate_and_rolls_back_with_it():
     d.set_ready("1.1.0")
     for _ in range(3):
         d.reconcile(1)
-    route = next(c for c in d.last_children if c["kind"] == "Route")
+    route = d.rendered("Route")
     weights = {b["name"]: b["weight"] for b in [route["spec"]["to"], *route["spec"].get("alternateBackends", [])]}
     assert weights == {"credit-limit--1-0-0-predictor": 90, "credit-limit--1-1-0-predictor": 10}
     # The candidate on the new image breaches its SLA: the promotion fails and stable (old image) takes all traffic.
     for _ in range(4):
         d.reconcile(6, d.analysis(p95_s=5.0, errors=0.0, requests=100.0))
     assert d.body["status"]["promotion"]["phase"] == "Failed"
-    route = next(c for c in d.last_children if c["kind"] == "Route")
+    route = d.rendered("Route")
     assert route["spec"]["to"]["name"] == "credit-limit--1-0-0-predictor" and route["spec"]["to"]["weight"] == 100
     assert d.image_of("1.0.0") == OLD
 

@@ -4,11 +4,10 @@ it (plan/signals.py, through plan/predictors.py and the planner)."""
 
 from __future__ import annotations
 
-import copy
-from datetime import timedelta
+from dataclasses import replace
 from typing import Any
 
-from arbiter_operator.plan import Observations, plan
+from arbiter_operator.plan import Observations
 from arbiter_operator.plan.predictors import FAILED_CREATE, IMAGE_PULL, deployment_problem, predictor_problem
 from arbiter_operator.plan.signals import (
     APISERVER_UNAVAILABLE,
@@ -19,7 +18,7 @@ from arbiter_operator.plan.signals import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.plannerdrive import Driver, isvc_status, two_versions
+from support.plannerdrive import Driver, two_versions
 
 WEBHOOK_DOWN = ('Internal error occurred: failed calling webhook "inferenceservice.kserve-webhook-server.pod-mutator":'
                 ' failed to call webhook: Post "https://127.0.0.1:9443/mutate-pods?timeout=10s": context deadline '
@@ -87,25 +86,14 @@ class Workloads(Driver):
         super().__init__(body)
         self.deployments: dict[str, dict[str, Any]] = {}
 
-    def reconcile(self, after: float = 0, analysis: Any = None) -> dict[str, Any]:
-        self.now += timedelta(seconds=after)
+    def observations(self, analysis: Any) -> Observations:
         ready = {"status": {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
         deployments = {n: self.deployments.get(n, ready) for n in self.isvcs}
-        children = {("InferenceService", n): o for n, o in copy.deepcopy(self.isvcs).items()}
-        obs = Observations(children=children, workloads_observed=True,
-                           predictor_deployments=deployments)
-        self.last = p = plan(self.dm(), obs, self.now)
-        self.events.extend(p.events)
-        for child in p.children or []:
-            if child["kind"] == "InferenceService":
-                name = child["metadata"]["name"]
-                kept = self.isvcs.get(name, {}).get("status") or isvc_status(False)
-                self.isvcs[name] = {**copy.deepcopy(child), "status": kept}
-        for _, kind, name in p.deletions:
-            if kind == "InferenceService":
-                self.isvcs.pop(name, None)
-        self.body["status"] = p.status
-        return p.status
+        return replace(super().observations(analysis), workloads_observed=True, predictor_deployments=deployments)
+
+    def status_after(self, after: float = 0) -> dict[str, Any]:
+        """The DecisionModel's status after one more pass, `after` seconds on."""
+        return self.reconcile(after)["status"]
 
 
 def _conditions(status: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
@@ -128,7 +116,7 @@ def test_a_webhook_outage_during_pod_creation_holds_the_promotion_then_it_comple
     d = _stable_then_candidate_down()
     candidate = next(n for n in d.isvcs if n.endswith("1-1-0"))
     for _ in range(5):  # the outage lasts: every pass holds
-        status = d.reconcile(30)
+        status = d.status_after(30)
         assert status["promotion"]["phase"] == "Waiting" and status["promotion"].get("failureReason") is None
         assert candidate in d.isvcs and not d.last.deletions
         c = _conditions(status)
@@ -138,7 +126,7 @@ def test_a_webhook_outage_during_pod_creation_holds_the_promotion_then_it_comple
     assert not [e for e in d.events if e.type == "Warning" and e.reason == "CandidateFailed"]
     del d.deployments[candidate]  # KServe is back: the ReplicaSet creates the pods, the version loads
     d.set_ready("1.1.0")
-    status = d.reconcile(10)
+    status = d.status_after(10)
     assert status["promotion"]["stable"] == "1.1.0", status["promotion"]
     assert [r["outcome"] for r in status["promotion"]["history"]][-1] == "Succeeded"
 
@@ -146,7 +134,7 @@ def test_a_webhook_outage_during_pod_creation_holds_the_promotion_then_it_comple
 def test_an_outage_that_outlasts_the_progress_deadline_ends_it_and_says_what_held_it():
     d = _stable_then_candidate_down(deadline=60)
     d.reconcile(30)
-    status = d.reconcile(40)
+    status = d.status_after(40)
     assert status["promotion"]["phase"] in ("RollingBack", "Failed")
     assert status["promotion"]["failureReason"] == "ProgressDeadlineExceeded"
     assert WEBHOOK_UNAVAILABLE in status["promotion"]["failureMessage"]
@@ -157,5 +145,5 @@ def test_a_refused_pod_still_fails_the_candidate_at_once():
     d = _stable_then_candidate_down()
     candidate = next(n for n in d.isvcs if n.endswith("1-1-0"))
     d.deployments[candidate] = _failed_create(POD_SECURITY)
-    status = d.reconcile(1)
+    status = d.status_after(1)
     assert status["promotion"]["failureReason"] == "CandidateFailed"
