@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -50,10 +51,13 @@ def default_identity() -> str:
 
 
 def _seconds(value: Any) -> float:
+    """A Lease's number of seconds or transitions; 0 for anything else (a string, NaN, infinity: a hostile or broken
+    writer), so that no answer makes the arithmetic raise."""
     try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
         return 0.0
+    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
 
 
 def _now_micro() -> str:
@@ -111,7 +115,11 @@ class LeaderElector:
                 log.warning("could not read the leader Lease %s/%s: %s", self.namespace, self.name, exc)
                 return False
             lease = None
-        spec = dict((lease or {}).get("spec") or {})
+        except Exception as exc:  # no answer (timeout, connection refused, cut): not renewed
+            log.warning("could not read the leader Lease %s/%s: %s", self.namespace, self.name, exc)
+            return False
+        found = (lease or {}).get("spec")
+        spec = dict(found) if isinstance(found, dict) else {}  # a wrong-shaped spec is rewritten whole
         holder = spec.get("holderIdentity") or ""
         holder = holder if isinstance(holder, str) else repr(holder)
         mine = holder == self.identity
