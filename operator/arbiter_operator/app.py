@@ -41,8 +41,8 @@ log = logging.getLogger("arbiter.app")
 RESYNC_ENV = "ARBITER_RESYNC_SECONDS"
 WORKERS_ENV = "ARBITER_WORKERS"
 # Passes in parallel. A pass is mostly waiting for the apiserver, so more workers than CPUs is what keeps a burst
-# short (200 new DecisionModels on 2 cores: every InferenceService made in 13.9 s with 16, 20.2 s with 4; a version
-# Ready 0.07 s after KServe's Ready at p95 with 16, 3.0 s with 4: docs/benchmarks.md).
+# short (200 new DecisionModels on 2 cores: every InferenceService made in 10.8 s with 16, 20.2 s with 4; a version
+# Ready 0.06 s after KServe's Ready at p95 with 16, 3.0 s with 4: benchmarks/HISTORY.md, "16 workers").
 DEFAULT_WORKERS = 16
 
 # The operator's watches (kube/watch.py): every watched kind of kube/kinds.py, with its label selector.
