@@ -193,7 +193,7 @@ def _logging(args: argparse.Namespace) -> None:
     # (the "Optimization" knobs of Python's logging HOWTO; every write is logged, so this is per request).
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logging._srcfile = None
-    # kopf logs every watch event at DEBUG/INFO; keep the operator's own story readable.
+    # kopf logs its start-up steps and each hook's run at INFO; keep the operator's own story readable.
     logging.getLogger("kopf").setLevel(logging.INFO if debug else max(level, logging.WARNING))
     # httpx logs every request (registry, Prometheus) at INFO; the analysis and registry lines tell the story once.
     logging.getLogger("httpx").setLevel(logging.DEBUG if debug else max(level, logging.WARNING))

@@ -23,6 +23,7 @@ from .clients.prometheus import PrometheusClient, PrometheusConfig
 from .kube import kinds
 from .kube.cache import CachedKubeClient, WatchCache
 from .kube.client import KubeError, RestKubeClient, new_api_client
+from .kube.leader import LeaderElector
 from .kube.namespaces import NamespaceLabels
 from .kube.transport import LoopTransport
 from .kube.watch import Resource, Watches, WatchOptions
@@ -40,8 +41,8 @@ log = logging.getLogger("arbiter.app")
 RESYNC_ENV = "ARBITER_RESYNC_SECONDS"
 WORKERS_ENV = "ARBITER_WORKERS"
 # Passes in parallel. A pass is mostly waiting for the apiserver, so more workers than CPUs is what keeps a burst
-# short (200 new DecisionModels on 2 cores: every InferenceService made in 13.9 s with 16, 20.2 s with 4; a version
-# Ready 0.07 s after KServe's Ready at p95 with 16, 3.0 s with 4: docs/benchmarks.md).
+# short (200 new DecisionModels on 2 cores: every InferenceService made in 10.8 s with 16, 20.2 s with 4; a version
+# Ready 0.06 s after KServe's Ready at p95 with 16, 3.0 s with 4: benchmarks/HISTORY.md, "16 workers").
 DEFAULT_WORKERS = 16
 
 # The operator's watches (kube/watch.py): every watched kind of kube/kinds.py, with its label selector.
@@ -126,7 +127,7 @@ class Operator:
     def __init__(self, config: OperatorConfig) -> None:
         self.config = config
         self.leading = asyncio.Event()
-        self._elector: Any = None
+        self._elector: LeaderElector | None = None
         self._namespace_labels: NamespaceLabels | None = None
         self._watches: OperatorWatches | None = None
         self._transport: LoopTransport | None = None
@@ -135,6 +136,9 @@ class Operator:
     async def start(self) -> None:
         if self.config.idle:
             return
+        # Settings first: a bad one fails the start-up before anything is started.
+        resync = float(os.environ.get(RESYNC_ENV, "0"))
+        workers = max(1, int(os.environ.get(WORKERS_ENV, str(DEFAULT_WORKERS))))
         api = new_api_client(self.config.kubeconfig)
         # Every request to the apiserver is made on this event loop (aiohttp): the reconcile's, the Lease's, the
         # watches'.
@@ -149,8 +153,6 @@ class Operator:
         self._namespace_labels = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
         triggers = Triggers(queue, cache, self._namespace_labels)
         self._watches = start_watches(triggers, api.configuration, self.config.namespaces)
-        resync = float(os.environ.get(RESYNC_ENV, "0"))
-        workers = max(1, int(os.environ.get(WORKERS_ENV, str(DEFAULT_WORKERS))))
         failures: dict[Key, int] = {}
         self._tasks = [asyncio.create_task(worker(queue, reconciler, failures, self.leading, resync,
                                                   self._watches.primed)) for _ in range(workers)]
@@ -162,7 +164,6 @@ class Operator:
             metrics.LEADER.set(1)  # the only replica
             self.leading.set()
             return None
-        from .kube.leader import LeaderElector
 
         def started_leading() -> None:
             metrics.LEADER.set(1)
@@ -186,14 +187,18 @@ class Operator:
         return elector.is_leader
 
     async def stop(self) -> None:
+        """In the reverse order of `start`. The workers are gone before the Lease is handed back (no pass of this
+        replica writes while the standby's first ones do), and the watches before the namespace watches they feed
+        (a DecisionModel event would start a namespace's watch again)."""
         for task in self._tasks:
             task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._elector is not None:  # hand the Lease back: the standby takes over at its next retry
             await self._elector.stop()
-        if self._namespace_labels is not None:
-            await self._namespace_labels.stop()
         if self._watches is not None:  # a shard's restart starts new ones on the new namespace list
             await self._watches.stop()
+        if self._namespace_labels is not None:
+            await self._namespace_labels.stop()
         if self._transport is not None:
             await self._transport.close()
 

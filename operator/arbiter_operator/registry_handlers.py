@@ -28,7 +28,7 @@ from typing import Any
 from .api.backoff import REGISTRY_ARCHIVE_BACKOFF
 from .api.conditions import REGISTERED, get_condition, set_condition
 from .api.models import DecisionModel
-from .api.names import API_VERSION, GROUP, KIND
+from .api.names import API_VERSION, CORE_API, GROUP, KIND
 from .kube.client import KubeError
 from .observe.registry import resolve_registry
 from .sync.registry import archive_all, forget, mark_deleting, registry_lock
@@ -64,7 +64,7 @@ async def _report(kube: Any, raw: dict[str, Any], dm: DecisionModel, cond: Any, 
 
 async def _namespace_terminating(kube: Any, namespace: str) -> bool:
     try:
-        ns = await kube.aget("v1", "Namespace", None, namespace)
+        ns = await kube.aget(CORE_API, "Namespace", None, namespace)
     except KubeError:
         return False  # cannot tell: keep the safe answer (retry)
     return bool(ns and (ns.get("metadata") or {}).get("deletionTimestamp"))

@@ -32,8 +32,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from kubernetes import client as k8s
 
 from support.loopback_peer import LoopbackPeer
 
@@ -169,6 +173,10 @@ class HostileApiserver(LoopbackPeer):
         self._raw_specs: list[bytes] = []
         super().__init__()
         self.url = f"http://127.0.0.1:{self.port}"
+
+    def configuration(self) -> k8s.Configuration:
+        """A client's configuration pointing at this peer (plain HTTP, no credentials)."""
+        return k8s.Configuration(host=self.url)
 
     # -- what the test drives -----------------------------------------------------------------------------------
     def put(self, name: Ref, labels: dict[str, str] | None) -> None:
@@ -526,3 +534,16 @@ class HostileApiserver(LoopbackPeer):
             # "cut": closed without the last chunk
         else:
             await self._honest_watch(writer, query, scope=scope)
+
+
+def module_peer(**options: Any) -> Any:
+    """A module-scoped `peer` fixture: one HostileApiserver(**options) for every test of the module
+    (`peer = module_peer(kinds=...)` at module level)."""
+
+    @pytest.fixture(scope="module")
+    def peer() -> Iterator[HostileApiserver]:
+        p = HostileApiserver(**options).start()
+        yield p
+        p.stop()
+
+    return peer

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..api.names import (
     API_VERSION,
     APPS_API,
+    COORDINATION_API,
     CORE_API,
     ISVC_API,
     ISVC_LABEL,
@@ -80,6 +81,8 @@ TABLE: tuple[Kind, ...] = (
     Kind(CORE_API, "Event", "events"),
     Kind(CORE_API, "Namespace", "namespaces", namespaced=False),
     Kind(MODEL_REGISTRY_API, "ModelRegistry", "modelregistries"),
+    # The leader election's (kube/leader.py).
+    Kind(COORDINATION_API, "Lease", "leases"),
 )
 
 # The REST mapper: (apiVersion, kind) -> where it lives.

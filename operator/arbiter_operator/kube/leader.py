@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -34,12 +35,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..api import jsonfast
+from ..api.names import COORDINATION_API
 from .client import KubeError, answer_of
+from .kinds import kind_of
 from .transport import LoopTransport
 
 log = logging.getLogger("arbiter.leader")
 
-LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+LEASE = kind_of(COORDINATION_API, "Lease")
 
 
 def default_identity() -> str:
@@ -48,10 +51,13 @@ def default_identity() -> str:
 
 
 def _seconds(value: Any) -> float:
+    """A Lease's number of seconds or transitions; 0 for anything else (a string, NaN, infinity: a hostile or broken
+    writer), so that no answer makes the arithmetic raise."""
     try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
         return 0.0
+    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
 
 
 def _now_micro() -> str:
@@ -101,15 +107,19 @@ class LeaderElector:
     async def try_acquire_or_renew(self) -> bool:
         """One attempt; True when this replica holds the Lease afterwards."""
         started = self.clock()
-        base = LEASE_PATH.format(namespace=self.namespace)
+        path = LEASE.path(self.namespace, self.name)
         try:
-            lease: dict[str, Any] | None = await self._call("GET", f"{base}/{self.name}")
+            lease: dict[str, Any] | None = await self._call("GET", path)
         except KubeError as exc:
             if exc.status != 404:
                 log.warning("could not read the leader Lease %s/%s: %s", self.namespace, self.name, exc)
                 return False
             lease = None
-        spec = dict((lease or {}).get("spec") or {})
+        except Exception as exc:  # no answer (timeout, connection refused, cut): not renewed
+            log.warning("could not read the leader Lease %s/%s: %s", self.namespace, self.name, exc)
+            return False
+        found = (lease or {}).get("spec")
+        spec = dict(found) if isinstance(found, dict) else {}  # a wrong-shaped spec is rewritten whole
         holder = spec.get("holderIdentity") or ""
         holder = holder if isinstance(holder, str) else repr(holder)
         mine = holder == self.identity
@@ -137,12 +147,12 @@ class LeaderElector:
             new_spec["leaseTransitions"] = int(_seconds(spec.get("leaseTransitions"))) + (1 if holder else 0)
         try:
             if lease is None:
-                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
                         "metadata": {"name": self.name, "namespace": self.namespace}, "spec": new_spec}
-                await self._call("POST", base, body)
+                await self._call("POST", LEASE.path(self.namespace), body)
             else:
                 body = {**lease, "spec": new_spec}
-                await self._call("PUT", f"{base}/{self.name}", body)
+                await self._call("PUT", path, body)
         except KubeError as exc:
             if exc.status not in (409, 404):  # 409/404: another candidate was faster
                 log.warning("could not write the leader Lease %s/%s: %s", self.namespace, self.name, exc)
@@ -197,13 +207,13 @@ class LeaderElector:
                 log.warning("leader election ended with %s", exc)
         if release and self.is_leader():
             self._renewed_at = None
-            base = LEASE_PATH.format(namespace=self.namespace)
+            path = LEASE.path(self.namespace, self.name)
             try:
-                lease = await self._call("GET", f"{base}/{self.name}", timeout=5)
+                lease = await self._call("GET", path, timeout=5)
                 if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
                     lease["spec"] = {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1,
                                      "renewTime": _now_micro()}
-                    await self._call("PUT", f"{base}/{self.name}", lease, timeout=5)
+                    await self._call("PUT", path, lease, timeout=5)
                     log.info("released the leader Lease %s/%s", self.namespace, self.name)
             except Exception as exc:  # the standby then takes over after a lease duration instead
                 log.warning("could not release the leader Lease: %s", exc)

@@ -17,7 +17,7 @@ from typing import Any
 from ..api.names import CORE_API
 from .watch import Resource, Watches, WatchOptions, namespaces
 
-log = logging.getLogger("arbiter.nswatch")
+log = logging.getLogger("arbiter.namespaces")
 
 Enqueue = Callable[[tuple[str, str]], None]
 

@@ -48,7 +48,7 @@ from ..api.kubejson import REFUSED, event_head, loads_event, loads_list
 from ..api.names import CORE_API
 from ..api.wire import bookmark_version, resource_version, retry_after, status_reason
 from ..metrics import OBJECTS_REFUSED, WATCH_BYTES, WATCH_EVENTS
-from .kinds import KINDS, STATUS_ONLY
+from .kinds import KINDS, STATUS_ONLY, kind_of
 from .transport import auth_headers, new_session
 
 log = logging.getLogger("arbiter.watches")
@@ -75,9 +75,7 @@ class Resource:
     always_served: bool = False
 
     def path(self, namespace: str | None) -> str:
-        group, _, version = self.api_version.rpartition("/")
-        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
-        return f"{base}/namespaces/{namespace}/{self.plural}" if namespace else f"{base}/{self.plural}"
+        return kind_of(self.api_version, self.kind).path(namespace)
 
 
 @dataclass(frozen=True)

@@ -62,14 +62,6 @@ class ByName:
     name: Callable[[str], str]
 
 
-def by_label(component: str | None = None) -> ByLabel:
-    return ByLabel(component)
-
-
-def by_name(name: Callable[[str], str]) -> ByName:
-    return ByName(name)
-
-
 @dataclass(frozen=True)
 class Scope:
     """What decides whether a kind is read at all in one reconcile."""
@@ -100,14 +92,14 @@ class ChildKind:
 # Every kind of child the operator renders, in the order they are read: a reconcile observes each (owned, by uid)
 # into Observations.children, and apply_plan checks what it finds before writing (ownership, drift).
 CHILD_KINDS: tuple[ChildKind, ...] = (
-    ChildKind(ISVC_API, "InferenceService", by_label()),
-    ChildKind(CORE_API, "ConfigMap", by_label("decision-config")),
-    ChildKind(RBAC_API, "Role", by_label(SHADOW_COMPONENT), when=_shadowing),
-    ChildKind(RBAC_API, "RoleBinding", by_label(SHADOW_COMPONENT), when=_shadowing),
-    ChildKind(SERVINGRUNTIME_API, "ServingRuntime", by_name(runtime_name)),
-    ChildKind(ROUTE_API, "Route", by_name(lambda dm_name: dm_name)),
-    ChildKind(PODMONITOR_API, PODMONITOR_KIND, by_name(podmonitor_name), when=lambda scope: scope.podmonitor_api),
-    ChildKind(CORE_API, "Service", by_name(stable_service_name)),
+    ChildKind(ISVC_API, "InferenceService", ByLabel()),
+    ChildKind(CORE_API, "ConfigMap", ByLabel("decision-config")),
+    ChildKind(RBAC_API, "Role", ByLabel(SHADOW_COMPONENT), when=_shadowing),
+    ChildKind(RBAC_API, "RoleBinding", ByLabel(SHADOW_COMPONENT), when=_shadowing),
+    ChildKind(SERVINGRUNTIME_API, "ServingRuntime", ByName(runtime_name)),
+    ChildKind(ROUTE_API, "Route", ByName(lambda dm_name: dm_name)),
+    ChildKind(PODMONITOR_API, PODMONITOR_KIND, ByName(podmonitor_name), when=lambda scope: scope.podmonitor_api),
+    ChildKind(CORE_API, "Service", ByName(stable_service_name)),
 )
 
 

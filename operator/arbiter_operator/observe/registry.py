@@ -11,7 +11,7 @@ from typing import Any
 
 from ..api.conditions import Condition
 from ..api.models import DecisionModel
-from ..api.names import MODEL_REGISTRY_API
+from ..api.names import CORE_API, MODEL_REGISTRY_API
 from ..clients.registry import RegistryClient
 from ..kube.client import KubeError
 from ..render.registry import registered_condition
@@ -72,7 +72,7 @@ def _read_file(path: str) -> str | None:
 async def _referenced(kube: Any, kind: str, ns: str, ref: Any, default_key: str, field: str) -> tuple[str | None, str]:
     """The value under `ref.key` (or `default_key`) of the Secret or ConfigMap `ref` names (None when either is
     missing), and the message that says so."""
-    obj = await kube.aget("v1", kind, ns, ref.name)
+    obj = await kube.aget(CORE_API, kind, ns, ref.name)
     key = ref.key or default_key
     what = "token" if kind == "Secret" else "CA"
     return ((obj or {}).get("data") or {}).get(key), (

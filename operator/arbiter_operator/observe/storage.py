@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..api import jsonfast
+from ..api.names import CORE_API
 from ..clients.s3 import (
     CredentialsInvalid,
     S3Credentials,
@@ -133,7 +134,7 @@ class SecretReads:
         if hit is not None:
             return hit
         now = self._clock()
-        secret = await kube.aget("v1", "Secret", namespace, name)
+        secret = await kube.aget(CORE_API, "Secret", namespace, name)
         if secret is not None and self.ttl > 0:
             with self._lock:
                 self._held[(namespace, name)] = (now, {"data": secret.get("data")})
@@ -158,7 +159,7 @@ async def storage_credentials(kube: Any, dm: Any, bucket: str,
             )
         ca_pem = None
         if st.caBundleConfigMapRef is not None:
-            cm = await kube.aget("v1", "ConfigMap", ns, st.caBundleConfigMapRef.name)
+            cm = await kube.aget(CORE_API, "ConfigMap", ns, st.caBundleConfigMapRef.name)
             key = st.caBundleConfigMapRef.key or "ca.crt"
             ca_pem = ((cm or {}).get("data") or {}).get(key)
             if ca_pem is None:

@@ -9,6 +9,7 @@ from typing import Any
 from arbiter_runtime.contract import DecisionJson, read_decision_json
 
 from ..api.models import DecisionModel, ModelVersion, effective_decision
+from ..api.names import CORE_API
 from .common import CONFIG_FILE, SHADOW_FILE, VLLM_PORT, configmap_name, metadata, predictor_service
 
 
@@ -81,7 +82,7 @@ def render_configmap(
     if shadow is not None:
         data[SHADOW_FILE] = readable_json(shadow_config(dm, shadow))
     return {
-        "apiVersion": "v1",
+        "apiVersion": CORE_API,
         "kind": "ConfigMap",
         "metadata": metadata(dm, configmap_name(dm.metadata.name, version.name), "decision-config", version.name),
         "data": data,

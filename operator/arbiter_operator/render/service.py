@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.models import DecisionModel
+from ..api.names import CORE_API
 from .common import LABEL_COMPONENT, LABEL_DM, LABEL_VERSION, SERVING_PORT, metadata
 
 SERVICE_PORT = 80
@@ -27,7 +28,7 @@ def stable_service_url(dm: DecisionModel) -> str:
 
 def render_stable_service(dm: DecisionModel, version: str) -> dict[str, Any]:
     return {
-        "apiVersion": "v1",
+        "apiVersion": CORE_API,
         "kind": "Service",
         "metadata": metadata(dm, stable_service_name(dm.metadata.name), "stable-service", version),
         "spec": {

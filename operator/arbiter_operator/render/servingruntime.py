@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
+from ..api.names import SERVINGRUNTIME_API
 from .common import SERVING_PORT, SERVING_PORT_NAME, metadata, runtime_name
 
 MODEL_FORMAT = "vLLM"
@@ -54,4 +55,4 @@ def render_servingruntime(dm: DecisionModel, default_image: str = DEFAULT_RUNTIM
         annotations={"openshift.io/display-name": f"Arbiter runtime for {dm.metadata.name}"},
     )
     meta["labels"]["opendatahub.io/dashboard"] = "true"  # the dashboard shows a deployment's runtime by this label
-    return {"apiVersion": "serving.kserve.io/v1alpha1", "kind": "ServingRuntime", "metadata": meta, "spec": spec}
+    return {"apiVersion": SERVINGRUNTIME_API, "kind": "ServingRuntime", "metadata": meta, "spec": spec}

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 from arbiter_operator.kube.client import KubeError, NotLeader, RestKubeClient
-from arbiter_operator.kube.leader import LEASE_PATH, LeaderElector
+from arbiter_operator.kube.leader import LEASE, LeaderElector
 from arbiter_operator.kube.transport import LoopTransport
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -107,7 +107,7 @@ async def _hostile_writer(namespace, api, steps):
     lease = f"lease-{uuid.uuid4().hex[:8]}"
     a, b = _pair(api, namespace, clock, lease)
     electors = {"a": a, "b": b}
-    path = LEASE_PATH.format(namespace=namespace)
+    path = LEASE.path(namespace)
     for step in steps:
         if step[0] == "try":
             await electors[step[1]].try_acquire_or_renew()  # never raises
@@ -117,7 +117,7 @@ async def _hostile_writer(namespace, api, steps):
             spec = dict(step[1])
             if spec["holderIdentity"] in ("a", "b"):
                 continue
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            body = {"apiVersion": LEASE.api_version, "kind": LEASE.kind,
                     "metadata": {"name": lease, "namespace": namespace}, "spec": spec}
             try:
                 try:

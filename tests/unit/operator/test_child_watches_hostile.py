@@ -17,33 +17,25 @@ import json
 import time
 from typing import Any
 
-import pytest
 from arbiter_operator import app
-from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.names import API_VERSION, ISVC_LABEL, KIND
 from arbiter_operator.kube.cache import WatchCache
-from arbiter_operator.kube.kinds import CACHED, ECHOING
-from arbiter_operator.kube.namespaces import NamespaceLabels
+from arbiter_operator.kube.kinds import ECHOING
 from arbiter_operator.kube.watch import Watches, WatchOptions
 from arbiter_operator.kube.workqueue import PriorityWorkQueue as WorkQueue
 from arbiter_operator.render.common import LABEL_DM
-from arbiter_operator.triggers import Triggers
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
-from kubernetes import client as k8s
-from support.hostile_apiserver import ENDS, GARBAGE_LISTS, STATUS_BODIES, TRANSPORT, HostileApiserver
+from support.hostile_apiserver import ENDS, GARBAGE_LISTS, STATUS_BODIES, TRANSPORT, HostileApiserver, module_peer
+from support.watch_rig import FAST_BACKOFF, new_triggers, served, stop_triggers
 
-KINDS = {"inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService"), "pods": ("v1", "Pod"),
-         "decisionmodels": (API_VERSION, KIND)}
+KINDS = served("inferenceservices", "pods", "decisionmodels")
 RESOURCES = [r for r in app.WATCHED if r.plural in KINDS]
 LABEL = {"inferenceservices": LABEL_DM, "pods": ISVC_LABEL, "decisionmodels": None}  # None: watched unfiltered
 MAX_BYTES = 256 * 1024
 OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0, page_size=2,
                        max_page_bytes=MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=2,
-                       backoff=DoublingBackoff(0.05, 0.2))
-# The namespace watch that DecisionModel events start, on the same peer, as short-lived as the watches above.
-NAMESPACE_OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
-                                 healthy_after=0.3, relist_after=1)
+                       backoff=FAST_BACKOFF)
 HOSTILE_S = 1.0
 CONVERGE_S = 20.0
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck),
@@ -51,18 +43,7 @@ SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=list(He
 NAMESPACES = ("ns-a", "ns-b", "ns-c")
 NAMES = ("m1", "m2", "m3")
 
-
-@pytest.fixture(scope="module")
-def peer():
-    p = HostileApiserver(hang_s=2.0, kinds=KINDS).start()
-    yield p
-    p.stop()
-
-
-def configuration(peer: HostileApiserver) -> k8s.Configuration:
-    config = k8s.Configuration()
-    config.host = peer.url
-    return config
+peer = module_peer(hang_s=2.0, kinds=KINDS)
 
 
 ref_st = st.tuples(st.sampled_from(sorted(KINDS)), st.sampled_from(NAMESPACES), st.sampled_from(NAMES))
@@ -143,20 +124,6 @@ def held(cache: WatchCache) -> dict[tuple[str, str, str], str]:
     return out
 
 
-def new_triggers(peer: HostileApiserver) -> Triggers:
-    """What the watch events go into: the cache, the work queue and (DecisionModel events note their namespace) the
-    namespace watch, on the same peer. Stop it with `stop_triggers`."""
-    cache = WatchCache(CACHED)
-    queue = WorkQueue()
-    namespaces = NamespaceLabels(configuration(peer), queue.add, cache=cache, options=NAMESPACE_OPTIONS).start()
-    return Triggers(queue, cache, namespaces)
-
-
-async def stop_triggers(triggers: Triggers) -> None:
-    assert isinstance(triggers.namespaces, NamespaceLabels)
-    await triggers.namespaces.stop()
-
-
 async def _converged(cache: WatchCache, peer: HostileApiserver, scopes: list[str], watches: Watches) -> bool:
     """Every kind listed once, and the cache holding what the peer selects."""
     deadline = time.monotonic() + CONVERGE_S
@@ -186,7 +153,7 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
         cache = events.cache
         peer.go_honest(start)
         peer.set_script(script)
-        watches = app.watches_for(events, configuration(peer), RESOURCES, scopes, OPTIONS).start()
+        watches = app.watches_for(events, peer.configuration(), RESOURCES, scopes, OPTIONS).start()
         try:
             for ref, labels in changes:
                 await asyncio.sleep(HOSTILE_S / (len(changes) + 1))
@@ -198,7 +165,6 @@ def test_the_cache_holds_the_peers_objects_once_it_behaves(peer, start, script, 
             assert all(not t.done() for t in watches._tasks.values())
         finally:
             await watches.stop()
-            await events.stop()
             await stop_triggers(events)
 
     asyncio.run(run())
@@ -219,7 +185,7 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
         cache = events.cache
         peer.go_honest({isvc: {LABEL_DM: "dm-one"}, kept: {LABEL_DM: "dm-kept"}, relabelled: {LABEL_DM: "dm-three"},
                         pod: {ISVC_LABEL: "m1"}, ("inferenceservices", "ns-b", "m1"): {LABEL_DM: "dm-two"}})
-        watches = app.watches_for(events, configuration(peer), RESOURCES, [], OPTIONS).start()
+        watches = app.watches_for(events, peer.configuration(), RESOURCES, [], OPTIONS).start()
         try:
             assert await _converged(cache, peer, [], watches)
             queue = events.queue = WorkQueue()  # from now on: what the outage wakes
@@ -234,7 +200,6 @@ def test_objects_gone_while_the_watch_was_away_leave_the_cache_and_wake_their_mo
             assert ("ns-c", "dm-kept") not in queue._pending  # nothing of it changed
         finally:
             await watches.stop()
-            await events.stop()
             await stop_triggers(events)
 
     asyncio.run(run())
@@ -259,7 +224,7 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
         cache = events.cache
         peer.go_honest(truth)
         peer.set_script([("slow", 0.6)], cycle=True)  # every list and watch answers late
-        watches = app.watches_for(events, configuration(peer), RESOURCES, list(NAMESPACES),
+        watches = app.watches_for(events, peer.configuration(), RESOURCES, list(NAMESPACES),
                                        OPTIONS).start()
         recorder = Recorder(cache)
         leading = asyncio.Event()
@@ -277,7 +242,6 @@ def test_no_pass_runs_before_every_kinds_first_list_is_held(peer):
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)
             await watches.stop()
-            await events.stop()
             await stop_triggers(events)
             peer.set_script([])
 
@@ -289,14 +253,14 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
     about `read_timeout` of silence, long before the watch's own deadline, and the next one brings a change made
     meanwhile."""
     options = WatchOptions(timeout_seconds=60, connect_timeout=1.0, read_timeout=1.0, list_timeout=2.0,
-                           healthy_after=0.3, relist_after=2, backoff=DoublingBackoff(0.05, 0.2))
+                           healthy_after=0.3, relist_after=2, backoff=FAST_BACKOFF)
     pod = ("pods", "ns-a", "m1")
 
     async def run() -> float:
         events = new_triggers(peer)
         peer.go_honest({pod: {ISVC_LABEL: "m1"}})
         pods = [r for r in RESOURCES if r.plural == "pods"]
-        watches = app.watches_for(events, configuration(peer), pods, [], options).start()
+        watches = app.watches_for(events, peer.configuration(), pods, [], options).start()
         hang = peer.hang_s
         try:
             await watches.primed.wait()
@@ -313,7 +277,6 @@ def test_a_watch_that_goes_silent_is_given_up_within_its_read_timeout(peer):
         finally:
             peer.hang_s = hang
             await watches.stop()
-            await events.stop()
             await stop_triggers(events)
             peer.set_script([])
 
@@ -346,7 +309,7 @@ def test_an_event_of_an_object_held_as_it_is_goes_no_further(peer):
     async def run() -> None:
         peer.go_honest({})
         peer.set_script([("honest",), ("events", script, "hang")], cycle=False)  # the list, then the watch
-        watches = Watches(configuration(peer), dms, [], on_event, lambda *_: None, OPTIONS,
+        watches = Watches(peer.configuration(), dms, [], on_event, lambda *_: None, OPTIONS,
                           known=lambda _r, ns, name, rv: (ns, name, rv) in held_as_it_is, skim=ECHOING)
         watches.start()
         try:
@@ -371,7 +334,7 @@ def test_the_echo_of_the_operators_own_write_is_counted_and_wakes_nothing(peer):
         events = new_triggers(peer)
         cache = events.cache
         peer.go_honest({ref: {"app": "x"}})
-        watches = app.watches_for(events, configuration(peer), [r for r in RESOURCES if r.kind == KIND], [],
+        watches = app.watches_for(events, peer.configuration(), [r for r in RESOURCES if r.kind == KIND], [],
                                        OPTIONS).start()
         try:
             assert await _converged(cache, peer, [], watches)
@@ -393,7 +356,6 @@ def test_the_echo_of_the_operators_own_write_is_counted_and_wakes_nothing(peer):
             assert queue._pending == {("ns-a", "m1"): False}
         finally:
             await watches.stop()
-            await events.stop()
             await stop_triggers(events)
 
     asyncio.run(run())

@@ -139,10 +139,6 @@ class Peer:
         self.peer.stop()
 
 
-def _config(peer: HostileApiserver) -> k8s.Configuration:
-    return k8s.Configuration(host=peer.url)
-
-
 class Shard:
     """`run_shard` on an event loop of its own (in a thread of the test's), the kopf run replaced by a recorder of
     the namespaces each run was given ([] for the idle run while none matches)."""
@@ -164,7 +160,7 @@ class Shard:
 
     def _main(self) -> None:
         try:
-            asyncio.run(run_shard(_config(self.peer), SELECTOR, self._run, options=OPTIONS))
+            asyncio.run(run_shard(self.peer.configuration(), SELECTOR, self._run, options=OPTIONS))
         except BaseException as exc:
             self.error = exc
         self.returned = True
@@ -200,7 +196,7 @@ class Watched:
         self.cache = WatchCache()
         self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="test-nswatch-loop")
-        self.watch = NamespaceLabels(_config(peer), self.queued.append, cache=self.cache, options=OPTIONS)
+        self.watch = NamespaceLabels(peer.configuration(), self.queued.append, cache=self.cache, options=OPTIONS)
 
     def _on_loop(self, fn: Any) -> Any:
         async def call() -> Any:

@@ -15,32 +15,23 @@ import json
 import time
 from typing import Any
 
-import pytest
 from arbiter_operator import app
-from arbiter_operator.api.backoff import DoublingBackoff
 from arbiter_operator.api.kubejson import REFUSED
-from arbiter_operator.api.names import API_VERSION, KIND
 from arbiter_operator.kube.cache import WatchCache
-from arbiter_operator.kube.kinds import CACHED
-from arbiter_operator.kube.namespaces import NamespaceLabels
 from arbiter_operator.kube.watch import WatchOptions
-from arbiter_operator.kube.workqueue import PriorityWorkQueue
 from arbiter_operator.render.common import LABEL_DM
-from arbiter_operator.triggers import Triggers
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
-from kubernetes import client as k8s
-from support.hostile_apiserver import TRANSPORT, HostileApiserver
+from support.hostile_apiserver import TRANSPORT, HostileApiserver, module_peer
+from support.watch_rig import FAST_BACKOFF, new_triggers, served, stop_triggers
 
-KINDS = {"decisionmodels": (API_VERSION, KIND), "inferenceservices": ("serving.kserve.io/v1beta1", "InferenceService")}
+KINDS = served("decisionmodels", "inferenceservices")
 RESOURCES = [r for r in app.WATCHED if r.plural in KINDS]
 LABELS = {"decisionmodels": {}, "inferenceservices": {LABEL_DM: "dm"}}
 MAX_BYTES = 2 * 1024 * 1024
 OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=4.0, page_size=3,
                        max_page_bytes=4 * MAX_BYTES, max_event_bytes=MAX_BYTES, healthy_after=0.3, relist_after=2,
-                       backoff=DoublingBackoff(0.05, 0.2))
-NAMESPACE_OPTIONS = WatchOptions(timeout_seconds=1, connect_timeout=1.0, read_timeout=1.3, list_timeout=2.0,
-                                 healthy_after=0.3, relist_after=1)
+                       backoff=FAST_BACKOFF)
 CONVERGE_S = 30.0
 SETTINGS = settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck),
                     phases=[Phase.explicit, Phase.reuse, Phase.generate])
@@ -78,17 +69,7 @@ objects_st = st.dictionaries(st.sampled_from(REFS), st.one_of(st.none(), st.samp
                              min_size=1, max_size=8)
 
 
-@pytest.fixture(scope="module")
-def peer():
-    p = HostileApiserver(hang_s=1.5, kinds=KINDS).start()
-    yield p
-    p.stop()
-
-
-def configuration(peer: HostileApiserver) -> k8s.Configuration:
-    config = k8s.Configuration()
-    config.host = peer.url
-    return config
+peer = module_peer(hang_s=1.5, kinds=KINDS)
 
 
 def held(cache: WatchCache) -> dict[tuple[str, str, str], tuple[str, bool]]:
@@ -127,16 +108,13 @@ def test_every_object_converges_whatever_one_of_them_holds(peer, objects, script
 
     async def run() -> None:
         asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: errors.append(ctx))
-        cache = WatchCache(CACHED)
-        queue = PriorityWorkQueue()
-        namespaces = NamespaceLabels(configuration(peer), queue.add, cache=cache,
-                                     options=NAMESPACE_OPTIONS).start()
-        events = Triggers(queue, cache, namespaces)
+        events = new_triggers(peer)
+        cache, queue = events.cache, events.queue
         for ref in REFS:
             peer.set_spec(ref, BAD_SPECS[objects[ref]][0] if objects.get(ref) else None)
         peer.go_honest({ref: LABELS[ref[0]] for ref in objects})
         peer.set_script(script, cycle=False)
-        watches = app.watches_for(events, configuration(peer), RESOURCES, scopes, OPTIONS).start()
+        watches = app.watches_for(events, peer.configuration(), RESOURCES, scopes, OPTIONS).start()
         passes, leading = Passes(), asyncio.Event()
         leading.set()
         worker = asyncio.create_task(app.worker(queue, passes, {}, leading, 0, watches.primed))  # type: ignore[arg-type]
@@ -153,8 +131,7 @@ def test_every_object_converges_whatever_one_of_them_holds(peer, objects, script
             worker.cancel()
             await asyncio.gather(worker, return_exceptions=True)
             await watches.stop()
-            await events.stop()
-            await namespaces.stop()
+            await stop_triggers(events)
             peer.set_script([])
 
     asyncio.run(run())
