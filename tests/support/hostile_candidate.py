@@ -58,20 +58,11 @@ class HostileCandidate(LoopbackPeer):
         super().__init__()
         self.url = f"http://127.0.0.1:{self.port}"
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                _, _, headers, body = await self._read_request(reader)
-                self.requests += 1
-                self.headers_seen = ([*self.headers_seen, headers])[-50:]
-                if not await self._respond(body, writer):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            writer.close()
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        _, _, headers, body = await self._read_request(reader)
+        self.requests += 1
+        self.headers_seen = ([*self.headers_seen, headers])[-50:]
+        return await self._respond(body, writer)
 
     async def _send(self, writer, status: int, body: bytes, length: int | None = None) -> None:
         head = (f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"

@@ -90,23 +90,14 @@ class HostileS3(LoopbackPeer):
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        try:
-            while True:
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-                method, target, _ = head[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
-                split = urlsplit(target)
-                request = S3Request(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers)
-                self.requests.append(request)
-                answer = self.answer(request)
-                if not await self._send(answer, writer):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError, ssl.SSLError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            writer.close()
+        await super()._handle(reader, writer)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        method, target, headers = await self._read_head(reader)
+        split = urlsplit(target)
+        request = S3Request(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers)
+        self.requests.append(request)
+        return await self._send(self.answer(request), writer)
 
     async def _send(self, answer: Answer, writer: asyncio.StreamWriter) -> bool:
         """Write one answer; False when the connection is to be closed."""
@@ -165,22 +156,8 @@ class S3FaultProxy(LoopbackPeer):
     def faults(self, name: str) -> int:
         return sum(1 for _, fault in self.seen if fault == name)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while await self._one(reader, writer):
-                pass
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            writer.close()
-
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        method, target, _ = lines[0].split(" ", 2)
-        pairs = [(k.strip(), v.strip()) for k, _, v in (h.partition(":") for h in lines[1:] if h)]
-        headers = {k.lower(): v for k, v in pairs}
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        method, target, headers = await self._read_head(reader)
         if "chunked" in headers.get("transfer-encoding", ""):
             raise ValueError("chunked request bodies are not forwarded")  # boto3 over http sends Content-Length
         if headers.get("expect", "").lower() == "100-continue":
@@ -198,7 +175,7 @@ class S3FaultProxy(LoopbackPeer):
             status, code = (503, "SlowDown") if fault == "slow_down" else (403, "AccessDenied")
             await self._answer(writer, status, [], error_xml(code), head=method == "HEAD")
             return True
-        status, answer_headers, content = await self._forward(method, target, pairs, body)
+        status, answer_headers, content = await self._forward(method, target, headers, body)
         if fault == "reset_after":
             await self._break_connection(writer, "reset")
             return False
@@ -207,14 +184,14 @@ class S3FaultProxy(LoopbackPeer):
         await self._answer(writer, status, answer_headers, content, head=method == "HEAD")
         return True
 
-    async def _forward(self, method: str, target: str, pairs: list[tuple[str, str]],
+    async def _forward(self, method: str, target: str, headers: dict[str, str],
                        body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         import yarl
 
         assert self._session is not None
         skip = {"content-length", "expect", "connection", "transfer-encoding"}
         async with self._session.request(method, yarl.URL(self.target + target, encoded=True),
-                                         headers=[(k, v) for k, v in pairs if k.lower() not in skip],
+                                         headers={k: v for k, v in headers.items() if k not in skip},
                                          data=body if body or method in ("PUT", "POST") else None,
                                          skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"),
                                          allow_redirects=False, auto_decompress=False) as resp:
