@@ -44,6 +44,7 @@ from .config import DecisionConfig
 from .decide import Outcome, input_digest
 from .jsonutil import dumps_bytes, loads
 from .metrics import Metrics
+from .upstream import AnswerTooLarge, read_capped
 
 log = logging.getLogger("arbiter.shadow")
 
@@ -309,15 +310,11 @@ class Shadow:
                                       timeout=aiohttp.ClientTimeout(total=config.timeout_ms / 1000)) as resp:
             if resp.status != 200:
                 raise CandidateFailure(f"the candidate answered HTTP {resp.status}")
-            if resp.content_length is not None and resp.content_length > MAX_ANSWER_BYTES:
-                raise CandidateFailure(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
-            chunks, size = [], 0
-            async for chunk in resp.content.iter_chunked(65536):
-                size += len(chunk)
-                if size > MAX_ANSWER_BYTES:
-                    raise CandidateFailure(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
-                chunks.append(chunk)
-        return _decisions(loads(b"".join(chunks)), len(canonicals))
+            try:
+                content = await read_capped(resp, MAX_ANSWER_BYTES)
+            except AnswerTooLarge as exc:
+                raise CandidateFailure(f"the candidate's {exc}") from None
+        return _decisions(loads(content), len(canonicals))
 
     async def stop(self) -> None:
         tasks = [t for t in (self._poller, *self._tasks) if t is not None and not t.done()]
