@@ -21,7 +21,7 @@ from typing import Any
 
 from .config import DecisionConfig
 from .fallback import RulesEngine
-from .jsonutil import loads
+from .jsonutil import loads, reject_constant
 from .metrics import Metrics
 from .scored_format import scored_format
 from .tokens import LabelTokens
@@ -222,13 +222,9 @@ class GeneratedMode:
             raise TrajectoryInvalid("json", "the answer has no text content")
         try:
             # Strict: no lenient repair of a half-written document.
-            return json.loads(content, parse_constant=_reject_constant)
+            return json.loads(content, parse_constant=reject_constant)
         except ValueError as exc:
             raise TrajectoryInvalid("json", f"the answer is not one JSON document: {exc}") from None
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
 
 
 def _token_len(entry: dict[str, Any]) -> int:

@@ -11,17 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .jsonutil import dumps
+from .jsonutil import dumps, reject_constant
 
 MAX_ROWS = 256
 
 
 class BadRequest(ValueError):
     """400 with this message."""
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not allowed in JSON")
 
 
 def _finite(text: str) -> float:
@@ -33,7 +29,7 @@ def _finite(text: str) -> float:
 
 def loads_strict(text: str | bytes) -> Any:
     """Inputs are parsed by the standard library: exact integers (no 64-bit limit), no NaN/Infinity."""
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    return json.loads(text, parse_constant=reject_constant, parse_float=_finite)
 
 
 @dataclass(frozen=True)
