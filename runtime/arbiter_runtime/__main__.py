@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+from types import FrameType
 
 from .config import ConfigError, load_config
 
@@ -71,7 +72,8 @@ def serve(argv: list[str]) -> int:
     server = uvicorn.Server(config)
     handle_exit = server.handle_exit
 
-    def on_signal(sig, frame) -> None:  # the shutdown's deadline counts from the first signal (Runtime.stop)
+    def on_signal(sig: int, frame: FrameType | None) -> None:
+        # The shutdown's deadline counts from the first signal (Runtime.stop).
         rt.stop_requested_at = rt.stop_requested_at or time.monotonic()
         handle_exit(sig, frame)
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .jsonutil import dumps, reject_constant
+
+if TYPE_CHECKING:
+    from .decide import Outcome
 
 MAX_ROWS = 256
 
@@ -143,7 +146,7 @@ OUTPUT_METADATA = [
 ]
 
 
-def infer_response(model: str, version: str, req_id: str | None, outcomes: list, parameters: dict[str, Any],
+def infer_response(model: str, version: str, req_id: str | None, outcomes: list[Outcome], parameters: dict[str, Any],
                    wanted: Outputs | None = None) -> dict[str, Any]:
     n = len(outcomes)
     columns = {

@@ -8,7 +8,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from . import __version__, vllm_metrics
-from .audit import AuditLog, S3BatchSink, S3Settings, StdoutSink, Trace, now_iso, trace_from_header
+from .audit import AuditLog, S3BatchSink, S3Settings, Sink, StdoutSink, Trace, now_iso, trace_from_header
 from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .config import DecisionConfig
 from .decide import Decider, Outcome, canonical_json, input_digest
@@ -40,6 +40,8 @@ from .upstream import UpstreamClient, UpstreamFailure
 
 log = logging.getLogger("arbiter.runtime")
 
+Handler = Callable[[Request], Awaitable[Response]]
+
 # Readiness turns false after this many failed upstream health checks in a row (and true at the next success).
 UNREADY_AFTER_FAILED_CHECKS = 3
 AUDIT_QUEUE_CAPACITY = 10_000
@@ -49,7 +51,7 @@ AUDIT_QUEUE_CAPACITY = 10_000
 class RuntimeOptions:
     model_dir: str | None = None  # read tokenizer.json here; otherwise ask the upstream's /tokenize
     tokens: LabelTokens | None = None  # already resolved (the CLI checks the model before it starts the server)
-    audit_sinks: list | None = None  # default: stdout (+ S3 when ARBITER_AUDIT_S3_BUCKET is set)
+    audit_sinks: list[Sink] | None = None  # default: stdout (+ S3 when ARBITER_AUDIT_S3_BUCKET is set)
     s3_settings: S3Settings | None = None
     upstream_poll_s: float = 0.5
     upstream_watch_s: float = 2.0  # health checks of the upstream once ready
@@ -88,8 +90,8 @@ class Runtime:
         self.decider: Decider | None = None
         self.audit: AuditLog | None = None
         self.shadow = Shadow(cfg, self.metrics, lambda: self.audit, options.shadow_config, options.shadow_poll_s)
-        self._loader: asyncio.Task | None = None
-        self._watcher: asyncio.Task | None = None
+        self._loader: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self.shutdown_grace_s = shutdown_grace_s(options.env)
         self.stop_requested_at: float | None = None  # time.monotonic() of the SIGTERM (set by the CLI)
         self.audit_lost: dict[str, int] | None = None  # per sink, once the audit is closed
@@ -115,9 +117,9 @@ class Runtime:
             sinks = [StdoutSink()]
             s3 = self.options.s3_settings or S3Settings.from_env(self.options.env)
             if s3 is not None:
-                sink = S3BatchSink(s3, self.cfg.model, self.cfg.version)
-                await sink.start()
-                sinks.append(sink)
+                s3_sink = S3BatchSink(s3, self.cfg.model, self.cfg.version)
+                await s3_sink.start()
+                sinks.append(s3_sink)
         else:
             for sink in sinks:
                 if hasattr(sink, "start"):
@@ -139,7 +141,7 @@ class Runtime:
                 return True
         return False
 
-    async def _load(self, tokens) -> None:
+    async def _load(self, tokens: LabelTokens | None) -> None:
         waited = 0.0
         while not await self._upstream_healthy():
             self.not_ready_reason = f"waiting for the upstream at {self.upstream_root}"
@@ -276,7 +278,7 @@ def _answer(body: Any, headers: dict[str, str]) -> Response:
     return FastJSONResponse(body, headers=headers)
 
 
-def _boundary(handler):
+def _boundary(handler: Handler) -> Handler:
     """Every answer is a decision, a 4xx naming the problem or a 503 saying why: never a 500.
 
     Caught here, inside the route, so the connection stays usable (an exception that reaches the server
@@ -447,7 +449,7 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         return _error(503, f"the decision server could not answer ({type(exc).__name__}); retry")
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app):
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         await rt.start()
         try:
             yield

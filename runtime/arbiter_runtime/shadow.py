@@ -123,7 +123,7 @@ def parse_shadow_bytes(data: bytes, own_version: str) -> ShadowConfig | None:
     return parse_shadow(raw, own_version)
 
 
-def shadow_path_for(decision_config: str | os.PathLike | None) -> str | None:
+def shadow_path_for(decision_config: str | os.PathLike[str] | None) -> str | None:
     """shadow.json sits in the directory of decision.json (one ConfigMap, mounted as a directory)."""
     if not decision_config:
         return None
@@ -147,11 +147,11 @@ class Shadow:
         self._labels = frozenset(cfg.labels)
         self._last: bytes | None = None
         self._token: str | None = None
-        self._token_key: tuple | None = None
+        self._token_key: tuple[str, int, int, int] | None = None
         self._token_warned: str | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._poller: asyncio.Task | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._poller: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._random = random.Random()
         metrics.shadow_in_flight.set_function(lambda: self.in_flight)
 

@@ -11,6 +11,8 @@ but they say nothing about serving and double the scrape.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import aiohttp
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -45,7 +47,7 @@ async def scrape(upstream_root: str) -> tuple[int, str]:
     return 200, only_vllm(body.decode("utf-8", errors="replace"))
 
 
-def endpoint(upstream_root: str):
+def endpoint(upstream_root: str) -> Callable[[Request], Awaitable[Response]]:
     async def vllm_metrics(_: Request) -> Response:
         status, text = await scrape(upstream_root)
         return PlainTextResponse(text, status_code=status, media_type="text/plain; version=0.0.4; charset=utf-8")
