@@ -176,8 +176,7 @@ def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedB
                 edge.shed(self)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            edge.heads.pop(self, None)
-            edge.bodies.pop(self, None)
+            self._forget()
             super().connection_lost(exc)
 
         def _forget(self) -> None:
