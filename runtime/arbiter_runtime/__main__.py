@@ -36,7 +36,8 @@ def serve(argv: list[str]) -> int:
     import uvicorn
 
     from .edge import EdgeConfigError, EdgeLimits, guarded_protocol, raise_fd_limit
-    from .server import RuntimeOptions, create_app, resolve_from_model_dir
+    from .server import create_app
+    from .service import RuntimeOptions, resolve_from_model_dir
     from .shadow import shadow_path_for
     from .tokens import TokenizerRefused
     from .upstream import UPSTREAM_MAX_CONNECTIONS

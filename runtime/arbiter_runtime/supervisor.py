@@ -32,7 +32,7 @@ log = logging.getLogger("arbiter.supervisor")
 
 DEFAULT_VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
 # From SIGTERM, how long the shutdown may take: the supervisor's SIGKILL bound, and the decision server's deadline
-# for its audit (server.Runtime.stop). Below Kubernetes' default terminationGracePeriodSeconds (30 s).
+# for its audit (service.Runtime.stop). Below Kubernetes' default terminationGracePeriodSeconds (30 s).
 DEFAULT_SHUTDOWN_GRACE_S = 25.0
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from arbiter_devenv.vllm_standin import StandinServer
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 
 from support.hostile_s3 import S3FaultProxy
 from support.runtime_helpers import LABELS, RuntimeServer, base_config

@@ -10,7 +10,7 @@ import uuid
 
 import boto3
 from arbiter_runtime.audit import S3BatchSink, S3Settings, StdoutSink
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 from botocore.config import Config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

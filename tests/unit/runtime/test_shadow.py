@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 from arbiter_runtime.shadow import MAX_ANSWER_BYTES, OTHER_LABEL, ShadowConfigError, parse_shadow, parse_shadow_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
