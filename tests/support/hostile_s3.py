@@ -121,6 +121,9 @@ class HostileS3(LoopbackPeer):
         return not answer.close and length == real and not answer.chunked
 
 
+HTML_502 = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>\n"
+
+
 class S3FaultProxy(LoopbackPeer):
     """A real S3 (MinIO) behind a proxy that breaks what `fault(request)` names, per request:
 
@@ -130,6 +133,9 @@ class S3FaultProxy(LoopbackPeer):
         reset        reset the connection; S3 never sees the request
         slow_down    503 SlowDown; S3 never sees the request
         forbidden    403 AccessDenied (a role without that permission); S3 never sees the request
+        html_502     502 with an HTML page, not S3's XML (a load balancer's answer); S3 never sees the request
+        html_after   forward (S3 stores it), then 502 with an HTML page
+        cut_answer   forward, then S3's answer with its body cut in half (its headers say the whole length)
 
     Requests are forwarded byte for byte (the Host header and the path as signed), so SigV4 signatures hold.
     `throttle_for(seconds)` answers slow_down to everything for that long. `seen` lists (request, fault).
@@ -171,6 +177,9 @@ class S3FaultProxy(LoopbackPeer):
         if fault == "reset":
             await self._break_connection(writer, "reset")
             return False
+        if fault == "html_502":
+            await self._answer(writer, 502, [("Content-Type", "text/html")], HTML_502, head=method == "HEAD")
+            return True
         if fault in ("slow_down", "forbidden"):
             status, code = (503, "SlowDown") if fault == "slow_down" else (403, "AccessDenied")
             await self._answer(writer, status, [], error_xml(code), head=method == "HEAD")
@@ -181,6 +190,11 @@ class S3FaultProxy(LoopbackPeer):
             return False
         if fault == "ack_lost":
             status, answer_headers, content = 500, [], error_xml("InternalError", "We encountered an internal error.")
+        if fault == "html_after":
+            status, answer_headers, content = 502, [("Content-Type", "text/html")], HTML_502
+        if fault == "cut_answer" and content and method != "HEAD":
+            await self._answer(writer, status, answer_headers, content, cut=len(content) // 2)
+            return False
         await self._answer(writer, status, answer_headers, content, head=method == "HEAD")
         return True
 
@@ -199,7 +213,8 @@ class S3FaultProxy(LoopbackPeer):
             return resp.status, [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers], content
 
     async def _answer(self, writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]],
-                      body: bytes, head: bool = False) -> None:
+                      body: bytes, head: bool = False, cut: int | None = None) -> None:
+        """S3's answer (or the fault's); `cut`: only that many bytes of the body, under the whole one's length."""
         keep = [(k, v) for k, v in headers
                 if k.lower() not in ("transfer-encoding", "connection") and (head or k.lower() != "content-length")]
         if not head:
@@ -207,5 +222,5 @@ class S3FaultProxy(LoopbackPeer):
         if not any(k.lower() == "content-type" for k, _ in keep):
             keep.append(("Content-Type", "application/xml"))
         lines = [f"HTTP/1.1 {status} Proxied", *(f"{k}: {v}" for k, v in keep), "", ""]
-        writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head else body))
+        writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head else body[:cut]))
         await writer.drain()

@@ -98,7 +98,8 @@ def test_throttled_for_five_seconds_every_record_lands_once(s3_server, s3_proxy,
     assert server.runtime.audit_lost == {"stdout": 0, "s3": 0}
 
 
-FAULTS = st.sampled_from(["pass", "ack_lost", "reset_after", "reset", "slow_down", "forbidden"])
+FAULTS = st.sampled_from(["pass", "ack_lost", "reset_after", "reset", "slow_down", "forbidden", "html_502",
+                           "html_after", "cut_answer"])
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
