@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import time
+from types import FrameType
 
 from .config import ConfigError, load_config
 
@@ -35,7 +36,8 @@ def serve(argv: list[str]) -> int:
     import uvicorn
 
     from .edge import EdgeConfigError, EdgeLimits, guarded_protocol, raise_fd_limit
-    from .server import RuntimeOptions, create_app, resolve_from_model_dir
+    from .server import create_app
+    from .service import RuntimeOptions, resolve_from_model_dir
     from .shadow import shadow_path_for
     from .tokens import TokenizerRefused
     from .upstream import UPSTREAM_MAX_CONNECTIONS
@@ -71,7 +73,8 @@ def serve(argv: list[str]) -> int:
     server = uvicorn.Server(config)
     handle_exit = server.handle_exit
 
-    def on_signal(sig, frame) -> None:  # the shutdown's deadline counts from the first signal (Runtime.stop)
+    def on_signal(sig: int, frame: FrameType | None) -> None:
+        # The shutdown's deadline counts from the first signal (Runtime.stop).
         rt.stop_requested_at = rt.stop_requested_at or time.monotonic()
         handle_exit(sig, frame)
 

@@ -35,11 +35,12 @@ import os
 import ssl
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("arbiter.runtime.auth")
 
@@ -150,7 +151,7 @@ class Authenticator:
         self.settings = settings
         self._clock = clock
         self._cache: OrderedDict[str, tuple[float, Caller | AuthDenied]] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future] = {}
+        self._inflight: dict[str, asyncio.Future[Caller | AuthDenied]] = {}
         self._session: aiohttp.ClientSession | None = None
         self.api_calls = 0  # reviews sent: what the cache saves is visible in tests and metrics
 
@@ -203,7 +204,8 @@ class Authenticator:
             raise AuthDenied(503, "cannot check credentials: the API server's answer is not JSON") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("status"), dict):
             raise AuthDenied(503, "cannot check credentials: the API server's answer has no status")
-        return doc["status"]
+        status_: dict[str, Any] = doc["status"]
+        return status_
 
     async def _review(self, token: str) -> Caller:
         st = await self._post("/apis/authentication.k8s.io/v1/tokenreviews",
@@ -257,7 +259,7 @@ class Authenticator:
         pending = self._inflight.get(key)
         if pending is not None:
             return self._verdict(await asyncio.shield(pending))
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Caller | AuthDenied] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:
             try:
@@ -293,7 +295,7 @@ class Authenticator:
             self._session = None
 
 
-def _json_error(status: int, message: str) -> tuple[dict, bytes]:
+def _json_error(status: int, message: str) -> tuple[Message, bytes]:
     headers = [(b"content-type", b"application/json")]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="arbiter"'))
@@ -307,18 +309,18 @@ class AuthMiddleware:
     """Pure ASGI middleware: checks the request before the app sees it, and puts the caller in a context variable
     the audit record reads. Closes the authenticator's HTTP session when the server shuts down."""
 
-    def __init__(self, app: Callable[..., Awaitable[None]], authenticator: Authenticator | None):
+    def __init__(self, app: ASGIApp, authenticator: Authenticator | None):
         self.app = app
         self.auth = authenticator
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.auth is None:
             await self.app(scope, receive, send)
             return
         if scope["type"] == "lifespan":
             auth = self.auth
 
-            async def receive_and_close() -> dict:
+            async def receive_and_close() -> Message:
                 message = await receive()
                 if message.get("type") == "lifespan.shutdown":
                     await auth.close()

@@ -112,7 +112,7 @@ def parse_config(raw: Any) -> DecisionConfig:
     )
 
 
-def load_config(path: str | os.PathLike | None = None) -> DecisionConfig:
+def load_config(path: str | os.PathLike[str] | None = None) -> DecisionConfig:
     """Read the config from `path` or $ARBITER_DECISION_CONFIG."""
     path = path or os.environ.get(CONFIG_ENV)
     if not path:

@@ -21,7 +21,7 @@ from typing import Any
 
 from .config import DecisionConfig
 from .fallback import RulesEngine
-from .jsonutil import loads
+from .jsonutil import loads, reject_constant
 from .metrics import Metrics
 from .scored_format import scored_format
 from .tokens import LabelTokens
@@ -213,7 +213,8 @@ class GeneratedMode:
             body["seed"] = seed
         return body
 
-    def parse(self, response: dict[str, Any]) -> dict[str, Any]:
+    def parse(self, response: dict[str, Any]) -> Any:
+        """The answer's JSON document, whatever its shape: TrajectoryChecker.check says whether it is a trajectory."""
         choice = check_choice(response, want_logprobs=False)
         if choice.get("finish_reason") == "length":
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
@@ -222,13 +223,9 @@ class GeneratedMode:
             raise TrajectoryInvalid("json", "the answer has no text content")
         try:
             # Strict: no lenient repair of a half-written document.
-            return json.loads(content, parse_constant=_reject_constant)
+            return json.loads(content, parse_constant=reject_constant)
         except ValueError as exc:
             raise TrajectoryInvalid("json", f"the answer is not one JSON document: {exc}") from None
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
 
 
 def _token_len(entry: dict[str, Any]) -> int:
@@ -258,7 +255,8 @@ class Decider:
         else:
             self.mode = GeneratedMode(self.cfg)
 
-    async def _call(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _call(self, body: dict[str, Any], timeout: float) -> Any:
+        """The upstream's decoded answer, whatever its shape (check_choice names what is wrong with it)."""
         assert self.mode is not None
         status, content = await self.client.post(self._url, body, timeout, self.mode.max_answer_bytes)
         if status >= 500 or status == 429:
@@ -272,7 +270,7 @@ class Decider:
             raise UpstreamFailure("protocol", "upstream answered 200 with a body that is not JSON",
                                   retryable=True) from None
 
-    async def _model(self, canonical: str, out: Outcome, budget_s: float) -> tuple[dict, str, float] | str:
+    async def _model(self, canonical: str, out: Outcome, budget_s: float) -> tuple[Any, str, float] | str:
         """Try the model within the attempts allowed; returns (trajectory, decision, confidence) or a reason."""
         assert self.mode is not None
         body = self.mode.request(canonical, derive_seed(self.cfg, canonical))

@@ -109,7 +109,7 @@ class _Edge:
         self.cap = cap
         self.heads: OrderedDict[Any, float] = OrderedDict()
         self.bodies: OrderedDict[Any, float] = OrderedDict()
-        self.sweeper: asyncio.Task | None = None
+        self.sweeper: asyncio.Task[None] | None = None
         self.tick = min(max(min(limits.header_timeout_s, limits.body_timeout_s) / 10, 0.02), 1.0)
 
     def ensure_sweeping(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -176,8 +176,7 @@ def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedB
                 edge.shed(self)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            edge.heads.pop(self, None)
-            edge.bodies.pop(self, None)
+            self._forget()
             super().connection_lost(exc)
 
         def _forget(self) -> None:

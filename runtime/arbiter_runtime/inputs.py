@@ -7,7 +7,7 @@ The limits are stated in docs/runtime.md ("Input limits").
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from .bodies import BodyTooLarge, Decoder, UnsupportedMediaType, content_coding, json_text
@@ -45,7 +45,7 @@ def check_content_type(header: str | None, framed: bool = False) -> None:
             raise UnsupportedMediaType(f"charset {value.strip()[:40]!r} is not supported; JSON is UTF-8")
 
 
-async def read_limited(headers, stream: AsyncIterator[bytes], limit: int = MAX_BODY_BYTES) -> bytes:
+async def read_limited(headers: Mapping[str, str], stream: AsyncIterator[bytes], limit: int = MAX_BODY_BYTES) -> bytes:
     """The whole body with its content coding undone, or BodyTooLarge as soon as more than `limit` bytes arrived
     or were decoded (chunked bodies included): the server never holds more than `limit` of either."""
     coding = content_coding(headers.get("content-encoding"))
@@ -68,7 +68,8 @@ async def read_limited(headers, stream: AsyncIterator[bytes], limit: int = MAX_B
     return b"".join(chunks)
 
 
-async def read_json(headers, stream: AsyncIterator[bytes], framed: bool = False) -> tuple[Any, bytes]:
+async def read_json(headers: Mapping[str, str], stream: AsyncIterator[bytes],
+                    framed: bool = False) -> tuple[Any, bytes]:
     """The body's JSON document and, when `framed` allows the binary tensor extension and the request uses it,
     the binary data after it; 400/413/415 naming the problem otherwise."""
     framing = headers.get(HEADER_LENGTH)

@@ -7,7 +7,7 @@ stays the standard library's (decide.canonical_json), so a digest never depends 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NoReturn
 
 try:
     import orjson
@@ -15,7 +15,8 @@ except ImportError:  # pragma: no cover - the image and the venv have it
     orjson = None  # type: ignore[assignment]  # the callers test for None
 
 
-def _reject_constant(name: str):
+def reject_constant(name: str) -> NoReturn:
+    """json.loads' parse_constant: NaN, Infinity and -Infinity are not JSON (RFC 8259), whatever Python reads."""
     raise ValueError(f"{name} is not allowed in JSON")
 
 
@@ -25,7 +26,7 @@ def loads(data: str | bytes) -> Any:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
             pass  # integers beyond 64 bits and the like: the standard library decides (and explains)
-    return json.loads(data, parse_constant=_reject_constant)
+    return json.loads(data, parse_constant=reject_constant)
 
 
 def dumps_bytes(obj: Any) -> bytes:

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .jsonutil import dumps
+from .jsonutil import dumps, reject_constant
+
+if TYPE_CHECKING:
+    from .decide import Outcome
 
 MAX_ROWS = 256
 
 
 class BadRequest(ValueError):
     """400 with this message."""
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not allowed in JSON")
 
 
 def _finite(text: str) -> float:
@@ -33,7 +32,7 @@ def _finite(text: str) -> float:
 
 def loads_strict(text: str | bytes) -> Any:
     """Inputs are parsed by the standard library: exact integers (no 64-bit limit), no NaN/Infinity."""
-    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+    return json.loads(text, parse_constant=reject_constant, parse_float=_finite)
 
 
 @dataclass(frozen=True)
@@ -147,7 +146,7 @@ OUTPUT_METADATA = [
 ]
 
 
-def infer_response(model: str, version: str, req_id: str | None, outcomes: list, parameters: dict[str, Any],
+def infer_response(model: str, version: str, req_id: str | None, outcomes: list[Outcome], parameters: dict[str, Any],
                    wanted: Outputs | None = None) -> dict[str, Any]:
     n = len(outcomes)
     columns = {

@@ -44,6 +44,7 @@ from .config import DecisionConfig
 from .decide import Outcome, input_digest
 from .jsonutil import dumps_bytes, loads
 from .metrics import Metrics
+from .upstream import AnswerTooLarge, read_capped
 
 log = logging.getLogger("arbiter.shadow")
 
@@ -122,7 +123,7 @@ def parse_shadow_bytes(data: bytes, own_version: str) -> ShadowConfig | None:
     return parse_shadow(raw, own_version)
 
 
-def shadow_path_for(decision_config: str | os.PathLike | None) -> str | None:
+def shadow_path_for(decision_config: str | os.PathLike[str] | None) -> str | None:
     """shadow.json sits in the directory of decision.json (one ConfigMap, mounted as a directory)."""
     if not decision_config:
         return None
@@ -146,11 +147,11 @@ class Shadow:
         self._labels = frozenset(cfg.labels)
         self._last: bytes | None = None
         self._token: str | None = None
-        self._token_key: tuple | None = None
+        self._token_key: tuple[str, int, int, int] | None = None
         self._token_warned: str | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._poller: asyncio.Task | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._poller: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._random = random.Random()
         metrics.shadow_in_flight.set_function(lambda: self.in_flight)
 
@@ -309,15 +310,11 @@ class Shadow:
                                       timeout=aiohttp.ClientTimeout(total=config.timeout_ms / 1000)) as resp:
             if resp.status != 200:
                 raise CandidateFailure(f"the candidate answered HTTP {resp.status}")
-            if resp.content_length is not None and resp.content_length > MAX_ANSWER_BYTES:
-                raise CandidateFailure(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
-            chunks, size = [], 0
-            async for chunk in resp.content.iter_chunked(65536):
-                size += len(chunk)
-                if size > MAX_ANSWER_BYTES:
-                    raise CandidateFailure(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
-                chunks.append(chunk)
-        return _decisions(loads(b"".join(chunks)), len(canonicals))
+            try:
+                content = await read_capped(resp, MAX_ANSWER_BYTES)
+            except AnswerTooLarge as exc:
+                raise CandidateFailure(f"the candidate's {exc}") from None
+        return _decisions(loads(content), len(canonicals))
 
     async def stop(self) -> None:
         tasks = [t for t in (self._poller, *self._tasks) if t is not None and not t.done()]

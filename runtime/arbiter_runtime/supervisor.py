@@ -26,12 +26,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 log = logging.getLogger("arbiter.supervisor")
 
 DEFAULT_VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
 # From SIGTERM, how long the shutdown may take: the supervisor's SIGKILL bound, and the decision server's deadline
-# for its audit (server.Runtime.stop). Below Kubernetes' default terminationGracePeriodSeconds (30 s).
+# for its audit (service.Runtime.stop). Below Kubernetes' default terminationGracePeriodSeconds (30 s).
 DEFAULT_SHUTDOWN_GRACE_S = 25.0
 
 
@@ -83,7 +84,8 @@ def upstream_url_from_args(args: list[str]) -> str:
     return f"http://{host}:{port}/v1"
 
 
-def build_commands(opts: argparse.Namespace, vllm_args: list[str], env: dict[str, str]):
+def build_commands(opts: argparse.Namespace, vllm_args: list[str],
+                   env: dict[str, str]) -> list[tuple[str, list[str]]]:
     children: list[tuple[str, list[str]]] = []
     upstream = opts.upstream
     model_dir = opts.model_dir
@@ -181,11 +183,11 @@ class Supervisor:
     def __init__(self, children: list[tuple[str, list[str]]], grace_s: float):
         self.children = children
         self.grace_s = grace_s
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stopping: int | None = None
         self._stop_at: float | None = None  # time.monotonic() of the first stop: the grace period counts from it
 
-    def _signal(self, signum, _frame) -> None:
+    def _signal(self, signum: int, _frame: FrameType | None) -> None:
         if self.stopping is None:
             self.stopping = signum
             self._stop_at = time.monotonic()

@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .upstream import UpstreamClient
 
 
 class TokenizerRefused(RuntimeError):
@@ -46,7 +49,7 @@ class TokenizerJsonSource:
 class UpstreamTokenizeSource:
     """vLLM's `POST /tokenize` (served at the root, beside /v1)."""
 
-    def __init__(self, client, base_url: str, model: str):
+    def __init__(self, client: UpstreamClient, base_url: str, model: str):
         """`client`: an upstream.UpstreamClient (started)."""
         root = base_url.rstrip("/")
         if root.endswith("/v1"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -17,7 +18,7 @@ _SLOW_ONLY = {"prefixItems", "unevaluatedProperties", "unevaluatedItems", "depen
               "$anchor", "$vocabulary"}
 
 
-def _keys(node: Any):
+def _keys(node: Any) -> Iterator[Any]:
     if isinstance(node, dict):
         for k, v in node.items():
             yield k
@@ -142,7 +143,7 @@ class TrajectoryChecker:
                 raise TrajectoryInvalid("inconsistent", f"step {i + 1}: label {stated} has probability "
                                                         f"{probs[stated]:.6f}, below the largest ({top:.6f})")
 
-    def decide(self, trajectory: dict) -> tuple[str, float]:
+    def decide(self, trajectory: dict[str, Any]) -> tuple[str, float]:
         """Decision = the last step's label, else its argmax (ties: first label in config order); confidence = its
         probability."""
         last = trajectory["steps"][-1]

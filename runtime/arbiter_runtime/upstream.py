@@ -66,7 +66,11 @@ class UpstreamClient:
                                           timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 if max_bytes is None:
                     return resp.status, await resp.read()
-                return resp.status, await _read_capped(resp, max_bytes)
+                try:
+                    return resp.status, await read_capped(resp, max_bytes)
+                except AnswerTooLarge as exc:
+                    raise UpstreamFailure("too_large", f"upstream {exc} of its max_tokens", retryable=False) \
+                        from None
         except aiohttp.ClientConnectorError as exc:
             raise UpstreamFailure("connect", f"upstream unreachable: {exc.os_error or exc}", retryable=False) \
                 from None
@@ -82,26 +86,31 @@ class UpstreamClient:
         try:
             async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 try:
-                    await _read_capped(resp, HEALTH_BODY_BYTES)
-                except UpstreamFailure:
+                    await read_capped(resp, HEALTH_BODY_BYTES)
+                except AnswerTooLarge:
                     pass  # the status is the answer; an endless health body costs a closed connection
                 return resp.status
         except (TimeoutError, aiohttp.ClientError):
             return None
 
 
-async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+class AnswerTooLarge(Exception):
+    """An answer over its byte bound (read_capped); the message says how large it said it was, if it did."""
+
+
+async def read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The body of an answer from a peer this runtime calls (the upstream, a shadow candidate), or AnswerTooLarge
+    once it says or turns out to be over `limit` bytes: the connection is then closed (never returned to the pool
+    half-read), and no more than `limit` and one read are ever held, however long the peer goes on sending."""
     if resp.content_length is not None and resp.content_length > limit:
         resp.close()
-        raise UpstreamFailure("too_large", f"upstream answer of {resp.content_length} bytes is over the "
-                                           f"{limit}-byte bound of its max_tokens", retryable=False)
+        raise AnswerTooLarge(f"answer of {resp.content_length} bytes is over the {limit}-byte bound")
     chunks: list[bytes] = []
     size = 0
     async for chunk in resp.content.iter_chunked(READ_CHUNK):
         size += len(chunk)
         if size > limit:
             resp.close()
-            raise UpstreamFailure("too_large", f"upstream answer over the {limit}-byte bound of its max_tokens",
-                                  retryable=False)
+            raise AnswerTooLarge(f"answer is over the {limit}-byte bound")
         chunks.append(chunk)
     return b"".join(chunks)

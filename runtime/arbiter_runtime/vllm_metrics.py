@@ -11,9 +11,13 @@ but they say nothing about serving and double the scrape.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import aiohttp
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
+
+from .upstream import AnswerTooLarge, read_capped
 
 MAX_BYTES = 8 * 1024 * 1024
 TIMEOUT_S = 3.0
@@ -35,17 +39,17 @@ async def scrape(upstream_root: str) -> tuple[int, str]:
         timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
             async with session.get(upstream_root + "/metrics") as resp:
-                body = await resp.content.read(MAX_BYTES + 1)
                 if resp.status != 200:
                     return 503, f"vLLM's /metrics answered {resp.status}\n"
+                body = await read_capped(resp, MAX_BYTES)
+    except AnswerTooLarge:
+        return 503, f"vLLM's /metrics is larger than {MAX_BYTES} bytes\n"
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         return 503, f"vLLM's /metrics is unreachable ({type(exc).__name__})\n"
-    if len(body) > MAX_BYTES:
-        return 503, f"vLLM's /metrics is larger than {MAX_BYTES} bytes\n"
     return 200, only_vllm(body.decode("utf-8", errors="replace"))
 
 
-def endpoint(upstream_root: str):
+def endpoint(upstream_root: str) -> Callable[[Request], Awaitable[Response]]:
     async def vllm_metrics(_: Request) -> Response:
         status, text = await scrape(upstream_root)
         return PlainTextResponse(text, status_code=status, media_type="text/plain; version=0.0.4; charset=utf-8")

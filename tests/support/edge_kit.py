@@ -1,11 +1,12 @@
 """The decision server as a process, for tests of its network edge, and an upstream that floods its answers.
 
     server = ServeProc(workdir, upstream_url, env={"ARBITER_HEADER_TIMEOUT_S": "1"}, nofile=1024).start()
-    server.port, server.url, server.log(), server.peak_rss_kib(), server.rss_kib(); server.stop()
+    server.port, server.url, server.log(), server.peak_rss_kib(), server.rss_kib(); server.terminate(20); server.stop()
     flood = FloodUpstream(standin.url).start(); flood.mode = "padded" | "chunked" | "pass"; flood.stop()
 
 `ServeProc` runs `python -m arbiter_runtime serve` with its descriptor limit set (RLIMIT_NOFILE, soft and hard, as
-`ulimit -n` in a container would), its log in `workdir/runtime.log` and its audit in `workdir/audit.jsonl`.
+`ulimit -n` in a container would), its log in `workdir/runtime.log` and its audit (stdout) in `workdir/audit.jsonl`
+or where `stdout` says (a pipe nobody reads, say).
 `FloodUpstream` forwards everything to a stand-in but, in mode "padded", answers a chat completion with a valid
 answer padded to `padded_bytes` (Content-Length declared, written 1 MiB at a time), in mode "chunked" with a chunked
 answer that never ends; it generates the bytes as it writes them, so the test process holds none of them.
@@ -33,12 +34,13 @@ from support.runtime_procs import decision_config
 
 class ServeProc:
     def __init__(self, workdir: Path, upstream_url: str, env: dict[str, str] | None = None,
-                 nofile: int | None = None, **config: Any):
+                 nofile: int | None = None, stdout: Any = None, **config: Any):
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = env or {}
         self.nofile = nofile
+        self.stdout = stdout
         self.config = decision_config("credit", "v1", upstream_url, **config)
         self.proc: subprocess.Popen | None = None
 
@@ -54,7 +56,8 @@ class ServeProc:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(self.workdir / "decision.json"),
              "--host", "127.0.0.1", "--port", str(self.port)], env=env, preexec_fn=self._limit,
-            stdout=open(self.workdir / "audit.jsonl", "ab"), stderr=open(self.workdir / "runtime.log", "ab"))
+            stdout=self.stdout or open(self.workdir / "audit.jsonl", "ab"),
+            stderr=open(self.workdir / "runtime.log", "ab"))
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
@@ -68,6 +71,14 @@ class ServeProc:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"decision server not ready:\n{self.log()[-3000:]}")
             time.sleep(0.1)
+
+    def terminate(self, timeout: float) -> tuple[int, float]:
+        """SIGTERM, as the kubelet sends it: the exit code and the seconds the shutdown took."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.terminate()
+        rc = self.proc.wait(timeout)
+        return rc, time.monotonic() - started
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

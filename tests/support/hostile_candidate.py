@@ -31,6 +31,7 @@ EXPECTED = {
     "garbage": ("error", None),
     "huge": ("error", None),
     "huge_declared": ("error", None),
+    "endless": ("error", None),
     "hang": ("error", None),
     "reset": ("error", None),
     "close": ("error", None),
@@ -55,29 +56,35 @@ class HostileCandidate(LoopbackPeer):
         self.unknown_label = "maybe-later"
         self.headers_seen: list[dict[str, str]] = []  # the last requests' headers (bounded)
         self.requests = 0
+        self.endless_cut: list[float] = []  # per "endless" answer: seconds from its first byte until the stable hung up
         super().__init__()
         self.url = f"http://127.0.0.1:{self.port}"
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                _, _, headers, body = await self._read_request(reader)
-                self.requests += 1
-                self.headers_seen = ([*self.headers_seen, headers])[-50:]
-                if not await self._respond(body, writer):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            writer.close()
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        _, _, headers, body = await self._read_request(reader)
+        self.requests += 1
+        self.headers_seen = ([*self.headers_seen, headers])[-50:]
+        return await self._respond(body, writer)
 
     async def _send(self, writer, status: int, body: bytes, length: int | None = None) -> None:
         head = (f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
                 f"content-length: {len(body) if length is None else length}\r\n\r\n")
         writer.write(head.encode() + body)
         await writer.drain()
+
+    async def _endless(self, writer: asyncio.StreamWriter, answer: bytes) -> None:
+        """The right answer, chunked, then whitespace (still JSON, were it ever to end) until the stable hangs up."""
+        clock = asyncio.get_running_loop().time
+        t0 = clock()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+        pad = b"%x\r\n%s\r\n" % (65536, b" " * 65536)
+        try:
+            writer.write(b"%x\r\n%s\r\n" % (len(answer), answer))
+            while clock() - t0 < self.hang_s:
+                writer.write(pad)
+                await writer.drain()
+        except ConnectionError:
+            self.endless_cut.append(clock() - t0)
 
     async def _truth(self, body: bytes) -> dict[str, Any]:
         assert self._session is not None
@@ -114,6 +121,9 @@ class HostileCandidate(LoopbackPeer):
             await self._send(writer, 200, b"{}", length=512 * 1024 * 1024)
             return False
         answer = await self._truth(body)
+        if behaviour == "endless":
+            await self._endless(writer, json.dumps(answer).encode())
+            return False
         outputs = {o["name"]: o for o in answer["outputs"]}
         decisions = outputs["decision"]["data"]
         if behaviour == "slow":

@@ -90,23 +90,14 @@ class HostileS3(LoopbackPeer):
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
-        try:
-            while True:
-                head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-                method, target, _ = head[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
-                split = urlsplit(target)
-                request = S3Request(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers)
-                self.requests.append(request)
-                answer = self.answer(request)
-                if not await self._send(answer, writer):
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError, ssl.SSLError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            writer.close()
+        await super()._handle(reader, writer)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        method, target, headers = await self._read_head(reader)
+        split = urlsplit(target)
+        request = S3Request(method, split.path, dict(parse_qsl(split.query, keep_blank_values=True)), headers)
+        self.requests.append(request)
+        return await self._send(self.answer(request), writer)
 
     async def _send(self, answer: Answer, writer: asyncio.StreamWriter) -> bool:
         """Write one answer; False when the connection is to be closed."""
@@ -130,6 +121,9 @@ class HostileS3(LoopbackPeer):
         return not answer.close and length == real and not answer.chunked
 
 
+HTML_502 = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>\n"
+
+
 class S3FaultProxy(LoopbackPeer):
     """A real S3 (MinIO) behind a proxy that breaks what `fault(request)` names, per request:
 
@@ -139,6 +133,9 @@ class S3FaultProxy(LoopbackPeer):
         reset        reset the connection; S3 never sees the request
         slow_down    503 SlowDown; S3 never sees the request
         forbidden    403 AccessDenied (a role without that permission); S3 never sees the request
+        html_502     502 with an HTML page, not S3's XML (a load balancer's answer); S3 never sees the request
+        html_after   forward (S3 stores it), then 502 with an HTML page
+        cut_answer   forward, then S3's answer with its body cut in half (its headers say the whole length)
 
     Requests are forwarded byte for byte (the Host header and the path as signed), so SigV4 signatures hold.
     `throttle_for(seconds)` answers slow_down to everything for that long. `seen` lists (request, fault).
@@ -165,22 +162,8 @@ class S3FaultProxy(LoopbackPeer):
     def faults(self, name: str) -> int:
         return sum(1 for _, fault in self.seen if fault == name)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while await self._one(reader, writer):
-                pass
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            writer.close()
-
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
-        method, target, _ = lines[0].split(" ", 2)
-        pairs = [(k.strip(), v.strip()) for k, _, v in (h.partition(":") for h in lines[1:] if h)]
-        headers = {k.lower(): v for k, v in pairs}
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        method, target, headers = await self._read_head(reader)
         if "chunked" in headers.get("transfer-encoding", ""):
             raise ValueError("chunked request bodies are not forwarded")  # boto3 over http sends Content-Length
         if headers.get("expect", "").lower() == "100-continue":
@@ -194,27 +177,35 @@ class S3FaultProxy(LoopbackPeer):
         if fault == "reset":
             await self._break_connection(writer, "reset")
             return False
+        if fault == "html_502":
+            await self._answer(writer, 502, [("Content-Type", "text/html")], HTML_502, head=method == "HEAD")
+            return True
         if fault in ("slow_down", "forbidden"):
             status, code = (503, "SlowDown") if fault == "slow_down" else (403, "AccessDenied")
             await self._answer(writer, status, [], error_xml(code), head=method == "HEAD")
             return True
-        status, answer_headers, content = await self._forward(method, target, pairs, body)
+        status, answer_headers, content = await self._forward(method, target, headers, body)
         if fault == "reset_after":
             await self._break_connection(writer, "reset")
             return False
         if fault == "ack_lost":
             status, answer_headers, content = 500, [], error_xml("InternalError", "We encountered an internal error.")
+        if fault == "html_after":
+            status, answer_headers, content = 502, [("Content-Type", "text/html")], HTML_502
+        if fault == "cut_answer" and content and method != "HEAD":
+            await self._answer(writer, status, answer_headers, content, cut=len(content) // 2)
+            return False
         await self._answer(writer, status, answer_headers, content, head=method == "HEAD")
         return True
 
-    async def _forward(self, method: str, target: str, pairs: list[tuple[str, str]],
+    async def _forward(self, method: str, target: str, headers: dict[str, str],
                        body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         import yarl
 
         assert self._session is not None
         skip = {"content-length", "expect", "connection", "transfer-encoding"}
         async with self._session.request(method, yarl.URL(self.target + target, encoded=True),
-                                         headers=[(k, v) for k, v in pairs if k.lower() not in skip],
+                                         headers={k: v for k, v in headers.items() if k not in skip},
                                          data=body if body or method in ("PUT", "POST") else None,
                                          skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent"),
                                          allow_redirects=False, auto_decompress=False) as resp:
@@ -222,7 +213,8 @@ class S3FaultProxy(LoopbackPeer):
             return resp.status, [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers], content
 
     async def _answer(self, writer: asyncio.StreamWriter, status: int, headers: list[tuple[str, str]],
-                      body: bytes, head: bool = False) -> None:
+                      body: bytes, head: bool = False, cut: int | None = None) -> None:
+        """S3's answer (or the fault's); `cut`: only that many bytes of the body, under the whole one's length."""
         keep = [(k, v) for k, v in headers
                 if k.lower() not in ("transfer-encoding", "connection") and (head or k.lower() != "content-length")]
         if not head:
@@ -230,5 +222,5 @@ class S3FaultProxy(LoopbackPeer):
         if not any(k.lower() == "content-type" for k, _ in keep):
             keep.append(("Content-Type", "application/xml"))
         lines = [f"HTTP/1.1 {status} Proxied", *(f"{k}: {v}" for k, v in keep), "", ""]
-        writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head else body))
+        writer.write("\r\n".join(lines).encode("latin-1") + (b"" if head else body[:cut]))
         await writer.drain()

@@ -184,19 +184,9 @@ class HostileUpstream(LoopbackPeer):
 
     # -- lifecycle --------------------------------------------------------------------------------------------
     # -- HTTP -------------------------------------------------------------------------------------------------
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                method, path, _headers, body = await self._read_request(reader)
-                keep = await self._respond(method, path, body, writer)
-                if not keep:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
-            pass
-        except asyncio.CancelledError:
-            pass
-        finally:
-            writer.close()
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        method, path, _headers, body = await self._read_request(reader)
+        return await self._respond(method, path, body, writer)
 
     async def _send(self, writer, status: int, body: bytes, length: int | None = None,
                     content_type: str = "application/json") -> None:

@@ -1,6 +1,7 @@
 """A raw asyncio HTTP peer on loopback, in a thread with its own event loop: the lifecycle the hostile test peers
-(hostile_upstream.HostileUpstream, hostile_candidate.HostileCandidate) share. A subclass writes `_handle`, which reads
-and answers raw bytes, so it can misbehave below what an HTTP framework would allow."""
+(hostile_upstream, hostile_candidate, hostile_s3, hostile_apiserver) share. A subclass writes `_exchange` (one
+request) or `_handle` (one connection), which read and answer raw bytes, so it can misbehave below what an HTTP
+framework would allow."""
 
 from __future__ import annotations
 
@@ -61,18 +62,37 @@ class LoopbackPeer:
         self._thread.join(10)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection: `_exchange` after `_exchange` until one says to close, or the client hangs up or sends
+        what the peer cannot read. A peer that misbehaves below one request at a time overrides this instead."""
+        try:
+            while await self._exchange(reader, writer):
+                pass
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError, ssl.SSLError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            writer.close()
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Read one request and answer it (or not); False closes the connection."""
         raise NotImplementedError
 
     @staticmethod
     async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes]:
         """The next request on a keep-alive connection: method, target, headers (lower-case names) and body (by
         Content-Length). Raises IncompleteReadError when the client hangs up, ValueError on a malformed head."""
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, _ = lines[0].split(" ", 2)
-        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        method, target, headers = await LoopbackPeer._read_head(reader)
         body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
         return method, target, headers, body
+
+    @staticmethod
+    async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+        """The next request's head: method, target and headers (lower-case names); the body is left unread."""
+        lines = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        method, target, _ = lines[0].split(" ", 2)
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+        return method, target, headers
 
     @staticmethod
     async def _break_connection(writer: asyncio.StreamWriter, how: str) -> bool:

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from arbiter_devenv.vllm_standin import StandinServer
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 
+from support.hostile_s3 import S3FaultProxy
 from support.runtime_helpers import LABELS, RuntimeServer, base_config
 
 
@@ -33,6 +34,16 @@ def make_runtime() -> Iterator[Any]:
     yield make
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def s3_proxy(s3_server: Any) -> Iterator[S3FaultProxy]:
+    """The real S3 server behind S3FaultProxy: a test sets `fault` to make it answer what S3 answers at its worst."""
+    peer = S3FaultProxy(s3_server.endpoint_url).start()
+    try:
+        yield peer
+    finally:
+        peer.stop()
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ import uvicorn
 from arbiter_devenv.vllm_standin import free_port
 from arbiter_runtime.audit import StdoutSink
 from arbiter_runtime.config import parse_config
-from arbiter_runtime.server import RuntimeOptions, create_app
+from arbiter_runtime.server import create_app
+from arbiter_runtime.service import RuntimeOptions
 from prometheus_client.parser import text_string_to_metric_families
 
 LABELS = ["approve", "deny", "review"]

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 from arbiter_runtime.audit import S3BatchSink, S3Settings, StdoutSink, trace_from_header
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 from support.polling import eventually
 from support.runtime_helpers import base_config, v2_body
 

@@ -4,88 +4,42 @@ recovers), and the exit code is non-zero, with the count per sink in the log, wh
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
-import sys
-import time
 import uuid
 
-import httpx
 import pytest
-from arbiter_devenv.vllm_standin import free_port
-from support.hostile_s3 import S3FaultProxy
-from support.paths import REPO
-from support.runtime_helpers import base_config
+from support.edge_kit import ServeProc
 
 LOST = re.compile(r"audit records not written at shutdown: stdout (\d+), s3 (\d+) \(of (\d+) recorded\)"
                   r"|audit records not written at shutdown: stdout (\d+) \(of (\d+) recorded\)")
 
 
-class Served:
-    """`python -m arbiter_runtime serve` on a free port, its stdout where the test says, its log in a file."""
-
-    def __init__(self, tmp_path, upstream: str, env: dict[str, str], stdout) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp_path / "runtime.log"
-        config = tmp_path / "decision.json"
-        config.write_text(json.dumps(base_config(upstream)))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(config), "--host", "127.0.0.1",
-             "--port", str(self.port)],
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO / "runtime"), os.environ.get("PYTHONPATH", "")]),
-                     ARBITER_AUTH="false", **env),
-            stdout=stdout, stderr=open(self.log_path, "wb"))
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, self.log()
-            try:
-                if httpx.get(self.url + "/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, self.log()
-            time.sleep(0.1)
-
-    def decide(self, n: int) -> list[str]:
-        with httpx.Client(base_url=self.url, timeout=30) as c:
-            return [c.post("/v1/decisions", json={"amount": i, "country": "DE"}).raise_for_status().json()["traceId"]
-                    for i in range(n)]
-
-    def terminate(self, timeout: float) -> tuple[int, float]:
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        rc = self.proc.wait(timeout)
-        return rc, time.monotonic() - started
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
+def decide(served: ServeProc, n: int) -> list[str]:
+    """n decisions, each answered 200: their trace ids."""
+    answers = [served.decide({"amount": i, "country": "DE"}) for i in range(n)]
+    assert all(status == 200 for status, _ in answers), answers[:3]
+    return [body["traceId"] for _, body in answers]
 
 
 @pytest.fixture
 def serve(tmp_path, standin):
-    started: list[Served] = []
+    """`serve(env, stdout)`: the real decision server as a process, its audit on `stdout`, auth off."""
+    started: list[ServeProc] = []
 
-    def start(env: dict[str, str], stdout) -> Served:
-        served = Served(tmp_path, standin.url, env, stdout)
+    def start(env: dict[str, str], stdout) -> ServeProc:
+        served = ServeProc(tmp_path, standin.url, env={"ARBITER_AUTH": "false", **env}, stdout=stdout)
         started.append(served)
-        return served
+        return served.start()
 
     yield start
     for served in started:
-        served.kill()
+        served.stop()
 
 
 def test_stdout_never_drained_exits_non_zero_and_says_how_many(serve):
     served = serve({"ARBITER_SHUTDOWN_GRACE_S": "4"}, subprocess.PIPE)  # a pipe nobody reads
-    served.decide(300)  # answered all the same: the records wait in the queue
+    decide(served, 300)  # answered all the same: the records wait in the queue
     rc, took = served.terminate(15)
     out = served.proc.stdout.read()
     complete = out.count(b"\n")
@@ -96,20 +50,25 @@ def test_stdout_never_drained_exits_non_zero_and_says_how_many(serve):
     assert all(json.loads(line)["kind"] == "arbiter.decision" for line in out.splitlines()[:complete])
 
 
-def _s3_env(s3_server, proxy: S3FaultProxy, bucket: str, grace: float) -> dict[str, str]:
-    return {"ARBITER_AUDIT_S3_BUCKET": bucket, "ARBITER_AUDIT_S3_ENDPOINT": proxy.endpoint_url,
-            "ARBITER_AUDIT_S3_INTERVAL_S": "3600",  # nothing uploads before the SIGTERM
-            "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
-            "AWS_REGION": s3_server.region, "ARBITER_SHUTDOWN_GRACE_S": str(grace)}
-
-
 @pytest.fixture
-def proxy(s3_server):
-    peer = S3FaultProxy(s3_server.endpoint_url).start()
-    try:
-        yield peer
-    finally:
-        peer.stop()
+def serve_with_s3(tmp_path, serve, s3_server, s3_proxy):
+    """A decision server whose S3 copy goes through the fault proxy to a new bucket, its stdout in audit.jsonl:
+    `start(grace)` gives (served, bucket)."""
+    opened = []
+
+    def start(grace: float) -> tuple[ServeProc, str]:
+        bucket = f"audit-{uuid.uuid4().hex[:12]}"
+        s3_server.client().create_bucket(Bucket=bucket)
+        opened.append(open(tmp_path / "audit.jsonl", "wb"))  # the child writes it until its end
+        env = {"ARBITER_AUDIT_S3_BUCKET": bucket, "ARBITER_AUDIT_S3_ENDPOINT": s3_proxy.endpoint_url,
+               "ARBITER_AUDIT_S3_INTERVAL_S": "3600",  # nothing uploads before the SIGTERM
+               "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+               "AWS_REGION": s3_server.region, "ARBITER_SHUTDOWN_GRACE_S": str(grace)}
+        return serve(env, opened[-1]), bucket
+
+    yield start
+    for stdout in opened:
+        stdout.close()
 
 
 def _traces_in(s3, bucket: str) -> list[str]:
@@ -120,31 +79,23 @@ def _traces_in(s3, bucket: str) -> list[str]:
     return out
 
 
-def test_sigterm_while_s3_throttles_waits_for_it_and_loses_nothing(tmp_path, serve, s3_server, proxy):
-    s3 = s3_server.client()
-    bucket = f"audit-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=bucket)
-    with open(tmp_path / "audit.jsonl", "wb") as stdout:
-        served = serve(_s3_env(s3_server, proxy, bucket, grace=15), stdout)
-        traces = served.decide(70)
-        proxy.throttle_for(5)
-        rc, took = served.terminate(20)
+def test_sigterm_while_s3_throttles_waits_for_it_and_loses_nothing(serve_with_s3, s3_server, s3_proxy):
+    served, bucket = serve_with_s3(grace=15)
+    traces = decide(served, 70)
+    s3_proxy.throttle_for(5)
+    rc, took = served.terminate(20)
     assert rc == 0, served.log()
     assert took > 4  # it waited for S3 to recover, retrying, rather than exit at once without the S3 copy
-    assert proxy.faults("slow_down") >= 2
-    assert sorted(_traces_in(s3, bucket)) == sorted(traces)  # all 70, each once
+    assert s3_proxy.faults("slow_down") >= 2
+    assert sorted(_traces_in(s3_server.client(), bucket)) == sorted(traces)  # all 70, each once
     assert "audit: all 70 records written to stdout, s3" in served.log()
 
 
-def test_s3_down_past_the_grace_period_exits_non_zero_with_the_count(tmp_path, serve, s3_server, proxy):
-    s3 = s3_server.client()
-    bucket = f"audit-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=bucket)
-    with open(tmp_path / "audit.jsonl", "wb") as stdout:
-        served = serve(_s3_env(s3_server, proxy, bucket, grace=3), stdout)
-        served.decide(20)
-        proxy.throttle_for(600)
-        rc, took = served.terminate(15)
+def test_s3_down_past_the_grace_period_exits_non_zero_with_the_count(tmp_path, serve_with_s3, s3_proxy):
+    served, _ = serve_with_s3(grace=3)
+    decide(served, 20)
+    s3_proxy.throttle_for(600)
+    rc, took = served.terminate(15)
     found = LOST.search(served.log())
     assert rc == 4 and found, served.log()
     assert (found[1], found[2], found[3]) == ("0", "20", "20")  # stdout has them all, S3 none

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from arbiter_devenv.vllm_standin import free_port
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client

@@ -18,7 +18,7 @@ from arbiter_runtime.config import parse_config
 from arbiter_runtime.fallback import RulesEngine
 from arbiter_runtime.inputs import MAX_BODY_BYTES, MAX_DEPTH, canonicalise
 from arbiter_runtime.protocol import BadRequest
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 from arbiter_runtime.trajectory import InputInvalid, InputValidator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -9,7 +9,8 @@ import pytest
 from arbiter_devenv.vllm_standin import StandinServer, write_model_dir
 from arbiter_runtime.config import ConfigError, load_config, parse_config
 from arbiter_runtime.fallback import RulesEngine
-from arbiter_runtime.server import RuntimeOptions, create_app
+from arbiter_runtime.server import create_app
+from arbiter_runtime.service import RuntimeOptions
 from arbiter_runtime.tokens import TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, resolve
 from arbiter_runtime.upstream import UpstreamClient
 from support.polling import eventually

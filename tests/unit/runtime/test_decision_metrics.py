@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from arbiter_runtime.server import RuntimeOptions
+from arbiter_runtime.service import RuntimeOptions
 from support.hostile_upstream import HostileUpstream
 from support.polling import eventually
 from support.runtime_helpers import LABELS, base_config, scrape, series, v2_body, value

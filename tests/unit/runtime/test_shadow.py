@@ -14,8 +14,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from arbiter_runtime.server import RuntimeOptions
-from arbiter_runtime.shadow import OTHER_LABEL, ShadowConfigError, parse_shadow, parse_shadow_bytes
+from arbiter_runtime.service import RuntimeOptions
+from arbiter_runtime.shadow import MAX_ANSWER_BYTES, OTHER_LABEL, ShadowConfigError, parse_shadow, parse_shadow_bytes
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.hostile_candidate import BEHAVIOURS, EXPECTED, HostileCandidate
@@ -228,6 +228,27 @@ def test_every_hostile_behaviour_in_turn(hostile_setup):
     plan = [(b, 2) for b in BEHAVIOURS if b != "hang"] + [("hang", 1)]
     results = check_plan(stable, peer, plan)
     assert results == {b: EXPECTED[b][0] for b, _ in plan}  # none dropped: each met its behaviour
+
+
+def test_an_endless_candidate_answer_is_cut_at_its_bound_not_waited_out(hostile_setup):
+    """The right decisions, then whitespace forever: the stable stops reading at MAX_ANSWER_BYTES and hangs up,
+    recording the error long before timeoutMs, instead of holding the answer or the connection until then."""
+    stable, peer, path = hostile_setup
+    shadow_json(path, candidate="v2", url=peer.url, sampleRate=1.0, timeoutMs=30_000, maxInFlight=3)
+    wait_for(lambda: stable.runtime.shadow.config.timeout_ms == 30_000)
+    seen = len(stable.options.audit_sinks[0].lines)
+    request_id = uuid.uuid4().hex
+    peer.plan[request_id] = "endless"
+    with stable.client() as c:
+        c.post("/v2/models/credit/infer", json=v2_body(*DOCS[:3], id=request_id)).raise_for_status()
+    wait_for(lambda: len(peer.endless_cut) == 1)  # the stable hung up on it
+    wait_for(lambda: settled(stable))
+    records = [json.loads(x) for x in stable.options.audit_sinks[0].lines[seen:]]
+    [record] = [r for r in records if r["kind"] == "arbiter.shadow" and r["requestId"] == request_id]
+    assert record["result"] == "error" and record["rows"] == 3
+    assert f"over the {MAX_ANSWER_BYTES}-byte bound" in record["error"], record
+    assert record["latencyMs"] < 10_000 and peer.endless_cut[0] < 10
+    assert shadow_counts(stable, "v2")["error"] == 1
 
 
 def check_plan(stable, peer, plan) -> dict[str, str]:

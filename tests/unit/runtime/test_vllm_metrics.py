@@ -83,3 +83,17 @@ def test_hostile_upstream_metrics_never_leak_other_families_or_raise(hostile, bo
 def test_filter_keeps_help_type_and_samples_of_vllm_only():
     text = "# HELP a x\n# TYPE a counter\na 1\n# HELP vllm:b y\n# TYPE vllm:b gauge\nvllm:b{m=\"q\"} 2\n"
     assert only_vllm(text) == "# HELP vllm:b y\n# TYPE vllm:b gauge\nvllm:b{m=\"q\"} 2\n"
+
+
+def test_a_large_exposition_is_read_whole_and_one_past_the_bound_is_refused(hostile):
+    """vLLM's /metrics of a busy server runs to hundreds of KiB, arriving over many reads: every family comes
+    through, the last one too; a body past MAX_BYTES (said or sent) is a 503 naming the bound, never a cut one."""
+    from arbiter_runtime.vllm_metrics import MAX_BYTES
+
+    filler = "".join(f"other_{i} {i}\n" for i in range(60_000))  # about 1 MiB
+    _Hostile.body, _Hostile.status = (filler + "vllm:last_family 7\n").encode(), 200
+    code, text = asyncio.run(scrape(hostile))
+    assert (code, text) == (200, "vllm:last_family 7\n")
+    _Hostile.body = b"vllm:x 1\n" * (MAX_BYTES // 9 + 1)
+    code, text = asyncio.run(scrape(hostile))
+    assert code == 503 and f"larger than {MAX_BYTES} bytes" in text
