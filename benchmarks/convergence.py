@@ -22,15 +22,19 @@ import asyncio
 import json
 import re
 import sys
+import threading
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 from arbiter_operator.kube.client import RestKubeClient
 from arbiter_operator.kube.kinds import KINDS
+
+T = TypeVar("T")
 
 OP_NS, FLOOR_NS = "conv-op", "conv-floor"
 TEMPLATE = "cvtemplate"
@@ -84,8 +88,12 @@ class Floor:
     def __init__(self, stack: common.Stack, dm_watch: common.Watcher, isvc_watch: common.Watcher):
         self.stack = stack
         self.kube = RestKubeClient(stack.cp.api_client())
-        # One loop for the floor's requests (the client is awaited), so its connections are kept between writes.
+        # One loop, in a thread of its own, for the floor's requests (the client is async only): its connections are
+        # kept between writes, and the fleet floor's writer threads submit to it at once (a loop a thread would
+        # run with run_until_complete is refused by a second thread).
         self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self.loop.run_forever, name="floor-loop", daemon=True)
+        self._loop_thread.start()
         self.dm_watch = dm_watch
         self.isvc_watch = isvc_watch
         self.passes = read_passes(stack.op.log())
@@ -96,7 +104,7 @@ class Floor:
                     continue
                 # Whatever kinds the operator applies (kube/kinds.py KINDS), read back as it wrote them.
                 k = next(k for (_av, kn), k in KINDS.items() if kn == kind)
-                obj = self.loop.run_until_complete(self.kube.aget(k.api_version, kind, OP_NS, name))
+                obj = self._call(self.kube.aget(k.api_version, kind, OP_NS, name))
                 assert obj is not None, f"{kind} {OP_NS}/{name} the operator wrote is gone"
                 obj.setdefault("apiVersion", k.api_version)
                 obj.setdefault("kind", kind)
@@ -104,8 +112,13 @@ class Floor:
         self.statuses = dm_watch.statuses[(OP_NS, TEMPLATE)]
         self.n_status = sum(1 for p in self.passes for w in p if w[0] == "patch-status")
 
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
     def close(self) -> None:
-        self.loop.run_until_complete(self.kube.close())
+        self._call(self.kube.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._loop_thread.join()
         self.loop.close()
 
     def describe(self) -> list[list[str]]:
@@ -144,7 +157,7 @@ class Floor:
                 body = json.loads(rename(self.children[(kind, child)]))
                 for ref in body["metadata"].get("ownerReferences") or []:
                     ref["uid"] = dm["metadata"]["uid"]
-                self.loop.run_until_complete(self.kube.aapply(body))
+                self._call(self.kube.aapply(body))
                 if kind == "InferenceService":
                     state["isvcs"].append((namespace, body["metadata"]["name"]))
             elif verb == "patch-status":
@@ -153,10 +166,10 @@ class Floor:
                 state["status_i"] += 1
                 fields = extra.split(",") if extra else list(snap)
                 patch = json.loads(rename(json.dumps({f: snap[f] for f in fields if f in snap})))
-                self.loop.run_until_complete(self.kube.apatch_status(
+                self._call(self.kube.apatch_status(
                     f"{common.GROUP}/{common.VERSION}", "DecisionModel", namespace, name, {"status": patch}))
             elif verb == "event":
-                self.loop.run_until_complete(self.kube.aevent(dm, "Normal", extra, extra))
+                self._call(self.kube.aevent(dm, "Normal", extra, extra))
 
 
 STEPS = (

@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 if finished or time.perf_counter() - t0 > args.timeout or errors:
                     break
             list(done)
+        floor.close()
         ready = sorted(dm_watch.first[k] - t0 for k in keys if k in dm_watch.first)
         made = sorted(t - t0 for (ns, _), t in isvc_watch.first.items() if ns in nss)
         dm_watch.stop()

@@ -379,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         spec_path = stack.workdir / "wire-floor.json"
         spec = build_spec(stack, floor, template_uid, nss if args.watch == "listed" else None, args.writers,
                           args.client)
+        floor.close()  # read for the spec only; the replayer writes on its own connections
         spec_path.write_text(json.dumps(spec))
         common.log("template converged; operator stopped; replaying "
                    + " | ".join("; ".join(p) for p in floor.describe()))
