@@ -91,8 +91,13 @@ def _chart_meta(chart: pathlib.Path) -> dict[str, Any]:
     return yaml.safe_load((chart / "Chart.yaml").read_text())
 
 
+# The chart rendered as OLM runs it: OLM generates the webhook's certificate, mounts it, and owns the webhook
+# configuration (the CSV's webhookdefinitions), so the chart renders neither Service nor configuration.
+OLM_VALUES: dict[str, Any] = {"webhook": {"certificates": "olm"}}
+
+
 def deployment_spec(chart: pathlib.Path) -> dict[str, Any]:
-    dep = _one(_helm_template(chart, {}), "Deployment")
+    dep = _one(_helm_template(chart, OLM_VALUES), "Deployment")
     spec = copy.deepcopy(dep["spec"])
     labels = {NAME_LABEL: RELEASE, "app.kubernetes.io/component": "operator"}
     spec["selector"] = {"matchLabels": labels}
@@ -167,6 +172,27 @@ def _digest_pinned(image: str) -> bool:
     return "@sha256:" in image
 
 
+def webhook_definitions(chart: pathlib.Path) -> list[dict[str, Any]]:
+    """The chart's ValidatingWebhookConfiguration as OLM's webhookdefinitions (OLM scopes it to the OperatorGroup's
+    namespaces, issues its certificate and serves it through a Service of its own to the container's port)."""
+    values = yaml.safe_load((chart / "values.yaml").read_text())["webhook"]
+    hook = _one(_helm_template(chart, {}), "ValidatingWebhookConfiguration")["webhooks"][0]
+    return [{
+        "type": "ValidatingAdmissionWebhook",
+        "generateName": hook["name"],
+        "deploymentName": RELEASE,
+        "containerPort": 443,
+        "targetPort": values["port"],
+        "webhookPath": hook["clientConfig"]["service"]["path"],
+        "rules": hook["rules"],
+        "failurePolicy": hook["failurePolicy"],
+        "sideEffects": hook["sideEffects"],
+        "admissionReviewVersions": hook["admissionReviewVersions"],
+        "matchPolicy": hook["matchPolicy"],
+        "timeoutSeconds": hook["timeoutSeconds"],
+    }]
+
+
 def csv(root: pathlib.Path) -> dict[str, Any]:
     chart = root / "helm" / "arbiter"
     meta = _chart_meta(chart)
@@ -227,13 +253,14 @@ def csv(root: pathlib.Path) -> dict[str, Any]:
                 "clusterPermissions": [{"serviceAccountName": account, "rules": cluster_rules}],
                 "deployments": [{"name": RELEASE, "label": {NAME_LABEL: RELEASE}, "spec": spec}],
             }},
+            "webhookdefinitions": webhook_definitions(chart),
             "relatedImages": images,
         },
     }
 
 
 def metrics_service(root: pathlib.Path) -> dict[str, Any]:
-    svc = copy.deepcopy(_one(_helm_template(root / "helm" / "arbiter", {}), "Service"))
+    svc = copy.deepcopy(_one(_helm_template(root / "helm" / "arbiter", OLM_VALUES), "Service"))
     svc["metadata"] = {"name": f"{RELEASE}-metrics", "labels": {NAME_LABEL: RELEASE}}
     svc["spec"]["selector"] = {NAME_LABEL: RELEASE, "app.kubernetes.io/component": "operator"}
     return svc

@@ -48,7 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     from . import handlers
+    from .admission import WebhookConfig
     from .app import Operator
+
+    webhook = None
+    if args.webhook_port:
+        from pathlib import Path
+
+        webhook = WebhookConfig(port=args.webhook_port, cert_dir=Path(args.webhook_cert_dir),
+                                address=args.webhook_address)
 
     async def run(watched: list[str], stop_flag: asyncio.Event | None = None) -> None:
         """One kopf run over `watched` ([]: cluster-wide), with an Operator of its own: a shard's restart on a new
@@ -65,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             await kopf.operator(
                 settings=settings,
-                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched, idle))),
+                registry=handlers.register(kopf.OperatorRegistry(), Operator(_config(args, watched, idle)), webhook),
                 standalone=True,
                 clusterwide=not watched,
                 namespaces=watched,
@@ -126,6 +134,23 @@ def _parser() -> argparse.ArgumentParser:
         "--liveness",
         default=os.environ.get("ARBITER_LIVENESS", "http://0.0.0.0:8081/healthz"),
         help="liveness endpoint (kopf's probe server); '' disables it",
+    )
+    parser.add_argument(
+        "--webhook-port",
+        type=int,
+        default=int(os.environ.get("ARBITER_WEBHOOK_PORT", "0")),
+        help="serve the validating admission webhook (HTTPS, path /decisionmodels) on this port (0: off); the Helm "
+        "chart sets 9443",
+    )
+    parser.add_argument(
+        "--webhook-cert-dir",
+        default=os.environ.get("ARBITER_WEBHOOK_CERT_DIR", "/etc/arbiter/webhook-tls"),
+        help="directory holding the webhook's tls.crt and tls.key (re-read when they change)",
+    )
+    parser.add_argument(
+        "--webhook-address",
+        default=os.environ.get("ARBITER_WEBHOOK_ADDRESS", "0.0.0.0"),
+        help="address the webhook listens on (default: all interfaces, for the chart's webhook Service)",
     )
     parser.add_argument(
         "--kubeconfig",

@@ -1,7 +1,7 @@
-"""Thin kopf glue: kopf runs the operator's log-in, start-up and clean-up, and its liveness probe; start-up and
-clean-up hand over to the composition root (app.Operator), which builds and stops the watches, the triggers, the work
-queue and the workers. `register` puts the three handlers into one kopf registry per run, bound to that run's
-Operator: no state in kopf's memo, none at module level.
+"""Thin kopf glue: kopf runs the operator's log-in, start-up and clean-up, its liveness probe, and (when configured) its
+validating admission webhook (admission.py); start-up and clean-up hand over to the composition root (app.Operator),
+which builds and stops the watches, the triggers, the work queue and the workers. `register` puts the three handlers
+into one kopf registry per run, bound to that run's Operator: no state in kopf's memo, none at module level.
 
 Why no kopf resource handler: kopf's change handlers store progress and diff-base annotations on the object, its
 daemons and timers add a finalizer, i.e. they write to the DecisionModel on their own, and its per-event machinery
@@ -16,19 +16,27 @@ from typing import Any
 
 import kopf
 
+from . import admission
+from .admission import WebhookConfig
 from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .app import Operator
 from .kube.client import new_api_client
 
 
-def configure(settings: kopf.OperatorSettings) -> None:
+def configure(settings: kopf.OperatorSettings, webhook: WebhookConfig | None = None) -> None:
     # kopf would post log lines as Events; Arbiter posts its own on transitions.
     settings.posting.enabled = False
     settings.networking.error_backoffs = RECONCILE_ERROR_BACKOFF.schedule(5)
+    if webhook is not None:
+        admission.configure(settings, webhook)
 
 
-def register(registry: kopf.OperatorRegistry, operator: Operator) -> kopf.OperatorRegistry:
-    """kopf's log-in, start-up and clean-up for one run of `operator`, in `registry`."""
+def register(registry: kopf.OperatorRegistry, operator: Operator,
+             webhook: WebhookConfig | None = None) -> kopf.OperatorRegistry:
+    """kopf's log-in, start-up and clean-up for one run of `operator`, in `registry`; with `webhook`, the admission
+    handler too (kopf refuses to start with an admission handler and no server, so both or neither)."""
+    if webhook is not None:
+        admission.register(registry)
 
     @kopf.on.login(registry=registry)
     def login(logger: Any, settings: kopf.OperatorSettings, **kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -41,7 +49,7 @@ def register(registry: kopf.OperatorRegistry, operator: Operator) -> kopf.Operat
 
     @kopf.on.startup(registry=registry)
     async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        configure(settings)
+        configure(settings, webhook)
         await operator.start()
 
     @kopf.on.cleanup(registry=registry)

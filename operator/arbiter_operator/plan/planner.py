@@ -39,7 +39,7 @@ from .predictors import (
 )
 from .recheck import recheck_after, sooner
 from .signals import TRANSIENT_REASONS, classify_message
-from .validate import operator_side_problems, size_problems
+from .validate import spec_problems
 
 INVALID_SPEC = "InvalidSpec"
 # KServe's model transition states that mean "this will not become ready without a change".
@@ -146,10 +146,10 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
     events: list[Event] = []
     old_ready = c.get_condition(old.conditions, c.READY)
 
-    spec_problems = operator_side_problems(dm.spec) + size_problems(dm)
-    if spec_problems:
+    refused = spec_problems(dm)
+    if refused:
         # What serves keeps serving: no child is touched, the promotion does not move; the user must fix the spec.
-        msg = "; ".join(spec_problems) + ". Nothing was changed: fix the spec to continue."
+        msg = "; ".join(refused) + ". Nothing was changed: fix the spec to continue."
         cond(c.STALLED, "True", INVALID_SPEC, msg)
         cond(c.RECONCILING, "False", INVALID_SPEC, msg)
         cond(c.READY, "False", INVALID_SPEC, msg)

@@ -59,6 +59,12 @@ def _prefix_clash(names: list[str]) -> tuple[str, str] | None:
     return None
 
 
+def spec_problems(dm: DecisionModel) -> list[str]:
+    """Everything the operator refuses a DecisionModel for beyond its API's own validation: the one list the plan
+    (InvalidSpec) and the admission webhook (a refused `oc apply`) both judge by."""
+    return operator_side_problems(dm.spec) + size_problems(dm)
+
+
 def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
     """The problems of one spec, remembered by the digest of the parts the checks read (_CHECKED): every pass of a
     DecisionModel plans from the same spec until it changes, and many DecisionModels share their decision settings;

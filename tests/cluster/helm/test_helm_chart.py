@@ -218,7 +218,7 @@ def test_metrics_service_service_monitor_and_network_policy() -> None:
     assert of_kind(default, "Service") and not of_kind(default, "ServiceMonitor")
     assert not of_kind(default, "NetworkPolicy")
     docs = render(VALUES_SETS["everything"])
-    svc = one(docs, "Service")
+    (svc,) = [d for d in of_kind(docs, "Service") if d["metadata"]["name"].endswith("-metrics")]
     dep = one(docs, "Deployment")
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     assert all(pod_labels.get(k) == v for k, v in svc["spec"]["selector"].items())
@@ -230,6 +230,43 @@ def test_metrics_service_service_monitor_and_network_policy() -> None:
     np = one(docs, "NetworkPolicy")
     assert np["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert np["spec"]["policyTypes"] == ["Ingress"]
+    # The apiserver reaches the admission webhook from the control plane's network.
+    assert {"ports": [{"port": "webhook", "protocol": "TCP"}]} in np["spec"]["ingress"]
+
+
+def _webhook(docs: list[dict]) -> tuple[dict, dict, dict]:
+    hook = one(docs, "ValidatingWebhookConfiguration")
+    (svc,) = [d for d in of_kind(docs, "Service") if d["metadata"]["name"].endswith("-webhook")]
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return hook, svc, container
+
+
+def test_the_admission_webhook_reaches_the_operators_port_with_openshifts_service_ca_by_default() -> None:
+    docs = render()
+    hook, svc, container = _webhook(docs)
+    (webhook,) = hook["webhooks"]
+    assert webhook["failurePolicy"] == "Ignore" and webhook["timeoutSeconds"] == 5
+    assert webhook["clientConfig"]["service"] == {"name": svc["metadata"]["name"], "namespace": "arbiter-system",
+                                                  "path": "/decisionmodels", "port": 443}
+    assert webhook["rules"][0]["resources"] == ["decisionmodels"] and "namespaceSelector" not in webhook
+    assert svc["spec"]["ports"][0]["targetPort"] == "webhook"
+    assert {"name": "webhook", "containerPort": 9443, "protocol": "TCP"} in container["ports"]
+    assert "--webhook-port=9443" in container["args"] and "--webhook-cert-dir=/etc/arbiter/webhook-tls" in \
+        container["args"]
+    secret = svc["metadata"]["annotations"]["service.beta.openshift.io/serving-cert-secret-name"]
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-tls", "secret": {"secretName": secret, "defaultMode": 0o440, "items": [
+        {"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}} in volumes
+    assert hook["metadata"]["annotations"] == {"service.beta.openshift.io/inject-cabundle": "true"}
+    # A namespace list scopes the webhook to it; cert-manager and a given Secret are the other sources.
+    (listed,) = one(render({"watchedNamespaces": ["team-a"]}), "ValidatingWebhookConfiguration")["webhooks"]
+    assert listed["namespaceSelector"]["matchExpressions"][0]["values"] == ["team-a"]
+    cm = render({"webhook": {"certificates": "certManager"}})
+    assert one(cm, "Certificate")["spec"]["secretName"] == secret and of_kind(cm, "Issuer")
+    given = render({"webhook": {"certificates": "secret", "secret": {"name": "my-tls", "caBundle": "Q0E="}}})
+    hook, _, _ = _webhook(given)
+    assert hook["webhooks"][0]["clientConfig"]["caBundle"] == "Q0E="
+    assert not of_kind(render({"webhook": {"enabled": False}}), "ValidatingWebhookConfiguration")
 
 
 def test_a_shard_owns_the_namespaces_its_selector_matches_and_has_its_own_lease() -> None:
@@ -264,6 +301,9 @@ BAD_VALUES = [
     ({"metrics": {"serviceMonitor": {"enabled": True, "interval": "thirty"}}}, "interval"),
     ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
     ({"metrics": {"service": {"enabled": False}, "serviceMonitor": {"enabled": True}}}, "metrics.service.enabled"),
+    ({"webhook": {"certificates": "secret"}}, "webhook.secret.name"),
+    ({"webhook": {"certificates": "selfSigned"}}, "/webhook/certificates"),
+    ({"webhook": {"failurePolicy": "Deny"}}, "/webhook/failurePolicy"),
 ]
 
 

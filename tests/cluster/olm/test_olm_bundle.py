@@ -64,7 +64,7 @@ def test_csv_permissions_equal_the_charts_rbac():
 def test_csv_deployment_is_the_charts_with_olms_namespaces():
     from support.helm_render import render
 
-    chart_dep = next(d for d in render({}) if d["kind"] == "Deployment")
+    chart_dep = next(d for d in render(olmbundle.OLM_VALUES) if d["kind"] == "Deployment")
     csv = load(CSV_FILE)
     dep = csv["spec"]["install"]["spec"]["deployments"][0]["spec"]
     ours, theirs = dep["template"]["spec"], chart_dep["spec"]["template"]["spec"]

@@ -13,6 +13,7 @@ the package sits on a declared floor, so a new module must be placed before it c
   observe, sync                reads (observe) and the one write outside the cluster (sync)
   apply, registry_handlers     the writes of a reconcile: children and status; the registry's finalizer
   refuse                       the status of an object the operator cannot decode or validate
+  admission                    the validating webhook: the same checks as the plan, at `oc apply`
   reconcile                    one pass: observe, sync, plan, apply
   triggers                     watch events -> work-queue keys (never a reconcile of their own)
   app                          the composition root: builds all of the above for one run
@@ -52,11 +53,12 @@ ALLOWED = {
     "apply": _DOMAIN,
     "registry_handlers": _DOMAIN,
     "refuse": _DOMAIN | {"apply"},
+    "admission": {"api", "plan", "refuse"},
     "reconcile": _DOMAIN | {"apply", "registry_handlers", "refuse"},
     "triggers": {"api", "render", "promotion", "plan", "metrics", "kube"},
     "app": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers"},
-    "handlers": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app"},
-    "__main__": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "handlers"},
+    "handlers": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "admission"},
+    "__main__": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "handlers", "admission"},
     "cli": {"api", "cli"},
 }
 IO = ("clients", "observe", "sync")

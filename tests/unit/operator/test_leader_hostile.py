@@ -146,6 +146,9 @@ def test_a_leader_that_cannot_renew_closes_its_fence_in_time_and_never_writes_ag
                     fence_closed_after = time.monotonic() - failing_since
                 await asyncio.sleep(0.01)
             assert lost.is_set(), "the lost Lease was never reported"
+            if fence_closed_after is None and not elector.is_leader():
+                # Closed and reported within one poll (a loaded machine): closed no later than now.
+                fence_closed_after = time.monotonic() - failing_since
             assert fence_closed_after is not None and fence_closed_after < PERIODS["lease_duration"]
             peer.script = []  # the apiserver behaves again: the replica that lost still writes nothing
             lost_at = time.monotonic()
