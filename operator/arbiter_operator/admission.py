@@ -51,8 +51,9 @@ PATH = f"/{HANDLER_ID}"
 # The apiserver refuses an object over 3 MiB; a review of an update carries it twice, plus the request's metadata.
 MAX_REVIEW_BYTES = 8 * 1024 * 1024
 # A DecisionModel's deepest legitimate value is a version's schema (spec.versions[i].metadata.outputSchema, six
-# levels down, then MAX_SCHEMA_DEPTH); the review wraps the object in two more. Deeper is refused unread.
-MAX_OBJECT_DEPTH = MAX_SCHEMA_DEPTH + 16
+# levels down, then MAX_SCHEMA_DEPTH). Up to twice that, the API's own validation names the field and its limit;
+# deeper is refused unread (kopf's diff recurses once per level).
+MAX_OBJECT_DEPTH = 2 * MAX_SCHEMA_DEPTH
 TOO_DEEP = f"nested deeper than {MAX_OBJECT_DEPTH} levels"
 
 

@@ -16,10 +16,12 @@ from typing import Any
 
 import pytest
 from arbiter_devenv.operator_process import free_port
+from arbiter_operator.kube.transport import auth_headers
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from support import webhook_kit
 from support.operator_kit import G, P, V, condition, create_dm, eventually, example, get, kubectl
+from test_operator_deep_objects import deep_schema_body
 
 # The predictor host is <name>--<version>-predictor-<namespace>, one DNS label: name + version <= 50 - len(namespace).
 HOST_BUDGET = 50
@@ -75,6 +77,15 @@ def refused(api: client.ApiClient, namespace: str, dm: dict[str, Any]) -> str:
     raise AssertionError(f"DecisionModel {dm['metadata']['name']} was admitted")
 
 
+def raw_create(api: client.ApiClient, namespace: str, data: bytes) -> tuple[int, dict[str, Any]]:
+    config = api.configuration
+    resp = api.rest_client.pool_manager.request(
+        "POST", f"{config.host}/apis/{G}/{V}/namespaces/{namespace}/{P}", body=data,
+        headers={"Content-Type": "application/json", "Accept": "application/json", **auth_headers(config)},
+        preload_content=True, timeout=30)
+    return resp.status, json.loads(resp.data)
+
+
 def timed_refusal(api: client.ApiClient, namespace: str, dm: dict[str, Any]) -> str:
     started = time.monotonic()
     message = refused(api, namespace, dm)
@@ -90,12 +101,19 @@ def test_what_cel_cannot_see_is_refused_at_apply_naming_the_field(webhook: Any, 
     not_schema = body("not-a-schema")
     not_schema["spec"]["versions"][0]["metadata"]["outputSchema"] = {"type": "object", "properties": {"x": {"type": 5}}}
     assert "metadata.outputSchema is not a valid JSON Schema" in timed_refusal(api, namespace, not_schema)
-    deep = body("deep-schema")
-    schema: dict[str, Any] = {"type": "object"}
-    for _ in range(40):  # 80 levels: the apiserver takes it, the operator's limit is 64
-        schema = {"type": "object", "properties": {"x": schema}}
-    deep["spec"]["versions"][0]["metadata"]["outputSchema"] = schema
-    assert "nested deeper than 64 levels" in timed_refusal(api, namespace, deep)
+    for wraps, says in ((35, "outputSchema: Value error, nested deeper than 64 levels"),  # 71 levels: the field
+                        (200, "nested deeper than 128 levels")):  # refused unread, the limit named
+        deep = body(f"deep-schema-{wraps}")
+        schema: dict[str, Any] = {"type": "object"}
+        for _ in range(wraps):  # two levels each; the apiserver admits both
+            schema = {"type": "object", "properties": {"x": schema}}
+        deep["spec"]["versions"][0]["metadata"]["outputSchema"] = schema
+        assert says in timed_refusal(api, namespace, deep)
+    # 1,201 levels, past orjson's decoder too (and Python's json: sent as bytes): refused, the limits named.
+    started = time.monotonic()
+    status, answer = raw_create(api, namespace, deep_schema_body("deep-schema-600", 1_201))
+    assert status == 422 and "nested deeper than 1,024 levels is never decoded" in answer["message"], answer
+    assert time.monotonic() - started < 1.0
     # `kubectl apply` shows the same message to the user who applied it, and stores nothing.
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(bad_flag_body("via-kubectl")))
