@@ -106,6 +106,15 @@ def test_olm_installs_the_bundle_and_the_operator_works_with_the_csvs_rbac(contr
         # with the OperatorGroup's namespaces in the pod annotation the operator reads.
         dep = client.AppsV1Api(api).read_namespaced_deployment("arbiter", namespace)
         assert dep.spec.template.metadata.annotations["olm.targetNamespaces"] == namespace
+        # The admission webhook: OLM issued its certificate, mounted it where the operator's flag points, and made the
+        # configuration for the operator's Service, scoped to the OperatorGroup's namespaces.
+        mounts = {m.mount_path for m in dep.spec.template.spec.containers[0].volume_mounts or []}
+        assert "/tmp/k8s-webhook-server/serving-certs" in mounts, mounts
+        hooks = [w for c in client.AdmissionregistrationV1Api(api).list_validating_webhook_configuration().items
+                 for w in c.webhooks or [] if w.name.startswith("decisionmodels.arbiter.dev")
+                 and w.client_config.service and w.client_config.service.namespace == namespace]
+        assert len(hooks) == 1 and hooks[0].client_config.service.path == "/decisionmodels", hooks
+        assert hooks[0].failure_policy == "Ignore" and hooks[0].client_config.ca_bundle
         token = core.create_namespaced_service_account_token("arbiter", namespace, client.AuthenticationV1TokenRequest(
             spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))).status.token
         sa_kubeconfig = control_plane.write_kubeconfig(tmp_path / "sa.kubeconfig", token=token, namespace=namespace)
@@ -128,6 +137,12 @@ def test_olm_installs_the_bundle_and_the_operator_works_with_the_csvs_rbac(contr
         assert {c["type"] for c in status["conditions"]} >= {"Ready"}
     finally:
         olm.stop()
+        # OLM is gone before its CSV: remove the webhook configuration it made (it names this namespace's Service).
+        admission = client.AdmissionregistrationV1Api(api)
+        for conf in admission.list_validating_webhook_configuration().items:
+            if any(w.client_config.service and w.client_config.service.namespace == namespace
+                   for w in conf.webhooks or []):
+                admission.delete_validating_webhook_configuration(conf.metadata.name)
         for plural, ns in (("subscriptions", namespace), ("clusterserviceversions", namespace),
                            ("catalogsources", "olm")):
             for item in objs.list_namespaced_custom_object(OLM_GROUP, "v1alpha1", ns, plural)["items"]:
