@@ -6,23 +6,12 @@ Pure: no I/O, no clock (`now` is passed in).
 """
 
 from arbiter_operator.api.conditions import Event as PromotionEvent
-from arbiter_operator.promotion.analysis import (
-    DEFAULT_LABELS,
-    AnalysisQuery,
-    MetricLabels,
-    analysis_due,
-    build_queries,
-    judge,
-    next_analysis_at,
-)
-from arbiter_operator.promotion.machine import (
-    HISTORY_LIMIT,
-    PromotionInputs,
-    PromotionPlan,
-    ReadyVerdict,
-    VersionObservation,
-    advance,
-)
+from arbiter_operator.promotion.analysis import AnalysisQuery, analysis_due, judge
+from arbiter_operator.promotion.history import HISTORY_LIMIT
+from arbiter_operator.promotion.machine import advance
+from arbiter_operator.promotion.model import PromotionInputs, PromotionPlan, ReadyVerdict, VersionObservation
+from arbiter_operator.promotion.promql import DEFAULT_LABELS, MetricLabels, build_queries
+from arbiter_operator.promotion.schedule import next_analysis_at
 
 __all__ = [
     "DEFAULT_LABELS",

@@ -1,20 +1,10 @@
-"""Canary analysis: when a step must be analysed, the PromQL to run, and the verdict from the numbers.
+"""Canary analysis: when a step must be analysed, and the verdict from the numbers (pure).
 
-`analysis_due` and `judge` are pure. `run_analysis` is the only I/O here: the observe layer calls it with a
-Prometheus client (see arbiter_operator.clients.prometheus) and hands the result to `advance`.
+`analysis_due` says which analysis a reconcile must run (its PromQL from promotion.promql, its bounds from
+promotion.bounds); the observe layer runs it against Prometheus (observe/analysis.py `run_analysis`) and `judge`s
+the numbers, and `advance` acts on the verdict.
 
-Every query selects one version: the candidate's numbers, and the stable version's decision mix and shadow
-comparisons (the stable runtime records those while it mirrors traffic to the candidate). Series are matched on the
-labels Prometheus attaches to the predictor pods' targets (see docs/operations.md, "Promotion metrics"):
-- `namespace`: attached by Prometheus to every target in OpenShift user-workload monitoring;
-- `arbiter_dev_decision_model` and `arbiter_dev_version`: the pod labels `arbiter.dev/decision-model` and
-  `arbiter.dev/version`, copied onto the target by the PodMonitor's `podTargetLabels` (Prometheus replaces `.`,
-  `/` and `-` by `_`).
-Both vLLM's and the runtime's metrics come from the same pod, so one selector serves every query. The label names
-are a parameter (`MetricLabels`) so a different monitoring setup can be matched without code changes.
-
-
-The gates (each one is a `CheckResult` in status, with its value and bound):
+The gates (each one is a `CheckResult` in status, with its value and bound), one row each of `GATES`:
 - p95LatencyMs, errorRate: the candidate's decision latency and share of failed decisions;
 - fallbackRate (and fallbackRate/<reason> where a per-reason bound is set), lowConfidenceRate: shares of decisions;
 - schemaViolationRate: rejected model answers (schema violations and inconsistent trajectories) per decision;
@@ -22,94 +12,33 @@ The gates (each one is a `CheckResult` in status, with its value and bound):
   stable version gave that label in the same window (judged only when both report a mix; see docs/operations.md);
 - queueTimeP95Ms, kvCacheUsage: vLLM's p95 queue time and peak KV-cache use, only when a bound is set;
 - agreement (shadow phase): the share of mirrored requests where both versions chose the same label;
-- the user's custom checks (spec.promote.analysis.checks).
+- the user's custom checks (spec.promote.analysis.checks), judged by the same loop.
 """
+
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
-from arbiter_operator.api.promotion import (
-    AnalysisRun,
-    CheckResult,
-    FallbackReasonBounds,
-    MetricCheck,
-    PromoteSpec,
-    PromotionStatus,
-    Shadow,
+from arbiter_operator.api.promotion import AnalysisRun, CheckResult, MetricCheck, PromoteSpec, PromotionStatus
+from arbiter_operator.api.times import format_time
+from arbiter_operator.promotion.bounds import DecisionBounds, p95_bound_ms, resolve_bounds
+
+# The observe layer states a version's SLA with VersionBounds when it asks for `analysis_due`.
+from arbiter_operator.promotion.bounds import VersionBounds as VersionBounds
+from arbiter_operator.promotion.promql import (
+    DEFAULT_LABELS,
+    LOW_CONFIDENCE_REASON,
+    MetricLabels,
+    VectorQuery,
+    build_queries,
+    build_vectors,
+    check_queries,
 )
-from arbiter_operator.api.times import format_time, parse_time
-
-# Runtime metric names (runtime/arbiter_runtime/metrics.py) and vLLM's.
-DECISIONS_TOTAL = "arbiter_decisions_total"
-DECISION_LATENCY_BUCKET = "arbiter_decision_latency_seconds_bucket"
-DECISION_LABELS_TOTAL = "arbiter_decision_labels_total"
-FALLBACKS_TOTAL = "arbiter_fallbacks_total"
-SCHEMA_VIOLATIONS_TOTAL = "arbiter_schema_violations_total"
-SHADOW_REQUESTS_TOTAL = "arbiter_shadow_requests_total"
-SHADOW_COMPARISONS_TOTAL = "arbiter_shadow_comparisons_total"
-VLLM_E2E_LATENCY_BUCKET = "vllm:e2e_request_latency_seconds_bucket"
-VLLM_QUEUE_TIME_BUCKET = "vllm:request_queue_time_seconds_bucket"
-VLLM_KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
-# The `outcome` values of arbiter_decisions_total.
-ERROR_OUTCOME = "error"
-FALLBACK_OUTCOME = "fallback"
-LOW_CONFIDENCE_OUTCOME = "low_confidence"
-LOW_CONFIDENCE_REASON = "low_confidence"
-
-# Defaults of the decision bounds when neither spec.promote.analysis nor the version's metadata.sla sets one.
-DEFAULT_MAX_FALLBACK_RATE = 0.05
-DEFAULT_MAX_SCHEMA_VIOLATION_RATE = 0.01
-DEFAULT_MAX_LOW_CONFIDENCE_RATE = 0.25
-DEFAULT_MAX_DECISION_MIX_SHIFT = 0.10
-DEFAULT_SHADOW = Shadow()
-
-
-@dataclass(frozen=True)
-class MetricLabels:
-    """Prometheus label names that identify a version's pods."""
-
-    namespace: str = "namespace"
-    model: str = "arbiter_dev_decision_model"
-    version: str = "arbiter_dev_version"
-
-
-DEFAULT_LABELS = MetricLabels()
-
-
-@dataclass(frozen=True)
-class VersionBounds:
-    """Decision-quality bounds a version promises (its metadata.sla); None: not stated."""
-
-    max_fallback_rate: float | None = None
-    max_schema_violation_rate: float | None = None
-    max_low_confidence_rate: float | None = None
-
-
-@dataclass(frozen=True)
-class DecisionBounds:
-    """The resolved decision gates of one analysis (spec > version metadata > default)."""
-
-    max_fallback_rate: float = DEFAULT_MAX_FALLBACK_RATE
-    max_fallback_by_reason: Mapping[str, float] = field(default_factory=dict)
-    max_schema_violation_rate: float = DEFAULT_MAX_SCHEMA_VIOLATION_RATE
-    max_low_confidence_rate: float = DEFAULT_MAX_LOW_CONFIDENCE_RATE
-    max_mix_shift: float = DEFAULT_MAX_DECISION_MIX_SHIFT
-    max_queue_p95_ms: float | None = None
-    max_kv_cache: float | None = None
-    min_agreement: float | None = None  # set in the shadow phase only
-    min_compared: int = 0
-
-
-@dataclass(frozen=True)
-class VectorQuery:
-    """PromQL whose series are keyed by the values of `by` (joined with '->')."""
-
-    promql: str
-    by: tuple[str, ...]
+from arbiter_operator.promotion.schedule import analysis_window, next_analysis_at, whole_seconds
 
 
 @dataclass(frozen=True)
@@ -130,163 +59,6 @@ class AnalysisQuery:
     checks: tuple[MetricCheck, ...] = ()  # custom checks; their PromQL is queries["check:<name>"]
     stable: str | None = None
     shadow: bool = False
-
-
-def whole_seconds(now: datetime) -> datetime:
-    """Status times have whole seconds; comparing against truncated `now` keeps step boundaries exact."""
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return now.astimezone(UTC).replace(microsecond=0)
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def selector(namespace: str, model: str, version: str, labels: MetricLabels = DEFAULT_LABELS) -> str:
-    """The label matchers (without braces) of one version's pods."""
-    return (
-        f'{labels.namespace}="{_escape(namespace)}",{labels.model}="{_escape(model)}",'
-        f'{labels.version}="{_escape(version)}"'
-    )
-
-
-def build_queries(
-    namespace: str, model: str, version: str, window_seconds: int, labels: MetricLabels = DEFAULT_LABELS,
-    bounds: DecisionBounds | None = None,
-) -> dict[str, str]:
-    """The single-number queries on the candidate's pods."""
-    sel = selector(namespace, model, version, labels)
-    w = f"[{window_seconds}s]"
-    out = {
-        "requests": f"sum(increase({DECISIONS_TOTAL}{{{sel}}}{w}))",
-        "errors": f'sum(increase({DECISIONS_TOTAL}{{{sel},outcome="{ERROR_OUTCOME}"}}{w}))',
-        "decision_p95": f"histogram_quantile(0.95, sum by (le) (rate({DECISION_LATENCY_BUCKET}{{{sel}}}{w})))",
-        "vllm_p95": f"histogram_quantile(0.95, sum by (le) (rate({VLLM_E2E_LATENCY_BUCKET}{{{sel}}}{w})))",
-        "fallbacks": f'sum(increase({DECISIONS_TOTAL}{{{sel},outcome="{FALLBACK_OUTCOME}"}}{w}))',
-        "low_confidence": f'sum(increase({DECISIONS_TOTAL}{{{sel},outcome="{LOW_CONFIDENCE_OUTCOME}"}}{w}))',
-        "schema_violations": f"sum(increase({SCHEMA_VIOLATIONS_TOTAL}{{{sel}}}{w}))",
-    }
-    if bounds is not None and bounds.max_queue_p95_ms is not None:
-        out["queue_p95"] = f"histogram_quantile(0.95, sum by (le) (rate({VLLM_QUEUE_TIME_BUCKET}{{{sel}}}{w})))"
-    if bounds is not None and bounds.max_kv_cache is not None:
-        out["kv_cache"] = f"max(max_over_time({VLLM_KV_CACHE_USAGE}{{{sel}}}{w}))"
-    return out
-
-
-def build_vectors(
-    namespace: str, model: str, version: str, stable: str | None, window_seconds: int, shadow: bool,
-    labels: MetricLabels = DEFAULT_LABELS,
-) -> dict[str, VectorQuery]:
-    sel = selector(namespace, model, version, labels)
-    w = f"[{window_seconds}s]"
-    out = {
-        "fallback_reasons": VectorQuery(f"sum by (reason) (increase({FALLBACKS_TOTAL}{{{sel}}}{w}))", ("reason",)),
-        "labels": VectorQuery(f"sum by (label) (increase({DECISION_LABELS_TOTAL}{{{sel}}}{w}))", ("label",)),
-    }
-    if stable is not None:
-        ssel = selector(namespace, model, stable, labels)
-        out["stable_labels"] = VectorQuery(
-            f"sum by (label) (increase({DECISION_LABELS_TOTAL}{{{ssel}}}{w}))", ("label",)
-        )
-        if shadow:
-            cand = f'candidate="{_escape(version)}"'
-            out["shadow_agree"] = VectorQuery(
-                f"sum by (agree) (increase({SHADOW_COMPARISONS_TOTAL}{{{ssel},{cand}}}{w}))", ("agree",)
-            )
-            out["shadow_requests"] = VectorQuery(
-                f"sum by (result) (increase({SHADOW_REQUESTS_TOTAL}{{{ssel},{cand}}}{w}))", ("result",)
-            )
-            out["shadow_confusion"] = VectorQuery(
-                f'sum by (stable_label, candidate_label) (increase({SHADOW_COMPARISONS_TOTAL}{{{ssel},{cand},'
-                f'agree="false"}}{w}))',
-                ("stable_label", "candidate_label"),
-            )
-    return out
-
-
-def expand_check(check: MetricCheck, *, namespace: str, model: str, candidate: str, stable: str | None,
-                 window_seconds: int, labels: MetricLabels = DEFAULT_LABELS) -> str:
-    """A custom check's PromQL with its placeholders filled in (documented on MetricCheck.query)."""
-    values = {
-        "candidate": selector(namespace, model, candidate, labels),
-        # Without a stable version the stable selector matches nothing rather than everything.
-        "stable": selector(namespace, model, stable if stable is not None else "", labels),
-        "window": f"{window_seconds}s",
-        "namespace": namespace,
-        "model": model,
-        "candidateVersion": candidate,
-        "stableVersion": stable or "",
-    }
-    out = check.query
-    for key, value in values.items():
-        out = out.replace("{{" + key + "}}", value)
-    return out
-
-
-def _hold_seconds(spec: PromoteSpec, status: PromotionStatus) -> int | None:
-    if status.phase == "Shadowing":
-        return (spec.shadow or DEFAULT_SHADOW).holdSeconds
-    if status.phase == "Progressing" and 0 <= status.step < len(spec.steps):
-        return spec.steps[status.step].holdSeconds
-    return None
-
-
-def _last_for_step(status: PromotionStatus) -> AnalysisRun | None:
-    last = status.lastAnalysis
-    started = parse_time(status.stepStartedAt)
-    if last is None or started is None or last.step != status.step:
-        return None
-    at = parse_time(last.at)
-    return last if at is not None and at >= started else None
-
-
-def next_analysis_at(spec: PromoteSpec, status: PromotionStatus | None) -> tuple[datetime, bool] | None:
-    """When the current canary step's (or shadow phase's) next analysis falls due, and whether it is the final one."""
-    if status is None or status.candidate is None:
-        return None
-    if status.phase == "Progressing" and spec.strategy != "Canary":
-        return None
-    if status.phase == "Shadowing" and status.stable is None:
-        return None
-    hold = _hold_seconds(spec, status)
-    started = parse_time(status.stepStartedAt)
-    if hold is None or started is None:
-        return None
-    interval = timedelta(seconds=spec.analysis.intervalSeconds)
-    hold_end = started + timedelta(seconds=hold)
-    last = _last_for_step(status)
-    last_at = parse_time(last.at) if last else None
-    if last_at is not None and last_at >= hold_end:
-        # The final analysis ran and did not pass (NoData with Wait, or Inconclusive): ask again an interval later.
-        return last_at + interval, True
-    interim = (last_at or started) + interval
-    if interim < hold_end:
-        return interim, False
-    return hold_end, True
-
-
-def resolve_bounds(spec: PromoteSpec, shadow: bool, version: VersionBounds | None = None) -> DecisionBounds:
-    a, v = spec.analysis, version or VersionBounds()
-
-    def pick(explicit: float | None, promised: float | None, default: float) -> float:
-        return explicit if explicit is not None else (promised if promised is not None else default)
-
-    sh = spec.shadow or DEFAULT_SHADOW
-    return DecisionBounds(
-        max_fallback_rate=pick(a.maxFallbackRate, v.max_fallback_rate, DEFAULT_MAX_FALLBACK_RATE),
-        max_fallback_by_reason=(a.maxFallbackRateByReason or FallbackReasonBounds()).model_dump(exclude_none=True),
-        max_schema_violation_rate=pick(
-            a.maxSchemaViolationRate, v.max_schema_violation_rate, DEFAULT_MAX_SCHEMA_VIOLATION_RATE
-        ),
-        max_low_confidence_rate=pick(a.maxLowConfidenceRate, v.max_low_confidence_rate,
-                                     DEFAULT_MAX_LOW_CONFIDENCE_RATE),
-        max_mix_shift=a.maxDecisionMixShift if a.maxDecisionMixShift is not None else DEFAULT_MAX_DECISION_MIX_SHIFT,
-        max_queue_p95_ms=a.maxQueueTimeP95Ms,
-        max_kv_cache=a.maxKvCacheUsage,
-        min_agreement=sh.minAgreement if shadow else None,
-        min_compared=sh.minCompared if shadow else 0,
-    )
 
 
 def analysis_due(
@@ -315,32 +87,18 @@ def analysis_due(
         return None
     assert status is not None and status.candidate is not None and status.stepStartedAt is not None
     shadow = status.phase == "Shadowing"
-    # A late interim analysis (the operator woke after the hold ended) is the final one: label it by the clock.
-    step_started = parse_time(status.stepStartedAt)
-    assert step_started is not None
-    hold_end = step_started + timedelta(seconds=_hold_seconds(spec, status) or 0)
-    final = now >= hold_end
-    # The window never reaches back before the step started: samples from the previous step, or from a failed attempt
-    # of the same version before a retry (same series, still in Prometheus), must not judge this step.
-    # stepStartedAt has whole seconds (truncated), so the step began up to a second after it: one second less keeps
-    # a retry started within the second its previous attempt failed from being judged on that attempt's last samples.
-    elapsed = int((now - step_started).total_seconds()) - 1
-    window = max(1, elapsed if shadow else min(spec.analysis.intervalSeconds, elapsed))
-    bound = spec.analysis.p95LatencyMs if spec.analysis.p95LatencyMs is not None else sla_p95_ms
+    window, final = analysis_window(spec, status, now, shadow)
     bounds = resolve_bounds(spec, shadow, version_bounds)
     queries = build_queries(namespace, model, status.candidate, window, labels, bounds)
-    for check in spec.analysis.checks:
-        queries[f"check:{check.name}"] = expand_check(
-            check, namespace=namespace, model=model, candidate=status.candidate, stable=status.stable,
-            window_seconds=window, labels=labels,
-        )
+    queries.update(check_queries(spec.analysis.checks, namespace=namespace, model=model, candidate=status.candidate,
+                                 stable=status.stable, window_seconds=window, labels=labels))
     return AnalysisQuery(
         version=status.candidate,
         step=status.step,
         at=now,
         window_seconds=window,
         queries=queries,
-        p95_bound_ms=bound,
+        p95_bound_ms=p95_bound_ms(spec, sla_p95_ms),
         max_error_rate=spec.analysis.maxErrorRate,
         min_requests=spec.analysis.minRequests,
         final=final,
@@ -358,6 +116,10 @@ def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 100:.2f}%"
+
+
+def _ms(value: float | None) -> str:
+    return _fmt(value, "ms")
 
 
 def as_number(value: Any) -> float | None:
@@ -420,6 +182,221 @@ def _check(name: str, value: float | None, bound: float | None, direction: str =
                        verdict="Fail" if bad else "Pass", message=f"{what or name} {fmt(value)} {word} {fmt(bound)}")
 
 
+def _compared(values: Mapping[str, Any]) -> float:
+    """Mirrored requests both versions answered (the shadow phase's sample)."""
+    agree = _counts(values.get("shadow_agree"))
+    return agree.get("true", 0.0) + agree.get("false", 0.0)
+
+
+def _share(values: Mapping[str, Any], requests: float | None, name: str) -> float | None:
+    # A missing series only means nothing of the kind happened yet, as long as decisions were counted.
+    if requests is None or requests <= 0:
+        return None
+    return max(0.0, as_number(values.get(name)) or 0.0) / requests
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """What the gates read: one analysis's answers (any shape; read only through `num` and `counts`, which turn
+    anything but a finite number into no data) and the request count, known to be at least minRequests."""
+
+    query: AnalysisQuery
+    values: Mapping[str, Any]
+    requests: float
+    p95_ms: float | None  # the gating p95 (see `_p95_ms`)
+
+    def num(self, name: str) -> float | None:
+        return as_number(self.values.get(name))
+
+    def counts(self, name: str) -> dict[str, float]:
+        return _counts(self.values.get(name))
+
+    def share(self, name: str) -> float | None:
+        return _share(self.values, self.requests, name)
+
+    def compared(self) -> float:
+        return _compared(self.values)
+
+    def mix(self) -> tuple[float, str, float] | None:
+        """The decision mix shift (see `mix_shift`), when the stable version saw enough decisions to compare with."""
+        stable = self.counts("stable_labels")
+        if sum(stable.values()) < max(1, self.query.min_requests):
+            return None
+        return mix_shift(self.counts("labels"), stable)
+
+
+def _always(query: AnalysisQuery) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One gate, judged into one CheckResult by `_check`: a built-in row of GATES or one of the user's checks.
+
+    Its bound was resolved when the query was built (`analysis_due`, by promotion.bounds: spec.promote.analysis,
+    else the version's metadata.sla, else the default), because the observe layer runs the PromQL in between and
+    `judge` never sees the spec: `bound` reads the resolved one off the query."""
+
+    name: str
+    what: str  # how messages name it
+    value: Callable[[Numbers], float | None]  # the observed value, None for no data
+    bound: Callable[[AnalysisQuery], float | None]
+    direction: Literal["max", "min"] = "max"
+    applies: Callable[[AnalysisQuery], bool] = _always
+    optional: bool = False  # off (not listed at all) unless its bound is set
+    fmt: Callable[[float], str] = _pct  # how its value and bound are written in messages
+    reading: Callable[[CheckResult, Numbers], CheckResult] | None = None  # what this gate adds to the plain verdict
+
+    def check(self, numbers: Numbers) -> CheckResult:
+        c = _check(self.name, self.value(numbers), self.bound(numbers.query), self.direction, self.what, self.fmt)
+        return c if self.reading is None else self.reading(c, numbers)
+
+
+def _low_confidence_rate(n: Numbers) -> float | None:
+    # Flagged decisions and those handed to the rules for low confidence: the model was unsure of both.
+    flagged = max(0.0, n.num("low_confidence") or 0.0)
+    low = (flagged + n.counts("fallback_reasons").get(LOW_CONFIDENCE_REASON, 0.0)) / n.requests
+    return low if n.requests > 0 else None
+
+
+def _fallback_reason_gates(query: AnalysisQuery) -> list[Gate]:
+    """fallbackRate/<reason>, for every reason with a bound of its own (spec.promote.analysis only)."""
+    def gate(reason: str, bound: float) -> Gate:
+        return Gate(
+            f"fallbackRate/{reason}", f"fallback rate ({reason})",
+            lambda n: n.counts("fallback_reasons").get(reason, 0.0) / n.requests if n.requests else None,
+            lambda q: bound,
+        )
+
+    return [gate(reason, bound) for reason, bound in sorted(query.bounds.max_fallback_by_reason.items())]
+
+
+def _custom_gates(query: AnalysisQuery) -> list[Gate]:
+    """spec.promote.analysis.checks: the number of each one's PromQL against its own bound and direction."""
+    def gate(check: MetricCheck) -> Gate:
+        return Gate(check.name, check.name, lambda n: n.num(f"check:{check.name}"), lambda q: check.bound,
+                    check.direction, fmt=lambda v: f"{v:.4g}")
+
+    return [gate(check) for check in query.checks]
+
+
+def _mix_reading(c: CheckResult, n: Numbers) -> CheckResult:
+    """The label the shift is on, and a shift above the bound that chance alone explains for this many decisions
+    is no failure (yet)."""
+    mix = n.mix()
+    if mix is None:
+        # Not the candidate's fault (the stable saw too little, or a runtime without the metric): not judged.
+        return CheckResult(name=c.name, bound=c.bound, verdict="NoData",
+                           message="decision mix shift: not judged (no decision mix from both versions)")
+    shift, label, noise = mix
+    detail = f"label {label!r}"
+    if c.verdict == "Fail" and shift <= noise:
+        c = c.model_copy(update={"verdict": "Pass", "message": f"decision mix shift {_pct(shift)} above max "
+                                 f"{_pct(c.bound)} but within noise"})
+        detail += f", {MIX_SIGNIFICANCE:g} standard errors {_pct(noise)}"
+    return c.model_copy(update={"message": f"{c.message} ({detail})"})
+
+
+def _shift(n: Numbers) -> float | None:
+    mix = n.mix()
+    return None if mix is None else mix[0]
+
+
+def _agreement_reading(c: CheckResult, n: Numbers) -> CheckResult:
+    """The most frequent disagreements, so a failed shadow phase says what the candidate decides differently."""
+    confusion = sorted(n.counts("shadow_confusion").items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+    if not confusion:
+        return c
+    return c.model_copy(update={"message": c.message + " (top disagreements stable->candidate: "
+                                + ", ".join(f"{k} {v:.0f}" for k, v in confusion) + ")"})
+
+
+def _queue_p95_ms(n: Numbers) -> float | None:
+    q = n.num("queue_p95")
+    return None if q is None else q * 1000.0
+
+
+# The gates in the order status lists them; a function row stands for the gates it makes from the query.
+GATES: tuple[Gate | Callable[[AnalysisQuery], list[Gate]], ...] = (
+    Gate("p95LatencyMs", "p95 latency", lambda n: n.p95_ms, lambda q: q.p95_bound_ms, fmt=_ms),
+    Gate("errorRate", "error rate", lambda n: n.share("errors"), lambda q: q.max_error_rate),
+    Gate("fallbackRate", "fallback rate", lambda n: n.share("fallbacks"), lambda q: q.bounds.max_fallback_rate),
+    _fallback_reason_gates,
+    Gate("lowConfidenceRate", "low-confidence rate", _low_confidence_rate, lambda q: q.bounds.max_low_confidence_rate),
+    Gate("schemaViolationRate", "schema violation rate", lambda n: n.share("schema_violations"),
+         lambda q: q.bounds.max_schema_violation_rate),
+    Gate("decisionMixShift", "decision mix shift", _shift, lambda q: q.bounds.max_mix_shift,
+         applies=lambda q: q.stable is not None, reading=_mix_reading),
+    Gate("queueTimeP95Ms", "vLLM queue time p95", _queue_p95_ms, lambda q: q.bounds.max_queue_p95_ms, optional=True,
+         fmt=_ms),
+    Gate("kvCacheUsage", "vLLM KV-cache use", lambda n: n.num("kv_cache"), lambda q: q.bounds.max_kv_cache,
+         optional=True),
+    Gate("agreement", "shadow agreement", lambda n: n.counts("shadow_agree").get("true", 0.0) / n.compared(),
+         lambda q: q.bounds.min_agreement, "min", applies=lambda q: q.shadow, optional=True,
+         reading=_agreement_reading),
+    _custom_gates,
+)
+
+
+def _gates(query: AnalysisQuery) -> list[Gate]:
+    """The gates this analysis judges, in status order."""
+    rows = [g for row in GATES for g in ([row] if isinstance(row, Gate) else row(query))]
+    return [g for g in rows if g.applies(query) and not (g.optional and g.bound(query) is None)]
+
+
+def _p95_ms(decision_p95: float | None, vllm_p95: float | None) -> float | None:
+    # The runtime's decision latency is the gate: it is what the SLA promises (it includes the model call) and its
+    # buckets resolve milliseconds. vLLM's e2e histogram starts at a 300 ms bucket, so its p95 of a 40 ms model reads
+    # ~285 ms; it gates only when the runtime exports no latency at all, and is always reported.
+    # In ms; a p95 in seconds too large to be one in ms (a broken exporter) is no number either.
+    return as_number(decision_p95 * 1000.0) if decision_p95 is not None else (
+        as_number(vllm_p95 * 1000.0) if vllm_p95 is not None else None)
+
+
+def _too_little(query: AnalysisQuery, values: Mapping[str, Any], requests: float | None,
+                p95: float | None) -> str | None:
+    """Why the numbers do not count yet (a NoData run's message), or None when they do."""
+    b, window, compared = query.bounds, f"{query.window_seconds}s", _compared(values)
+    shadow_note = ""
+    if query.shadow:
+        sent = _counts(values.get("shadow_requests"))
+        shadow_note = (
+            f"; shadow: {compared:.0f} compared (minCompared {b.min_compared}), "
+            + ", ".join(f"{k} {sent.get(k, 0.0):.0f}" for k in ("sent", "dropped", "error"))
+        )
+    if requests is None or requests < query.min_requests:
+        seen = "no decision metrics" if requests is None else f"{requests:.0f} requests"
+        return (f"{query.version}: {seen} in the last {window}, fewer than minRequests={query.min_requests}"
+                + shadow_note)
+    if query.shadow and compared < b.min_compared:
+        return (f"{query.version}: waiting for shadow data: {compared:.0f} compared requests in the last {window}, "
+                f"fewer than minCompared={b.min_compared}" + shadow_note)
+    if query.p95_bound_ms is not None and p95 is None:
+        return f"{query.version}: no latency samples in the last {window}"
+    return None
+
+
+# A latency or error-rate breach is named in these words rather than by its gate's message: failure messages start
+# with them, and docs/argocd.md quotes them.
+_LEGACY = {"errorRate": "error rate above maxErrorRate", "p95LatencyMs": "p95 latency above bound"}
+
+
+def _verdict(query: AnalysisQuery, checks: list[CheckResult], numbers: str, common: dict[str, Any]) -> AnalysisRun:
+    """Fail on any failed gate; Inconclusive while a gate has no data (but an unjudged decision mix); else Pass."""
+    breaches = [_LEGACY.get(c.name) or c.message for c in checks if c.verdict == "Fail"]
+    if breaches:
+        return AnalysisRun(verdict="Fail", message=f"{query.version}: {'; '.join(breaches)}: {numbers}", **common)
+    missing = [c for c in checks if c.verdict == "NoData" and c.name != "decisionMixShift"]
+    if missing:
+        return AnalysisRun(
+            verdict="Inconclusive",
+            message=f"{query.version}: no data for {', '.join(c.name for c in missing)}: {numbers}",
+            **common,
+        )
+    extra = [c.message for c in checks if c.name not in _LEGACY]
+    return AnalysisRun(verdict="Pass", message=f"{query.version}: {numbers}; " + "; ".join(extra), **common)
+
+
 def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = None) -> AnalysisRun:
     """Verdict from measured numbers. `values` maps query names to a number (None for an empty result) and vector
     names to {key: number}. Anything else (NaN, Inf, strings, missing names) counts as "no data" and never a pass;
@@ -436,135 +413,28 @@ def judge(query: AnalysisQuery, values: Mapping[str, Any], error: str | None = N
         return AnalysisRun(verdict="Inconclusive", message=f"metrics query failed: {error}"[:1000], **common)
     if not isinstance(values, Mapping):
         values = {}
-
-    def num(name: str) -> float | None:
-        return as_number(values.get(name))
-
-    b = query.bounds
-    requests = num("requests")
+    requests = as_number(values.get("requests"))
     if requests is not None and requests < 0:
         requests = None
-    decision_p95, vllm_p95 = num("decision_p95"), num("vllm_p95")
-    # The runtime's decision latency is the gate: it is what the SLA promises (it includes the model call) and its
-    # buckets resolve milliseconds. vLLM's e2e histogram starts at a 300 ms bucket, so its p95 of a 40 ms model reads
-    # ~285 ms; it gates only when the runtime exports no latency at all, and is always reported.
-    # In ms; a p95 in seconds too large to be one in ms (a broken exporter) is no number either.
-    p95 = as_number(decision_p95 * 1000.0) if decision_p95 is not None else (
-        as_number(vllm_p95 * 1000.0) if vllm_p95 is not None else None)
-
-    def share(name: str) -> float | None:
-        # A missing series only means nothing of the kind happened yet, as long as decisions were counted.
-        if requests is None or requests <= 0:
-            return None
-        return max(0.0, num(name) or 0.0) / requests
-
-    error_rate = share("errors")
+    decision_p95, vllm_p95 = as_number(values.get("decision_p95")), as_number(values.get("vllm_p95"))
+    p95 = _p95_ms(decision_p95, vllm_p95)
+    error_rate = _share(values, requests, "errors")
     common.update(requests=requests, p95LatencyMs=p95, errorRate=error_rate)
-    window = f"{query.window_seconds}s"
-
-    shadow_note = ""
-    agree = _counts(values.get("shadow_agree"))
-    compared = agree.get("true", 0.0) + agree.get("false", 0.0)
-    if query.shadow:
-        sent = _counts(values.get("shadow_requests"))
-        shadow_note = (
-            f"; shadow: {compared:.0f} compared (minCompared {b.min_compared}), "
-            + ", ".join(f"{k} {sent.get(k, 0.0):.0f}" for k in ("sent", "dropped", "error"))
-        )
-    if requests is None or requests < query.min_requests:
-        seen = "no decision metrics" if requests is None else f"{requests:.0f} requests"
-        return AnalysisRun(
-            verdict="NoData",
-            message=f"{query.version}: {seen} in the last {window}, fewer than minRequests={query.min_requests}"
-            + shadow_note,
-            **common,
-        )
-    if query.shadow and compared < b.min_compared:
-        return AnalysisRun(
-            verdict="NoData",
-            message=f"{query.version}: waiting for shadow data: {compared:.0f} compared requests in the last {window}, "
-            f"fewer than minCompared={b.min_compared}" + shadow_note,
-            **common,
-        )
-    if query.p95_bound_ms is not None and p95 is None:
-        return AnalysisRun(
-            verdict="NoData", message=f"{query.version}: no latency samples in the last {window}", **common
-        )
-
-    ms = lambda v: _fmt(v, "ms")  # noqa: E731
-    checks = [
-        _check("p95LatencyMs", p95, query.p95_bound_ms, what="p95 latency", fmt=ms),
-        _check("errorRate", error_rate, query.max_error_rate, what="error rate"),
-        _check("fallbackRate", share("fallbacks"), b.max_fallback_rate, what="fallback rate"),
-    ]
-    reasons = _counts(values.get("fallback_reasons"))
-    for reason, bound in sorted(b.max_fallback_by_reason.items()):
-        checks.append(_check(f"fallbackRate/{reason}", reasons.get(reason, 0.0) / requests if requests else None,
-                             bound, what=f"fallback rate ({reason})"))
-    low = (max(0.0, num("low_confidence") or 0.0) + reasons.get(LOW_CONFIDENCE_REASON, 0.0)) / requests
-    checks.append(_check("lowConfidenceRate", low if requests > 0 else None, b.max_low_confidence_rate,
-                         what="low-confidence rate"))
-    checks.append(_check("schemaViolationRate", share("schema_violations"), b.max_schema_violation_rate,
-                         what="schema violation rate"))
-    mix = None
-    if query.stable is not None:
-        cand_mix, stable_mix = _counts(values.get("labels")), _counts(values.get("stable_labels"))
-        mix = mix_shift(cand_mix, stable_mix) if sum(stable_mix.values()) >= max(1, query.min_requests) else None
-        if mix is None:
-            # Not the candidate's fault (the stable saw too little, or a runtime without the metric): not judged.
-            checks.append(CheckResult(name="decisionMixShift", bound=b.max_mix_shift, verdict="NoData",
-                                      message="decision mix shift: not judged (no decision mix from both versions)"))
-        else:
-            shift, label, noise = mix
-            c = _check("decisionMixShift", shift, b.max_mix_shift, what="decision mix shift")
-            detail = f"label {label!r}"
-            if c.verdict == "Fail" and shift <= noise:
-                # Above the bound, but within chance for this many decisions: not a failure (yet).
-                c = c.model_copy(update={"verdict": "Pass", "message": f"decision mix shift {_pct(shift)} above max "
-                                         f"{_pct(b.max_mix_shift)} but within noise"})
-                detail += f", {MIX_SIGNIFICANCE:g} standard errors {_pct(noise)}"
-            checks.append(c.model_copy(update={"message": f"{c.message} ({detail})"}))
-    if b.max_queue_p95_ms is not None:
-        q = num("queue_p95")
-        checks.append(_check("queueTimeP95Ms", None if q is None else q * 1000.0, b.max_queue_p95_ms,
-                             what="vLLM queue time p95", fmt=ms))
-    if b.max_kv_cache is not None:
-        checks.append(_check("kvCacheUsage", num("kv_cache"), b.max_kv_cache, what="vLLM KV-cache use"))
-    if query.shadow and b.min_agreement is not None:
-        c = _check("agreement", agree.get("true", 0.0) / compared, b.min_agreement, "min", what="shadow agreement")
-        confusion = sorted(_counts(values.get("shadow_confusion")).items(), key=lambda kv: (-kv[1], kv[0]))[:3]
-        if confusion:
-            c = c.model_copy(update={"message": c.message + " (top disagreements stable->candidate: "
-                                     + ", ".join(f"{k} {v:.0f}" for k, v in confusion) + ")"})
-        checks.append(c)
-    for check in query.checks:
-        checks.append(_check(check.name, num(f"check:{check.name}"), check.bound, check.direction,
-                             fmt=lambda v: f"{v:.4g}"))
+    waiting = _too_little(query, values, requests, p95)
+    if waiting is not None:
+        return AnalysisRun(verdict="NoData", message=waiting, **common)
+    assert requests is not None  # without a request count the numbers never count
+    n = Numbers(query, values, requests, p95)
+    checks = [g.check(n) for g in _gates(query)]
     common["checks"] = checks
 
     numbers = (
         f"p95 {_fmt(p95, 'ms')} (bound {_fmt(query.p95_bound_ms, 'ms')}), "
         f"error rate {_fmt(None if error_rate is None else error_rate * 100, '%', 2)} "
-        f"(max {query.max_error_rate * 100:.2f}%), {requests:.0f} requests in {window}"
+        f"(max {query.max_error_rate * 100:.2f}%), {requests:.0f} requests in {query.window_seconds}s"
     )
     if vllm_p95 is not None and decision_p95 is not None:
         numbers += f"; vLLM e2e p95 {vllm_p95 * 1000.0:.1f}ms"
     if query.shadow:
-        numbers += f"; {compared:.0f} shadow comparisons"
-
-    breaches = []
-    legacy = {"errorRate": "error rate above maxErrorRate", "p95LatencyMs": "p95 latency above bound"}
-    for c in checks:
-        if c.verdict == "Fail":
-            breaches.append(legacy.get(c.name) or c.message)
-    if breaches:
-        return AnalysisRun(verdict="Fail", message=f"{query.version}: {'; '.join(breaches)}: {numbers}", **common)
-    missing = [c for c in checks if c.verdict == "NoData" and c.name != "decisionMixShift"]
-    if missing:
-        return AnalysisRun(
-            verdict="Inconclusive",
-            message=f"{query.version}: no data for {', '.join(c.name for c in missing)}: {numbers}",
-            **common,
-        )
-    extra = [c.message for c in checks if c.name not in legacy]
-    return AnalysisRun(verdict="Pass", message=f"{query.version}: {numbers}; " + "; ".join(extra), **common)
+        numbers += f"; {n.compared():.0f} shadow comparisons"
+    return _verdict(query, checks, numbers, common)

@@ -512,7 +512,7 @@ def test_analysis_window_never_reaches_back_before_the_step_started():
 @given(st.floats(min_value=-10, max_value=10**6, allow_nan=False))
 def test_loading_safety_requeue_is_every_ten_minutes(elapsed):
     from arbiter_operator.api.backoff import LOADING_POLL
-    from arbiter_operator.promotion.machine import POLL_MAX_SECONDS, loading_poll
+    from arbiter_operator.promotion.outcome import POLL_MAX_SECONDS, loading_poll
 
     poll = loading_poll(elapsed)
     assert LOADING_POLL.first == 600 and POLL_MAX_SECONDS == 600
