@@ -255,8 +255,9 @@ class Gate:
 def _low_confidence_rate(n: Numbers) -> float | None:
     # Flagged decisions and those handed to the rules for low confidence: the model was unsure of both.
     flagged = max(0.0, n.num("low_confidence") or 0.0)
-    low = (flagged + n.counts("fallback_reasons").get(LOW_CONFIDENCE_REASON, 0.0)) / n.requests
-    return low if n.requests > 0 else None
+    if n.requests <= 0:
+        return None  # no decisions (minRequests may be 0): no data, never a division by zero
+    return (flagged + n.counts("fallback_reasons").get(LOW_CONFIDENCE_REASON, 0.0)) / n.requests
 
 
 def _fallback_reason_gates(query: AnalysisQuery) -> list[Gate]:

@@ -32,7 +32,7 @@ def spec(**analysis) -> PromoteSpec:
         version="v2",
         strategy="Canary",
         steps=[CanaryStep(weight=10, holdSeconds=60)],
-        analysis=Analysis(intervalSeconds=30, minRequests=50, **analysis),
+        analysis=Analysis(**{"intervalSeconds": 30, "minRequests": 50, **analysis}),
     )
 
 
@@ -104,6 +104,14 @@ def test_low_confidence_counts_flagged_and_fallback_decisions():
     c = check(run, "lowConfidenceRate")
     assert c.value == pytest.approx(160 / 500) and c.verdict == "Fail"
     assert "low-confidence rate 32.00% above max 25.00%" in run.message
+
+
+def test_a_window_with_no_decisions_and_min_requests_zero_is_judged_not_crashed():
+    # minRequests 0 lets an empty window through to the gates: each rate is no data, never a division by zero.
+    empty = healthy(requests=0.0, decision_p95=None, labels={}, low_confidence=0.0)
+    run = judge(query(spec(minRequests=0)), empty)
+    assert check(run, "lowConfidenceRate").verdict == "NoData"
+    assert run.verdict == "NoData"  # no latency samples either: the step waits for data
 
 
 def test_a_shifted_decision_mix_fails_and_names_the_label():
