@@ -107,11 +107,11 @@ def test_low_confidence_counts_flagged_and_fallback_decisions():
 
 
 def test_a_window_with_no_decisions_and_min_requests_zero_is_judged_not_crashed():
-    # minRequests 0 lets an empty window through to the gates: each rate is no data, never a division by zero.
-    empty = healthy(requests=0.0, decision_p95=None, labels={}, low_confidence=0.0)
-    run = judge(query(spec(minRequests=0)), empty)
+    # minRequests 0 lets an empty window (a latency sample left from before) through to the gates: each rate is no
+    # data, never a division by zero that would fail every pass of this DecisionModel.
+    run = judge(query(spec(minRequests=0)), healthy(requests=0.0, labels={}))
     assert check(run, "lowConfidenceRate").verdict == "NoData"
-    assert run.verdict == "NoData"  # no latency samples either: the step waits for data
+    assert check(run, "errorRate").verdict == "NoData"
 
 
 def test_a_shifted_decision_mix_fails_and_names_the_label():
