@@ -10,6 +10,7 @@ promotion, because server-side apply drops fields its manager stops sending.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -92,6 +93,16 @@ def describe_owner(obj: dict[str, Any], dm: DecisionModel) -> str:
     return "not controlled by any owner" + (f" (written by {', '.join(managers)})" if managers else "")
 
 
+@dataclass
+class _Outcome:
+    """What one pass's writes came to."""
+
+    writes: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    failed: list[WriteFailure] = field(default_factory=list)
+    route_conflict: str | None = None  # the Route under our name is someone else's: not exposed by us
+
+
 async def apply_plan(
     client: KubeClient,
     dm_raw: dict[str, Any],
@@ -110,72 +121,101 @@ async def apply_plan(
     object found under the name is then read, and left untouched and reported (ChildConflict) with its owner unless
     it is ours.
     """
-    writes = 0
-    conflicts: list[str] = []
-    failed: list[WriteFailure] = []
-    route_conflict: str | None = None  # the Route under our name is someone else's: not exposed by us
-    ns = dm.metadata.namespace
+    out = _Outcome()
     if plan.children is not None:
-        for desired in plan.children:
-            kind, name = desired["kind"], desired["metadata"]["name"]
-            try:
-                n, conflict = await _write_child(client, dm, desired, _live_child(live_children, desired))
-            except NotLeader:
-                raise
-            except KubeError as exc:  # refused or not answered: shown on status; the other children still go
-                failed.append(WriteFailure("apply", kind, ns, name, exc.status or None, exc.message or str(exc)))
-                continue
-            writes += n
-            if conflict:
-                conflicts.append(conflict)
-                route_conflict = route_conflict or (conflict if kind == "Route" else None)
+        await _write_children(client, dm, plan.children, live_children, out)
         # A child not written (a Route still naming the old version, say) may still need what the plan deletes:
         # deletions wait for a pass whose writes all went through.
-        for api_version, kind, name in plan.deletions if not failed else ():
-            live = live_children.get((kind, name)) or {}
-            try:
-                await client.adelete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
-            except NotLeader:
-                raise
-            except KubeError as exc:
-                failed.append(WriteFailure("delete", kind, ns, name, exc.status or None, exc.message or str(exc)))
-                continue
-            writes += 1
-    status = plan.status
-    if conflicts:
-        status = with_child_conflicts(status, conflicts, dm.metadata.generation, now)
-    if route_conflict:
-        status = with_condition(status, EXPOSED, "False", ROUTE_NOT_OWNED,
-                                f"{route_conflict}: the operator does not write to it, so what it routes to is not "
-                                "this DecisionModel's doing; rename or delete it", dm.metadata.generation, now)
-    if failed:
-        status = with_write_failures(status, failed, dm.metadata.generation, now)
-    patch = merge_patch(dm_raw.get("status") or {}, status)
-    if patch is not None:
+        if not out.failed:
+            await _delete_unwanted(client, dm, plan.deletions, live_children, out)
+    status = _reported_status(dm, plan.status, out, now)
+    out.writes += await _patch_status(client, dm_raw, dm, status)
+    out.writes += await _post_events(client, dm_raw, plan.events, out)
+    if out.failed and all(f.transient for f in out.failed):
+        # Not answered: status says so; the pass fails so the work queue retries it with back-off.
+        first = out.failed[0]
+        raise KubeError(first.status or 503, first.reason, first.line())
+    return out.writes, out.conflicts + [f.line() for f in out.failed]
+
+
+async def _write_children(client: KubeClient, dm: DecisionModel, children: list[dict[str, Any]],
+                          live_children: dict[tuple[str, str], dict[str, Any]], out: _Outcome) -> None:
+    """Each child created or updated where it is ours; a refused write is recorded and the rest still go."""
+    ns = dm.metadata.namespace
+    for desired in children:
+        kind, name = desired["kind"], desired["metadata"]["name"]
         try:
-            await client.apatch_status(API_VERSION, KIND, ns, dm.metadata.name, {"status": patch})
-            writes += 1
-            for outcome in new_promotion_outcomes(dm_raw.get("status"), status):
-                PROMOTIONS.labels(outcome).inc()
+            n, conflict = await _write_child(client, dm, desired, _live_child(live_children, desired))
+        except NotLeader:
+            raise
+        except KubeError as exc:  # refused or not answered: shown on status; the other children still go
+            out.failed.append(WriteFailure("apply", kind, ns, name, exc.status or None, exc.message or str(exc)))
+            continue
+        out.writes += n
+        if conflict:
+            out.conflicts.append(conflict)
+            out.route_conflict = out.route_conflict or (conflict if kind == "Route" else None)
+
+
+async def _delete_unwanted(client: KubeClient, dm: DecisionModel, deletions: list[tuple[str, str, str]],
+                           live_children: dict[tuple[str, str], dict[str, Any]], out: _Outcome) -> None:
+    """The children no longer wanted, deleted by uid (never an object that took the name since)."""
+    ns = dm.metadata.namespace
+    for api_version, kind, name in deletions:
+        live = live_children.get((kind, name)) or {}
+        try:
+            await client.adelete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
+        except NotLeader:
+            raise
         except KubeError as exc:
-            if exc.status != 404:  # deleted meanwhile: nothing to report on
-                raise
+            out.failed.append(WriteFailure("delete", kind, ns, name, exc.status or None, exc.message or str(exc)))
+            continue
+        out.writes += 1
+
+
+def _reported_status(dm: DecisionModel, status: dict[str, Any], out: _Outcome, now: datetime) -> dict[str, Any]:
+    """The planned status, with what the writes met: children other owners hold, a Route not ours, refused writes."""
+    gen = dm.metadata.generation
+    if out.conflicts:
+        status = with_child_conflicts(status, out.conflicts, gen, now)
+    if out.route_conflict:
+        status = with_condition(status, EXPOSED, "False", ROUTE_NOT_OWNED,
+                                f"{out.route_conflict}: the operator does not write to it, so what it routes to is "
+                                "not this DecisionModel's doing; rename or delete it", gen, now)
+    if out.failed:
+        status = with_write_failures(status, out.failed, gen, now)
+    return status
+
+
+async def _patch_status(client: KubeClient, dm_raw: dict[str, Any], dm: DecisionModel, status: dict[str, Any]) -> int:
+    """One merge patch of what changed in the status (none when nothing did); the writes made."""
+    patch = merge_patch(dm_raw.get("status") or {}, status)
+    if patch is None:
+        return 0
+    try:
+        await client.apatch_status(API_VERSION, KIND, dm.metadata.namespace, dm.metadata.name, {"status": patch})
+    except KubeError as exc:
+        if exc.status != 404:  # deleted meanwhile: nothing to report on
+            raise
+        return 0
+    for outcome in new_promotion_outcomes(dm_raw.get("status"), status):
+        PROMOTIONS.labels(outcome).inc()
+    return 1
+
+
+async def _post_events(client: KubeClient, dm_raw: dict[str, Any], planned: list[Event], out: _Outcome) -> int:
+    """The plan's Events and those of what the writes met; the writes made."""
     involved = {"apiVersion": API_VERSION, "kind": KIND, "metadata": dm_raw["metadata"]}
-    events = list(plan.events)
+    events = list(planned)
     conditions = (dm_raw.get("status") or {}).get("conditions") or []
     old_ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
-    if conflicts and old_ready.get("reason") != CHILD_CONFLICT:
-        events.append(Event("Warning", CHILD_CONFLICT, conflict_message(conflicts)))
-    if failed:  # one Event a pass; the client counts repeats into one series (kube/client.py)
-        events.append(Event("Warning", CHILD_WRITE_REFUSED, write_failure_message(failed)))
+    if out.conflicts and old_ready.get("reason") != CHILD_CONFLICT:
+        events.append(Event("Warning", CHILD_CONFLICT, conflict_message(out.conflicts)))
+    if out.failed:  # one Event a pass; the client counts repeats into one series (kube/client.py)
+        events.append(Event("Warning", CHILD_WRITE_REFUSED, write_failure_message(out.failed)))
     for ev in events:
         await client.aevent(involved, ev.type, ev.reason, ev.message)
-        writes += 1
-    if failed and all(f.transient for f in failed):
-        # Not answered: status says so; the pass fails so the work queue retries it with back-off.
-        first = failed[0]
-        raise KubeError(first.status or 503, first.reason, first.line())
-    return writes, conflicts + [f.line() for f in failed]
+    return len(events)
 
 
 async def _write_child(

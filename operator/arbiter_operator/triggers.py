@@ -25,8 +25,8 @@ from .api.names import ISVC_API, ISVC_LABEL, KIND, LABEL_DM
 from .kube.cache import WatchCache
 from .kube.watch import Resource
 from .kube.workqueue import PriorityWorkQueue
-from .plan.planner import isvc_state
 from .plan.predictors import as_map, as_maps, deployment_problem, predictor_problem
+from .plan.versions import isvc_state
 
 log = logging.getLogger("arbiter.triggers")
 
@@ -70,7 +70,7 @@ class LastSeen:
 
 
 def isvc_view(obj: dict[str, Any]) -> tuple[Any, ...]:
-    """What a reconcile reads of an InferenceService: KServe's verdict (plan/planner.py isvc_state: Ready, a failed
+    """What a reconcile reads of an InferenceService: KServe's verdict (plan/versions.py isvc_state: Ready, a failed
     load, the message) and what drift is judged on (the spec, by generation, and the metadata the operator applies).
     KServe rewrites its status several times while a predictor comes up; only a change of this view queues a pass.
     The metadata is held as decoded (each event's object is a fresh decode nobody changes afterwards): comparing it
@@ -82,7 +82,7 @@ def isvc_view(obj: dict[str, Any]) -> tuple[Any, ...]:
 
 def availability(obj: dict[str, Any] | None) -> tuple[Any, ...] | None:
     """What the readiness of a version reads of its predictor Deployment (rollout steps in between change nothing).
-    It counts only while KServe says the InferenceService is Ready (plan/planner.py `_workload_state`)."""
+    It counts only while KServe says the InferenceService is Ready (plan/versions.py `_workload_state`)."""
     st = as_map(as_map(obj).get("status"))
     conds = {c.get("type"): c.get("status") for c in as_maps(st.get("conditions"))}
     # Whether the Deployment controller has seen the latest spec: a version still proving it loaded counts only then

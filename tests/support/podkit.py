@@ -90,11 +90,16 @@ def predictor_pods(isvc: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[
 
 def runtime_pods(dm: Any, namespace_labels: Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Render the DecisionModel's first version through the operator's builders and return its pod specs."""
-    from arbiter_operator.render import render_configmap, render_inferenceservice, render_servingruntime
+    from arbiter_operator.render import (
+        PredictorInputs,
+        render_configmap,
+        render_inferenceservice,
+        render_servingruntime,
+    )
 
     version = dm.spec.versions[0]
     cm = render_configmap(dm, version)
-    isvc = render_inferenceservice(dm, version, cm, namespace_labels or {})
+    isvc = render_inferenceservice(PredictorInputs(dm, version, cm, namespace_labels or {}))
     runtime = render_servingruntime(dm)
     return predictor_pods(isvc, runtime)
 

@@ -170,7 +170,7 @@ def _strip_defaults(node: Any) -> Any:
 
 
 def name_rules() -> list[dict[str, str]]:
-    """Rules on metadata.name: every name the operator and KServe derive from it must be valid (see models.py)."""
+    """Rules on metadata.name: every name the operator and KServe derive from it must be valid (see child_names.py)."""
     m = models
     return [
         {

@@ -1,6 +1,6 @@
 """The vLLM flags a DecisionModel may not pass in `spec.serving.vllm.extraArgs` (pure): those vLLM 0.26 removed, those
 the operator renders from typed fields, and the short spellings vLLM reads them under. The CRD refuses each as vLLM
-spells it (`flag_rule`, api/models.py); what CEL cannot see (prefix abbreviations, `--config FILE`) is
+spells it (`flag_rule`, api/serving.py); what CEL cannot see (prefix abbreviations, `--config FILE`) is
 plan/vllm_args.py's.
 """
 

@@ -227,31 +227,41 @@ def check_artifacts(
     """The whole check, pure. `where` (the storage URI) only goes into messages; `index` is the parsed
     model.safetensors.index.json when the listing has one."""
     digest = listing_digest(listing)
-
-    def fail(reason: str, message: str, **kw: Any) -> ArtifactReport:
-        return ArtifactReport("False", reason, message, digest=digest, **kw)
-
     if config is None:
         if config_error:
-            return fail(CONFIG_INVALID, f"config.json under {where} is not a JSON object ({config_error}); upload the "
-                        "model's config.json")
-        return fail(CONFIG_MISSING, f"no config.json under {where}; upload the model directory (config.json and "
-                    "weights) there, or point storageUri at it")
+            return ArtifactReport("False", CONFIG_INVALID, f"config.json under {where} is not a JSON object "
+                                  f"({config_error}); upload the model's config.json", digest=digest)
+        return ArtifactReport("False", CONFIG_MISSING, f"no config.json under {where}; upload the model directory "
+                              "(config.json and weights) there, or point storageUri at it", digest=digest)
     lang = _language_config(config)
     archs = [str(a) for a in config.get("architectures") or []]
     arch = archs[0] if archs else None
     diffusion = is_diffusion(config)
+    problem = _fit_problem(lang, archs, ask)
+    if problem is None and (missing := _weights_problem(listing, ask.weights_format, index)):
+        problem = WEIGHTS_MISSING, f"{where}: {missing}"
+    if problem is not None:
+        reason, message = problem
+        return ArtifactReport("False", reason, message, digest=digest, diffusion=diffusion)
+    note = (
+        "; diffusion model: no structured outputs and no seed, the runtime validates after generation"
+        if diffusion else ""
+    )
+    return ArtifactReport("True", VALID, f"{where}: {arch or 'model'} fits tensor parallel {ask.tensor_parallel}, "
+                          f"maxModelLen {ask.max_model_len}{note}", digest=digest, diffusion=diffusion)
+
+
+def _fit_problem(lang: Mapping[str, Any], archs: list[str], ask: ServingAsk) -> tuple[str, str] | None:
+    """The first way the model's config does not fit the serving settings asked for, as (reason, message); None when
+    it fits. Checked in this order: architecture, attention heads, tensor parallel, pipeline stages, maxModelLen."""
     max_pos, pos_key = derived_max_len(lang)
-    common: dict[str, Any] = dict(diffusion=diffusion)
-
     if ask.architecture and ask.architecture not in archs:
-        return fail(ARCHITECTURE_MISMATCH, f"config.json names architecture {', '.join(archs) or 'none'}, "
-                    f"spec.model.architecture expects {ask.architecture}; fix one of them", **common)
-
+        return ARCHITECTURE_MISMATCH, (f"config.json names architecture {', '.join(archs) or 'none'}, "
+                                       f"spec.model.architecture expects {ask.architecture}; fix one of them")
     heads = _int(lang, "num_attention_heads")
     if heads is None:
-        return fail(CONFIG_INVALID, "config.json has no num_attention_heads (nor in text_config); it is not a "
-                    "transformer config vLLM can shard", **common)
+        return CONFIG_INVALID, ("config.json has no num_attention_heads (nor in text_config); it is not a "
+                                "transformer config vLLM can shard")
     kv_heads = _int(lang, "num_key_value_heads") or heads
     tp = ask.tensor_parallel
     if not _tp_fits(tp, heads, kv_heads):
@@ -261,28 +271,16 @@ def check_artifacts(
         else:
             msg = (f"tensor parallel {tp} does not fit {kv_heads} key/value heads (neither divides the other); "
                    f"use {choices}")
-        return fail(TENSOR_PARALLEL_MISMATCH, msg + " (spec.serving.gpus)", **common)
-
+        return TENSOR_PARALLEL_MISMATCH, msg + " (spec.serving.gpus)"
     layers = _int(lang, "num_hidden_layers")
     if layers is not None and ask.pipeline_parallel > layers:
-        return fail(PIPELINE_PARALLEL_MISMATCH, f"pipeline parallel {ask.pipeline_parallel} is more than the "
-                    f"{layers} layers to split; use at most {layers} (spec.serving.nodes)", **common)
-
+        return PIPELINE_PARALLEL_MISMATCH, (f"pipeline parallel {ask.pipeline_parallel} is more than the {layers} "
+                                            f"layers to split; use at most {layers} (spec.serving.nodes)")
     if max_pos is not None and ask.max_model_len > max_pos:
-        return fail(MAX_MODEL_LEN_TOO_LARGE, f"maxModelLen {ask.max_model_len} is larger than the {max_pos} tokens "
-                    f"the model supports ({pos_key}); set spec.serving.vllm.maxModelLen to {max_pos} or less",
-                    **common)
-
-    problem = _weights_problem(listing, ask.weights_format, index)
-    if problem:
-        return fail(WEIGHTS_MISSING, f"{where}: {problem}", **common)
-
-    note = (
-        "; diffusion model: no structured outputs and no seed, the runtime validates after generation"
-        if diffusion else ""
-    )
-    return ArtifactReport("True", VALID, f"{where}: {arch or 'model'} fits tensor parallel {tp}, maxModelLen "
-                          f"{ask.max_model_len}{note}", digest=digest, **common)
+        return MAX_MODEL_LEN_TOO_LARGE, (f"maxModelLen {ask.max_model_len} is larger than the {max_pos} tokens the "
+                                         f"model supports ({pos_key}); set spec.serving.vllm.maxModelLen to {max_pos} "
+                                         "or less")
+    return None
 
 
 def not_checkable(uri: str) -> ArtifactReport:

@@ -2,7 +2,7 @@
 
 from .common import FIELD_MANAGER, configmap_name, predictor_service, runtime_name
 from .configmap import decision_config, render_configmap
-from .inferenceservice import render_inferenceservice, vllm_args
+from .inferenceservice import PredictorInputs, render_inferenceservice, vllm_args
 from .mesh import namespace_injected, sidecar_settings
 from .podmonitor import podmonitor_name, render_podmonitor
 from .route import render_route
@@ -11,6 +11,7 @@ from .servingruntime import render_servingruntime
 
 __all__ = [
     "FIELD_MANAGER",
+    "PredictorInputs",
     "configmap_name",
     "decision_config",
     "namespace_injected",

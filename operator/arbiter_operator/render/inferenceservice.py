@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, isvc_name
@@ -107,27 +108,68 @@ def model_storage(dm: DecisionModel, version: ModelVersion, storage_key: str | N
     return {"storage": {"key": storage_key or st.key or "default", "path": path.strip("/"), "parameters": parameters}}
 
 
-def render_inferenceservice(
-    dm: DecisionModel,
-    version: ModelVersion,
-    configmap: Mapping[str, Any],
-    namespace_labels: Mapping[str, str],
-    registry_ids: Mapping[str, str] | None = None,
-    diffusion: bool = False,
-    runtime_image: str | None = None,
-    storage_key: str | None = None,
-) -> dict[str, Any]:
-    """runtime_image: the image this version runs (the planner pins it); None: the ServingRuntime's."""
-    s = dm.spec.serving
+@dataclass(frozen=True)
+class PredictorInputs:
+    """What one version's InferenceService is rendered from."""
+
+    dm: DecisionModel
+    version: ModelVersion
+    configmap: Mapping[str, Any]  # the version's rendered ConfigMap: what it holds rolls the pods when it changes
+    namespace_labels: Mapping[str, str]  # the namespace's labels: whether a mesh injects sidecars there
+    registry_ids: Mapping[str, str] | None = None  # the Model Registry's ids for the version, once registered
+    diffusion: bool = False  # a diffusion model (plan/artifacts.py): vLLM gets no seed and no structured outputs
+    runtime_image: str | None = None  # the image this version runs (the planner pins it); None: the ServingRuntime's
+    storage_key: str | None = None  # the storage-config entry the artifact check read with
+
+
+def render_inferenceservice(inputs: PredictorInputs) -> dict[str, Any]:
+    """One live version's InferenceService."""
+    dm, version, s = inputs.dm, inputs.version, inputs.dm.spec.serving
     name = isvc_name(dm.metadata.name, version.name)
-    pod_annotations, pod_labels = sidecar_settings(dm.spec.mesh.sidecar, namespace_labels)
+    storage = model_storage(dm, version, inputs.storage_key)
+    resources = _resources(dm)
+    volumes, mounts = _volumes(dm, version)
+    pod_annotations, pod_labels = _pod_metadata(inputs)
+    predictor: dict[str, Any] = {
+        "minReplicas": s.replicas,
+        "maxReplicas": s.replicas,
+        "labels": pod_labels,
+        "annotations": pod_annotations,
+        "tolerations": [t.model_dump(exclude_none=True) for t in s.tolerations],
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumes": volumes,
+        "model": _model(inputs, name, storage, resources, mounts),
+    }
+    if s.gpuProduct:
+        predictor["nodeSelector"] = {GPU_PRODUCT_LABEL: s.gpuProduct}
+    if s.nodes > 1:
+        predictor["workerSpec"] = _worker_spec(dm, resources, volumes, mounts)
+    annotations = _annotations(dm, version, storage)
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": metadata(dm, name, "inferenceservice", version.name, annotations=annotations)
+        | {"labels": _labels(inputs)},
+        "spec": {"predictor": predictor},
+    }
+
+
+def _pod_metadata(inputs: PredictorInputs) -> tuple[dict[str, str], dict[str, str]]:
+    """The predictor pods' annotations and labels: the mesh's settings, the config checksum, the child labels."""
+    dm = inputs.dm
+    pod_annotations, pod_labels = sidecar_settings(dm.spec.mesh.sidecar, inputs.namespace_labels)
     # A changed decision.json changes this annotation on the pod template, so the Deployment rolls the pods; files the
     # runtime re-reads live (shadow.json) are left out, so they never restart a pod.
-    restart_data = {k: v for k, v in (configmap.get("data") or {}).items() if k not in LIVE_FILES}
+    restart_data = {k: v for k, v in (inputs.configmap.get("data") or {}).items() if k not in LIVE_FILES}
     pod_annotations = {**pod_annotations, ANN_CONFIG_CHECKSUM: checksum(restart_data)}
-    pod_labels = {**base_labels(dm, "predictor", version.name), **pod_labels}
+    pod_labels = {**base_labels(dm, "predictor", inputs.version.name), **pod_labels}
+    return pod_annotations, pod_labels
 
-    labels = {**base_labels(dm, "inferenceservice", version.name), DASHBOARD: "true"}
+
+def _labels(inputs: PredictorInputs) -> dict[str, str]:
+    """The InferenceService's labels: the child labels, the dashboard's, and the registry's ids once known."""
+    dm, registry_ids = inputs.dm, inputs.registry_ids
+    labels = {**base_labels(dm, "inferenceservice", inputs.version.name), DASHBOARD: "true"}
     if registry_ids:
         if registry_ids.get("registeredModelId"):
             labels[LABEL_REGISTERED_MODEL_ID] = registry_ids["registeredModelId"]
@@ -137,6 +179,10 @@ def render_inferenceservice(
         if labels.get(LABEL_MODEL_VERSION_ID) and reg is not None and reg.modelRegistryRef is not None:
             # the registry the dashboard's deployments view shows
             labels[LABEL_REGISTRY_NAME] = reg.modelRegistryRef.name
+    return labels
+
+
+def _annotations(dm: DecisionModel, version: ModelVersion, storage: Mapping[str, Any]) -> dict[str, str]:
     annotations = {
         "serving.kserve.io/deploymentMode": "Standard",  # KServe 0.17 rewrites the legacy "RawDeployment" to this
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).
@@ -145,16 +191,23 @@ def render_inferenceservice(
     }
     if dm.spec.exposure.auth:
         annotations[ENABLE_AUTH] = "true"
-    storage = model_storage(dm, version, storage_key)
     if "storage" in storage:
         # KServe reads the storage-spec credentials from this Secret (its own default is `storage-config`).
         annotations[STORAGE_SECRET_ANNOTATION] = dm.spec.storage.secretName
+    return annotations
 
+
+def _resources(dm: DecisionModel) -> dict[str, Any]:
+    s = dm.spec.serving
     gpu = str(s.gpus)
-    resources = {
+    return {
         "requests": {"cpu": s.resources.cpu, "memory": s.resources.memory, "nvidia.com/gpu": gpu},
         "limits": {"cpu": s.resources.cpu, "memory": s.resources.memory, "nvidia.com/gpu": gpu},
     }
+
+
+def _volumes(dm: DecisionModel, version: ModelVersion) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts: decision.json, /tmp and, for tensor parallel, /dev/shm."""
     volumes: list[dict[str, Any]] = [
         {"name": "decision-config", "configMap": {"name": configmap_name(dm.metadata.name, version.name)}},
         {"name": "tmp", "emptyDir": {}},
@@ -163,64 +216,63 @@ def render_inferenceservice(
         {"name": "decision-config", "mountPath": CONFIG_DIR, "readOnly": True},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
-    if s.gpus > 1:
+    if dm.spec.serving.gpus > 1:
         volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}})
         mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+    return volumes, mounts
 
-    model: dict[str, Any] = {
+
+def _model(inputs: PredictorInputs, name: str, storage: Mapping[str, Any], resources: dict[str, Any],
+           mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The predictor's model container: vLLM through the Arbiter runtime."""
+    dm, runtime_image = inputs.dm, inputs.runtime_image
+    return {
         "modelFormat": {"name": MODEL_FORMAT},
         "runtime": runtime_name(dm.metadata.name),
         **storage,
-        "args": vllm_args(dm, diffusion),
-        "env": [
-            {"name": "ARBITER_DECISION_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
-            {"name": "ARBITER_PORT", "value": str(SERVING_PORT)},
-            {"name": "ARBITER_AUTH", "value": "true" if dm.spec.exposure.auth else "false"},
-            # What the runtime's SubjectAccessReview asks about: `get` on this InferenceService (runtime/auth.py).
-            {"name": "ARBITER_AUTH_NAMESPACE", "value": dm.metadata.namespace},
-            {"name": "ARBITER_AUTH_INFERENCESERVICE", "value": name},
-            # OpenShift AI's proxy in the pod forwards X-Remote-User from loopback; a mesh sidecar that intercepts
-            # the serving port would also arrive from loopback, so then the header is not believed.
-            {"name": "ARBITER_AUTH_PROXY_HEADERS",
-             "value": "true" if dm.spec.exposure.auth and not (
-                 dm.spec.mesh.sidecar == "none" and namespace_injected(namespace_labels)) else "false"},
-        ],
+        "args": vllm_args(dm, inputs.diffusion),
+        "env": _runtime_env(dm, name, inputs.namespace_labels),
         **({"image": runtime_image} if runtime_image else {}),  # KServe lays it over the ServingRuntime's
         "resources": resources,
         "volumeMounts": mounts,
         "securityContext": _container_security(),
         **_probes(),
     }
-    predictor: dict[str, Any] = {
-        "minReplicas": s.replicas,
-        "maxReplicas": s.replicas,
-        "labels": pod_labels,
-        "annotations": pod_annotations,
-        "tolerations": [t.model_dump(exclude_none=True) for t in s.tolerations],
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "volumes": volumes,
-        "model": model,
-    }
-    if s.gpuProduct:
-        predictor["nodeSelector"] = {GPU_PRODUCT_LABEL: s.gpuProduct}
-    if s.nodes > 1:
-        predictor["workerSpec"] = {
-            "pipelineParallelSize": s.nodes,
-            "tensorParallelSize": s.gpus,
-            "containers": [
-                {
-                    "name": "worker-container",
-                    "resources": resources,
-                    "securityContext": _container_security(),
-                    "volumeMounts": [m for m in mounts if m["name"] in ("shm", "tmp")],
-                }
-            ],
-            # The worker is its own pod template: it needs its own /dev/shm and /tmp volumes.
-            "volumes": [v for v in volumes if v["name"] in ("shm", "tmp")],
-        }
+
+
+def _runtime_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str]) -> list[dict[str, str]]:
+    """The runtime's settings: where decision.json is, its port, and how it checks who calls it."""
+    auth = dm.spec.exposure.auth
+    return [
+        {"name": "ARBITER_DECISION_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
+        {"name": "ARBITER_PORT", "value": str(SERVING_PORT)},
+        {"name": "ARBITER_AUTH", "value": "true" if auth else "false"},
+        # What the runtime's SubjectAccessReview asks about: `get` on this InferenceService (runtime/auth.py).
+        {"name": "ARBITER_AUTH_NAMESPACE", "value": dm.metadata.namespace},
+        {"name": "ARBITER_AUTH_INFERENCESERVICE", "value": name},
+        # OpenShift AI's proxy in the pod forwards X-Remote-User from loopback; a mesh sidecar that intercepts
+        # the serving port would also arrive from loopback, so then the header is not believed.
+        {"name": "ARBITER_AUTH_PROXY_HEADERS",
+         "value": "true" if auth and not (
+             dm.spec.mesh.sidecar == "none" and namespace_injected(namespace_labels)) else "false"},
+    ]
+
+
+def _worker_spec(dm: DecisionModel, resources: dict[str, Any], volumes: list[dict[str, Any]],
+                 mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pipeline-parallel workers of a multi-node predictor."""
+    s = dm.spec.serving
     return {
-        "apiVersion": "serving.kserve.io/v1beta1",
-        "kind": "InferenceService",
-        "metadata": metadata(dm, name, "inferenceservice", version.name, annotations=annotations) | {"labels": labels},
-        "spec": {"predictor": predictor},
+        "pipelineParallelSize": s.nodes,
+        "tensorParallelSize": s.gpus,
+        "containers": [
+            {
+                "name": "worker-container",
+                "resources": resources,
+                "securityContext": _container_security(),
+                "volumeMounts": [m for m in mounts if m["name"] in ("shm", "tmp")],
+            }
+        ],
+        # The worker is its own pod template: it needs its own /dev/shm and /tmp volumes.
+        "volumes": [v for v in volumes if v["name"] in ("shm", "tmp")],
     }

@@ -15,7 +15,7 @@ from arbiter_devenv.kwok import A100, NodePool
 from arbiter_operator.api.models import DecisionModel
 from arbiter_operator.apply import needs_apply, with_hash
 from arbiter_operator.kube.client import RestKubeClient
-from arbiter_operator.render import render_configmap, render_inferenceservice, render_servingruntime
+from arbiter_operator.render import PredictorInputs, render_configmap, render_inferenceservice, render_servingruntime
 from kubernetes import client
 from support.operator_kit import condition, create_dm, eventually, example, get
 
@@ -81,7 +81,7 @@ def test_every_rendering_is_admitted_unchanged_and_stays_converged(control_plane
     version = dm.spec.versions[0]
     cm = render_configmap(dm, version)
     desired = [with_hash(render_servingruntime(dm)),
-               with_hash(render_inferenceservice(dm, version, cm, {"istio-injection": "enabled"}))]
+               with_hash(render_inferenceservice(PredictorInputs(dm, version, cm, {"istio-injection": "enabled"})))]
     for obj in desired:
         first = _apply(api, obj)  # KServe's validating webhooks would refuse it here
         # KServe's defaulting webhook may add fields, never change ours: what we sent is all still there...

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from arbiter_operator.render import (
+    PredictorInputs,
     render_configmap,
     render_inferenceservice,
     render_route,
@@ -20,7 +21,7 @@ def _isvc(raw=None, ns_labels=None, **kw):
     dm = make_dm(raw)
     v = dm.spec.versions[0]
     cm = render_configmap(dm, v, diffusion=kw.get("diffusion", False))
-    return render_inferenceservice(dm, v, cm, ns_labels or {}, **kw)
+    return render_inferenceservice(PredictorInputs(dm, v, cm, ns_labels or {}, **kw))
 
 
 def _with(**serving):

@@ -3,14 +3,14 @@ SubjectAccessReview asks about, and the proxy's identity header is believed only
 
 from __future__ import annotations
 
-from arbiter_operator.render import render_configmap, render_inferenceservice, render_route
+from arbiter_operator.render import PredictorInputs, render_configmap, render_inferenceservice, render_route
 from support.examples import example
 from support.factory import make_dm
 
 
 def _env(dm, namespace_labels=None) -> dict[str, str]:
     v = dm.spec.versions[0]
-    isvc = render_inferenceservice(dm, v, render_configmap(dm, v), namespace_labels or {})
+    isvc = render_inferenceservice(PredictorInputs(dm, v, render_configmap(dm, v), namespace_labels or {}))
     return {e["name"]: e["value"] for e in isvc["spec"]["predictor"]["model"]["env"]}
 
 

@@ -1,0 +1,144 @@
+"""How a DecisionModel's versions are served and reached: spec.serving (pods, GPUs, vLLM), spec.exposure (the Route
+and its auth) and spec.mesh (the service mesh's sidecar)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StringConstraints
+
+from .fields import Arg, ShortStr, _cel, _checked, _Model, _rules
+from .vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, flag_rule
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# The operator's built-in runtime image (the one released with it); the Helm value runtime.image / the operator's
+# --runtime-image flag replace it. Never a CRD default: apiserver defaulting would freeze it into every object.
+DEFAULT_RUNTIME_IMAGE = "quay.io/arbiter-dev/arbiter-runtime:0.1.0"
+
+
+# ---------------------------------------------------------------- spec.serving
+
+
+class Toleration(_Model):
+    key: ShortStr | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: ShortStr | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: int | None = None
+
+
+class VllmSettings(_Model):
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
+        "auto", description="Weights and activations dtype (--dtype)."
+    )
+    maxModelLen: int = Field(
+        4096, ge=128, le=1048576, description="Context length (--max-model-len); checked against the model's config."
+    )
+    maxNumSeqs: int = Field(64, ge=1, le=4096, description="Concurrent sequences per engine (--max-num-seqs).")
+    blockSize: Literal[8, 16, 32, 64, 128] = Field(16, description="KV cache block size in tokens (--block-size).")
+    enforceEager: bool = Field(False, description="Disable CUDA graphs (--enforce-eager): slower, faster start-up.")
+    gpuMemoryUtilization: float = Field(
+        0.9, gt=0, le=1, description="Share of GPU memory vLLM may use (--gpu-memory-utilization)."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Sampling seed (--seed): same input, same decision.")
+    structuredOutputsBackend: Literal["auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer"] = Field(
+        "auto", description="Constrained-decoding backend (--structured-outputs-config.backend)."
+    )
+    extraArgs: list[Arg] = Field(
+        default_factory=list,
+        max_length=64,
+        description="More `vllm serve` arguments, passed as given after the rendered ones.",
+        json_schema_extra={
+            "x-kubernetes-validations": [flag_rule(f, m) for f, m in REMOVED_VLLM_FLAGS.items()]  # type: ignore[dict-item]
+            + [
+                flag_rule(f, f"{f} is set by the operator from {field}; set that field instead of extraArgs")
+                for f, field in MANAGED_VLLM_FLAGS.items()
+            ]
+        },
+    )
+
+
+class Resources(_Model):
+    cpu: Annotated[str, StringConstraints(max_length=32)] = Field(
+        "4", pattern=r"^[0-9]+(\.[0-9]+)?m?$", description="CPU request (and limit) per pod."
+    )
+    memory: Annotated[str, StringConstraints(max_length=32)] = Field(
+        "32Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$", description="Memory request and limit per pod."
+    )
+
+
+class ServingSpec(_Model):
+    runtimeImage: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = Field(
+        None,
+        description="Arbiter runtime image (decision server + vLLM) for every live version of this model. Unset: "
+        "the operator's setting (Helm value runtime.image), pinned per version when the version is deployed, so a "
+        "new default reaches a model with its next promotion, canaried like any other.",
+    )
+    gpus: int = Field(
+        1,
+        description="GPUs per pod, which is also the tensor parallel size: 1, 2, 4 or 8.",
+        json_schema_extra=_rules(
+            _cel(
+                "self in [1, 2, 4, 8]",
+                "spec.serving.gpus is the tensor parallel size and must be 1, 2, 4 or 8",
+            )
+        ),
+    )
+    nodes: int = Field(
+        1, ge=1, le=16, description="Pods per replica; more than 1 splits layers across nodes (pipeline parallel)."
+    )
+    replicas: int = Field(1, ge=1, le=64, description="Replicas of each version's predictor.")
+    gpuProduct: Annotated[str, StringConstraints(max_length=128)] | None = Field(
+        None,
+        description=f"GPU product to schedule on, matched on the {GPU_PRODUCT_LABEL} node label (GPU feature "
+        "discovery), e.g. NVIDIA-H100-80GB-HBM3. Unset or empty: any node with a free nvidia.com/gpu.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=lambda: [Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")],
+        max_length=32,
+        description="Tolerations for tainted GPU nodes.",
+    )
+    resources: Resources = Field(default_factory=Resources)
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
+
+
+# ---------------------------------------------------------------- spec.exposure / mesh
+
+
+class ExposureSpec(_Model):
+    model_config = _checked(
+        _cel(
+            "!(self.auth && has(self.tls) && self.tls == 'edge')",
+            "exposure.tls edge with auth on cannot be reached: edge sends plain HTTP to the predictor, and OpenShift "
+            "AI's KServe serves an authenticated predictor only through its authenticating proxy (Service port "
+            "https, TLS), removing the runtime's port 8080 from the predictor Service; leave tls unset (reencrypt "
+            "to the proxy) or set auth: false",
+            ".tls",
+        )
+    )
+    host: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$",
+        description="Route host; empty lets the router pick <name>-<namespace>.<apps domain>.",
+    )
+    tls: Literal["edge", "reencrypt"] | None = Field(
+        None,
+        description="TLS termination at the router. Unset: reencrypt to the predictor's `https` port (OpenShift AI's "
+        "authenticating proxy, service-CA certificate) when auth is on, edge to the runtime's port when it is off.",
+    )
+    timeout: Annotated[str, StringConstraints(max_length=16)] = Field(
+        "60s", pattern=r"^[0-9]+(ms|s|m|h)$", description="Router timeout (haproxy.router.openshift.io/timeout)."
+    )
+    auth: bool = Field(
+        True,
+        description="Require a bearer token the cluster accepts (TokenReview) whose user may get the version's "
+        "InferenceService (SubjectAccessReview) on every request but health probes and metrics.",
+    )
+
+
+class MeshSpec(_Model):
+    sidecar: Literal["auto", "exclude-inbound", "disable", "none"] = Field(
+        "auto",
+        description="auto: exclude the serving port when the namespace is mesh-injected; exclude-inbound: always "
+        "exclude the serving port; disable: no sidecar; none: leave the mesh settings alone.",
+    )
