@@ -17,10 +17,11 @@ log() { printf '[test] %s\n' "$*" >&2; }
 # server starts.
 lint_dir=$(mktemp -d)
 trap 'rm -rf "$lint_dir"' EXIT
+# Each mypy run has a cache of its own: two runs writing one fresh cache at once can crash mypy (INTERNAL ERROR).
 checks=(
   "ruff check ."
-  "mypy operator/arbiter_operator"
-  "mypy runtime/arbiter_runtime"
+  "mypy --cache-dir .mypy_cache/operator operator/arbiter_operator"
+  "mypy --cache-dir .mypy_cache/runtime runtime/arbiter_runtime"
 )
 pids=()
 for i in "${!checks[@]}"; do
