@@ -7,56 +7,90 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .admission import WebhookConfig
     from .app import OperatorConfig
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    namespaces = _checked(parser, args)
+    _logging(args)
+    if args.metrics_port:
+        _serve_metrics(args)
+
+    import asyncio
+
+    import uvloop
+
+    from .plan import validate
+
+    run = _kopf_run(args, _webhook(args))
+    # The CEL parser the spec checks use (about a second of pure-Python work), built before the event loop starts:
+    # in a thread it would hold the interpreter's lock as long, and stall the loop all the same.
+    validate.warm_up()
+    # One event loop for the process, uvloop as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of
+    # the operator's CPU at fleet scale with asyncio's pure-Python loop. A shard's restarts run on it too.
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        if not args.namespace_selector:
+            runner.run(_quietly(run(namespaces)))
+            return 0
+        from .kube.client import new_api_client
+        from .kube.shard import run_shard
+
+        config = new_api_client(args.kubeconfig).configuration
+        runner.run(_quietly(run_shard(config, args.namespace_selector, run)))
+    return 0
+
+
+def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The flags' combinations the parser alone cannot refuse; the namespaces watched (flags and environment)."""
     if args.leader_elect and not args.leader_election_namespace:
         parser.error("--leader-elect needs --leader-election-namespace (or $ARBITER_OPERATOR_NAMESPACE)")
     if not args.retry_period < args.renew_deadline < args.lease_duration:
         parser.error("leader election needs --retry-period < --renew-deadline < --lease-duration")
     if args.runtime_image:
         os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
-
     namespaces = list(args.namespace)
     env_ns = os.environ.get("ARBITER_NAMESPACES", "")
     namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
     if namespaces and args.namespace_selector:
         parser.error("--namespace and --namespace-selector are exclusive: a shard owns what its selector matches")
+    return namespaces
 
-    _logging(args)
 
-    if args.metrics_port:
-        # Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own
-        # (metrics.py: reconciles, work queue, API requests, promotions); the chart's metrics Service
-        # and ServiceMonitor scrape this port.
-        from prometheus_client import start_http_server
+def _serve_metrics(args: argparse.Namespace) -> None:
+    """Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own (metrics.py:
+    reconciles, work queue, API requests, promotions); the chart's metrics Service and ServiceMonitor scrape them."""
+    from prometheus_client import start_http_server
 
-        from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
+    from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
 
-        start_http_server(args.metrics_port, addr=args.metrics_address)
+    start_http_server(args.metrics_port, addr=args.metrics_address)
 
+
+def _webhook(args: argparse.Namespace) -> WebhookConfig | None:
+    if not args.webhook_port:
+        return None
+    from pathlib import Path
+
+    from .admission import WebhookConfig
+
+    return WebhookConfig(port=args.webhook_port, cert_dir=Path(args.webhook_cert_dir), address=args.webhook_address)
+
+
+def _kopf_run(args: argparse.Namespace, webhook: WebhookConfig | None) -> Callable[..., Awaitable[None]]:
     import asyncio
     import signal
 
     import kopf
-    import uvloop
 
     from . import handlers
-    from .admission import WebhookConfig
     from .app import Operator
-
-    webhook = None
-    if args.webhook_port:
-        from pathlib import Path
-
-        webhook = WebhookConfig(port=args.webhook_port, cert_dir=Path(args.webhook_cert_dir),
-                                address=args.webhook_address)
 
     async def run(watched: list[str], stop_flag: asyncio.Event | None = None) -> None:
         """One kopf run over `watched` ([]: cluster-wide), with an Operator of its own: a shard's restart on a new
@@ -86,23 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 asyncio.get_running_loop().remove_signal_handler(sig)
 
-    from .plan import validate
-
-    # The CEL parser the spec checks use (about a second of pure-Python work), built before the event loop starts:
-    # in a thread it would hold the interpreter's lock as long, and stall the loop all the same.
-    validate.warm_up()
-    # One event loop for the process, uvloop as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of
-    # the operator's CPU at fleet scale with asyncio's pure-Python loop. A shard's restarts run on it too.
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        if not args.namespace_selector:
-            runner.run(_quietly(run(namespaces)))
-            return 0
-        from .kube.client import new_api_client
-        from .kube.shard import run_shard
-
-        config = new_api_client(args.kubeconfig).configuration
-        runner.run(_quietly(run_shard(config, args.namespace_selector, run)))
-    return 0
+    return run
 
 
 async def _quietly(coro: Any) -> None:
@@ -117,6 +135,14 @@ async def _quietly(coro: Any) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arbiter-operator", description="Arbiter DecisionModel operator")
+    _scope_flags(parser)
+    _serving_flags(parser)
+    _leader_flags(parser)
+    return parser
+
+
+def _scope_flags(parser: argparse.ArgumentParser) -> None:
+    """What the operator watches, how it reaches the apiserver, how much it logs."""
     parser.add_argument(
         "-n",
         "--namespace",
@@ -130,6 +156,22 @@ def _parser() -> argparse.ArgumentParser:
         help="own the namespaces whose labels match this label selector (e.g. shard=risk), followed as labels change; "
         "one shard of a large fleet, with its own --leader-election-id (also $ARBITER_NAMESPACE_SELECTOR)",
     )
+    parser.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig path, loaded explicitly by kopf and the clients (default: in-cluster, then $KUBECONFIG)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default=None,
+        help="log level of the operator's own loggers (default: info; --verbose means debug)",
+    )
+
+
+def _serving_flags(parser: argparse.ArgumentParser) -> None:
+    """What the operator serves (probes, webhook, metrics) and the runtime image it deploys."""
     parser.add_argument(
         "--liveness",
         default=os.environ.get("ARBITER_LIVENESS", "http://0.0.0.0:8081/healthz"),
@@ -153,18 +195,6 @@ def _parser() -> argparse.ArgumentParser:
         help="address the webhook listens on (default: all interfaces, for the chart's webhook Service)",
     )
     parser.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig path, loaded explicitly by kopf and the clients (default: in-cluster, then $KUBECONFIG)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true")
-    parser.add_argument(
-        "--log-level",
-        choices=("debug", "info", "warning", "error"),
-        default=None,
-        help="log level of the operator's own loggers (default: info; --verbose means debug)",
-    )
-    parser.add_argument(
         "--metrics-port",
         type=int,
         default=int(os.environ.get("ARBITER_METRICS_PORT", "0")),
@@ -181,6 +211,10 @@ def _parser() -> argparse.ArgumentParser:
         help="runtime image for newly deployed versions of DecisionModels that set no spec.serving.runtimeImage "
         "(also $ARBITER_RUNTIME_IMAGE; the Helm value runtime.image); default: the image released with the operator",
     )
+
+
+def _leader_flags(parser: argparse.ArgumentParser) -> None:
+    """Leader election among replicas (a Lease, client-go's protocol)."""
     parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
@@ -204,7 +238,6 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds after its last renewal the leader stops writing and exits (default 10)")
     parser.add_argument("--retry-period", type=float, default=float(os.environ.get("ARBITER_RETRY_PERIOD", "2")),
                         help="seconds between renewals / acquisition attempts (default 2)")
-    return parser
 
 
 def _logging(args: argparse.Namespace) -> None:
