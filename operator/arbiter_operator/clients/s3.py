@@ -35,17 +35,13 @@ errors carry only the S3 error code, bucket and key.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import hashlib
-import json
 import os
 import random
 import re
 import ssl
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 from urllib.request import getproxies, proxy_bypass
 
@@ -55,45 +51,23 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from .s3_config import (
+    CredentialsInvalid,
+    S3Credentials,
+    StorageError,
+    StorageRejected,
+    StorageUnreachable,
+    credentials_from_secret,
+    decode_secret_data,
+)
 from .s3_xml import MalformedAnswer, parse_error_code, parse_listing
+
+# The configuration and errors live in clients/s3_config.py; callers import them from here too.
+__all__ = ["CredentialsInvalid", "ObjectInfo", "S3Credentials", "S3Storage", "StorageError", "StorageRejected",
+           "StorageUnreachable", "credentials_from_secret", "decode_secret_data"]
 
 MAX_LISTING = 10000  # a model directory has tens of files; past this the prefix is wrong
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
-
-
-class StorageError(Exception):
-    """Base class; never carries a credential."""
-
-
-class StorageUnreachable(StorageError):
-    """Network, TLS, timeouts, 5xx: retry later."""
-
-
-class StorageRejected(StorageError):
-    """S3 answered with an error that a retry will not fix (access denied, no such bucket, bad key)."""
-
-    def __init__(self, code: str, message: str):
-        self.code = code
-        super().__init__(message)
-
-
-class CredentialsInvalid(StorageError):
-    """The Secret entry is missing or not in storage-config form."""
-
-
-@dataclass(frozen=True)
-class S3Credentials:
-    access_key_id: str = field(repr=False, default="")
-    secret_access_key: str = field(repr=False, default="")
-    endpoint_url: str | None = None
-    region: str | None = None
-    verify_ssl: bool = True
-    ca_bundle_pem: str | None = field(repr=False, default=None)
-    anonymous: bool = False
-    default_bucket: str | None = None
-    # The storage-config entry these came from (None: an AWS-style Secret): KServe's storage initializer is told to
-    # read the same one, so the pod loads with what the artifact check was allowed to read.
-    entry_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,90 +75,6 @@ class ObjectInfo:
     key: str  # relative to the listed prefix
     size: int
     etag: str
-
-
-def _truthy(value: Any, default: bool) -> bool:
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
-def decode_secret_data(data: dict[str, str] | None) -> dict[str, str]:
-    """A Secret's `.data` (base64) as text."""
-    out = {}
-    for k, v in (data or {}).items():
-        try:
-            out[k] = base64.b64decode(v).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            raise CredentialsInvalid(f"Secret key {k!r} is not valid base64 text") from None
-    return out
-
-
-def credentials_from_secret(
-    secret_text: dict[str, str],
-    *,
-    secret_name: str,
-    bucket: str,
-    key: str | None = None,
-    endpoint: str | None = None,
-    region: str | None = None,
-    ca_bundle_pem: str | None = None,
-) -> S3Credentials:
-    """Pick the storage-config entry (`key`, else the one named after the bucket, else `default`) and apply overrides.
-
-    Also accepts a plain AWS-style Secret (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_S3_ENDPOINT /
-    AWS_DEFAULT_REGION), the form OpenShift AI data connections use.
-    """
-    chosen: str | None = None
-    if "AWS_ACCESS_KEY_ID" in secret_text and key is None:
-        entry: dict[str, Any] = {
-            "type": "s3",
-            "access_key_id": secret_text.get("AWS_ACCESS_KEY_ID", ""),
-            "secret_access_key": secret_text.get("AWS_SECRET_ACCESS_KEY", ""),
-            "endpoint_url": secret_text.get("AWS_S3_ENDPOINT"),
-            "region": secret_text.get("AWS_DEFAULT_REGION"),
-            "bucket": secret_text.get("AWS_S3_BUCKET"),
-        }
-    else:
-        candidates = [key] if key else [bucket, "default"]
-        chosen = next((c for c in candidates if c in secret_text), None)
-        if chosen is None:
-            have = ", ".join(sorted(secret_text)) or "none"
-            raise CredentialsInvalid(
-                f"Secret {secret_name} has no entry {' or '.join(repr(c) for c in candidates)} (entries: {have}); "
-                "set spec.storage.key to one of them"
-            )
-        try:
-            entry = json.loads(secret_text[chosen])
-        except ValueError:
-            raise CredentialsInvalid(
-                f"Secret {secret_name} entry {chosen!r} is not JSON in KServe's storage-config form"
-            ) from None
-        if not isinstance(entry, dict) or entry.get("type", "s3") != "s3":
-            raise CredentialsInvalid(f"Secret {secret_name} entry {chosen!r} is not of type s3")
-    anonymous = _truthy(entry.get("anonymous"), False)
-    if not anonymous and not (entry.get("access_key_id") and entry.get("secret_access_key")):
-        raise CredentialsInvalid(
-            f"Secret {secret_name} has no access_key_id/secret_access_key for bucket {bucket}"
-        )
-    endpoint_url = endpoint or entry.get("endpoint_url") or None
-    if endpoint_url and "://" not in endpoint_url:
-        # KServe accepts a bare host:port and decides the scheme from `verify_ssl`/`use_https`.
-        https = _truthy(entry.get("use_https"), _truthy(entry.get("verify_ssl"), True))
-        endpoint_url = ("https://" if https else "http://") + endpoint_url
-    return S3Credentials(
-        access_key_id=entry.get("access_key_id", ""),
-        secret_access_key=entry.get("secret_access_key", ""),
-        endpoint_url=endpoint_url,
-        region=region or entry.get("region") or None,
-        verify_ssl=_truthy(entry.get("verify_ssl"), True),
-        ca_bundle_pem=ca_bundle_pem or entry.get("ca_bundle") or None,
-        anonymous=anonymous,
-        default_bucket=entry.get("bucket"),
-        entry_key=chosen,
-    )
 
 
 _UNREACHABLE_CODES = {"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "503", "500", "502", "504",
