@@ -31,6 +31,10 @@ def servicemonitor_crd(control_plane) -> None:
         api.close()
 
 
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
+
+
 def _create_namespace(api: client.ApiClient, name: str) -> None:
     client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
 
@@ -53,7 +57,7 @@ def test_rendered_manifests_are_accepted_by_the_apiserver(control_plane, namespa
     try:
         for doc in docs:
             doc.setdefault("metadata", {})
-            if doc["kind"] not in {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}:
+            if doc["kind"] not in CLUSTER_SCOPED | {"CustomResourceDefinition"}:
                 doc["metadata"].setdefault("namespace", namespace)
             live = server_side_apply(dyn, doc)
             applied.append(doc)
@@ -71,9 +75,9 @@ def test_rendered_manifests_are_accepted_by_the_apiserver(control_plane, namespa
         assert sc.capabilities.drop == ["ALL"] and sc.run_as_user is None
     finally:
         for doc in reversed(applied):
-            # Cluster-wide, so removed: a webhook configuration left behind would send every later test's
-            # DecisionModel writes to an operator Service that nothing here serves.
-            if doc["kind"] in {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}:
+            # Cluster-wide, so removed: a webhook configuration or admission policy left behind would judge every
+            # later test's DecisionModel writes (a webhook through an operator Service that nothing here serves).
+            if doc["kind"] in CLUSTER_SCOPED:
                 delete_quietly(dyn, doc)
         for ns in created_namespaces:
             client.CoreV1Api(api).delete_namespace(ns)
