@@ -139,6 +139,7 @@ class ArgoCD:
                  start_timeout: float = 120.0, log_level: str = "info") -> None:
         self.cluster = cluster
         self._given_workdir = pathlib.Path(workdir) if workdir else None
+        self._sockets: pathlib.Path | None = None
         self.workdir: pathlib.Path | None = None
         self.app_resync = app_resync
         self.start_timeout = start_timeout
@@ -199,6 +200,9 @@ class ArgoCD:
             _procs.terminate(getattr(self, attr), grace=10.0)
             setattr(self, attr, None)
         _procs.unregister(self)
+        if self._sockets is not None:
+            shutil.rmtree(self._sockets, ignore_errors=True)
+            self._sockets = None
         if self.workdir is not None and self._given_workdir is None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             _procs.forget_dir(self.workdir)
@@ -229,7 +233,16 @@ class ArgoCD:
             "ARGOCD_SSH_DATA_PATH": str(base / "ssh"),
             "ARGOCD_GNUPGHOME": str(base / "gpg"),
             "ARGOCD_GPG_ENABLED": "false",
+            # The repo server's git credential socket: /tmp/reposerver-ask-pass.sock by default, one path for every
+            # instance on the machine, so a second instance (or one a killed run left) fails with "address already in
+            # use". A short path of this instance's own (a unix socket path holds at most 107 bytes).
+            "ARGOCD_ASK_PASS_SOCK": str(self._socket_dir() / "ask-pass.sock"),
         }
+
+    def _socket_dir(self) -> pathlib.Path:
+        if self._sockets is None:
+            self._sockets = pathlib.Path(tempfile.mkdtemp(prefix="argocd-", dir="/tmp"))
+        return self._sockets
 
     def _start_redis(self, redis: str) -> None:
         assert self.workdir is not None
