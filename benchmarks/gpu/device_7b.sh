@@ -15,8 +15,9 @@ step=${1:?usage: device_7b.sh stage1|stage2|stage3|start|bench|fixture|local}
 DEV=${DEV:-.dev}; WHL=${WHL:-.whl}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_USE_FLASHINFER_SAMPLER=0
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-OUT=${OUT:-/tmp/arbiter-gpu-out}; mkdir -p "$OUT"
-FIXTURE=/tmp/model; BIG=/tmp/m7b; SITE=/tmp/site
+WORK=${ARBITER_GPU_WORK:-${TMPDIR:-/tmp}}  # scratch space: the models, the unpacked vLLM, the logs
+RESULTS=${ARBITER_GPU_RESULTS:-$WORK/arbiter-gpu-out}; mkdir -p "$RESULTS"
+FIXTURE=$WORK/model; BIG=$WORK/m7b; SITE=$WORK/site
 py=python3
 [ -d $SITE/vllm ] && export PYTHONPATH=$SITE:$PWD/operator:$PWD/runtime
 
@@ -28,51 +29,51 @@ wait_fixture() {
     pgrep -f build_model.py >/dev/null || break
     sleep 1
   done
-  [ -f $FIXTURE/arbiter-fixture.json ] || { echo "no trained fixture; training now"; train > /tmp/train.log 2>&1; }
-  cp /tmp/train.log "$OUT/train.log"; cp $FIXTURE/arbiter-fixture.json "$OUT/fixture.json"
+  [ -f $FIXTURE/arbiter-fixture.json ] || { echo "no trained fixture; training now"; train > $WORK/train.log 2>&1; }
+  cp $WORK/train.log "$RESULTS/train.log"; cp $FIXTURE/arbiter-fixture.json "$RESULTS/fixture.json"
 }
 
 unpack() {
-  cp $DEV/c3 /tmp/stash/ && cat /tmp/stash/c? > /tmp/v.tar.xz && mkdir -p $SITE &&
-    $py -c "import tarfile; tarfile.open('/tmp/v.tar.xz').extractall('$SITE')" &&
-    $py -m pip install -q --no-index --no-deps --no-compile --target $SITE /tmp/stash/*.whl $WHL/*.whl || exit 1
+  cp $DEV/c3 $WORK/stash/ && cat $WORK/stash/c? > $WORK/v.tar.xz && mkdir -p $SITE &&
+    $py -c "import tarfile; tarfile.open('$WORK/v.tar.xz').extractall('$SITE')" &&
+    $py -m pip install -q --no-index --no-deps --no-compile --target $SITE $WORK/stash/*.whl $WHL/*.whl || exit 1
   export PYTHONPATH=$SITE:$PWD/operator:$PWD/runtime
 }
 
 case $step in
   stage1)
-    mkdir -p /tmp/stash && cp $DEV/c0 $DEV/da/*.whl /tmp/stash/
+    mkdir -p $WORK/stash && cp $DEV/c0 $DEV/da/*.whl $WORK/stash/
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
     $py -c 'import torch, transformers, tokenizers; print("torch", torch.__version__, "transformers", transformers.__version__, "tokenizers", tokenizers.__version__)'
     setsid nohup $py benchmarks/gpu/build_model.py --out $FIXTURE --train-seconds "${TRAIN_SECONDS:-100}" \
-      > /tmp/train.log 2>&1 < /dev/null &
-    sleep "${STAGE1_WAIT:-15}"; tail -3 /tmp/train.log ;;
-  stage2) cp $DEV/c1 $DEV/db/*.whl /tmp/stash/ && tail -2 /tmp/train.log ;;
+      > $WORK/train.log 2>&1 < /dev/null &
+    sleep "${STAGE1_WAIT:-15}"; tail -3 $WORK/train.log ;;
+  stage2) cp $DEV/c1 $DEV/db/*.whl $WORK/stash/ && tail -2 $WORK/train.log ;;
   stage3)  # also a one-layer smoke build of the 7B model with the fixture's tokenizer (saved before training)
-    cp $DEV/c2 $DEV/dc/*.whl /tmp/stash/ && tail -2 /tmp/train.log
-    $py benchmarks/gpu/bench_7b.py build --tokenizer-dir $FIXTURE --out /tmp/smoke --layers 1 2>&1 | tail -3
-    rm -rf /tmp/smoke ;;
+    cp $DEV/c2 $DEV/dc/*.whl $WORK/stash/ && tail -2 $WORK/train.log
+    $py benchmarks/gpu/bench_7b.py build --tokenizer-dir $FIXTURE --out $WORK/smoke --layers 1 2>&1 | tail -3
+    rm -rf $WORK/smoke ;;
   start)
     t0=$(date +%s); [ -d $SITE/vllm ] || unpack; echo "vLLM unpacked in $(( $(date +%s) - t0 ))s"
-    wait_fixture; tail -4 /tmp/train.log
-    $py benchmarks/gpu/bench_7b.py build --tokenizer-dir $FIXTURE --out $BIG 2>&1 | tail -3 | tee "$OUT/build-7b.log"
+    wait_fixture; tail -4 $WORK/train.log
+    $py benchmarks/gpu/bench_7b.py build --tokenizer-dir $FIXTURE --out $BIG 2>&1 | tail -3 | tee "$RESULTS/build-7b.log"
     mkdir -p /mnt && ln -sfn $BIG /mnt/models
-    $py benchmarks/gpu/bench_7b.py start --wait "${START_WAIT:-400}" 2>&1 | tee "$OUT/start.log"
-    grep -iE "vllm.*version|backend|Available KV|graph" /tmp/arbiter-gpu/supervisor.log | head -12 ;;
+    $py benchmarks/gpu/bench_7b.py start --wait "${START_WAIT:-400}" 2>&1 | tee "$RESULTS/start.log"
+    grep -iE "vllm.*version|backend|Available KV|graph" $WORK/arbiter-gpu/supervisor.log | head -12 ;;
   bench)
-    $py benchmarks/gpu/bench_7b.py bench --out "$OUT" 2>&1 | tee "$OUT/bench.log" | grep -v '^{' ;;
+    $py benchmarks/gpu/bench_7b.py bench --out "$RESULTS" 2>&1 | tee "$RESULTS/bench.log" | grep -v '^{' ;;
   fixture)
     $py benchmarks/gpu/bench_7b.py stop
     ln -sfn $FIXTURE /mnt/models
-    $py benchmarks/gpu/bench_7b.py start --wait 300 && $py benchmarks/gpu/bench_7b.py agree --n "${N:-1000}" --out "$OUT"
+    $py benchmarks/gpu/bench_7b.py start --wait 300 && $py benchmarks/gpu/bench_7b.py agree --n "${N:-1000}" --out "$RESULTS"
     $py benchmarks/gpu/bench_7b.py stop
-    tail -c 400000 /tmp/arbiter-gpu/supervisor.log > "$OUT/supervisor.log" ;;
+    tail -c 400000 $WORK/arbiter-gpu/supervisor.log > "$RESULTS/supervisor.log" ;;
   local)
-    train > /tmp/train.log 2>&1 || exit 1
+    train > $WORK/train.log 2>&1 || exit 1
     export PYTHONPATH=$PWD/operator:$PWD/runtime
-    mkdir -p /tmp/stash; cp $FIXTURE/arbiter-fixture.json "$OUT/fixture.json"
+    mkdir -p $WORK/stash; cp $FIXTURE/arbiter-fixture.json "$RESULTS/fixture.json"
     $py benchmarks/gpu/bench_7b.py build --tokenizer-dir $FIXTURE --out $BIG && ln -sfn $BIG /mnt/models &&
-      $py benchmarks/gpu/bench_7b.py start && $py benchmarks/gpu/bench_7b.py bench --out "$OUT"
+      $py benchmarks/gpu/bench_7b.py start && $py benchmarks/gpu/bench_7b.py bench --out "$RESULTS"
     bash "$0" fixture ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
