@@ -1,6 +1,7 @@
 #!/bin/bash
-# The 7B-class scored-format benchmark (bench_7b.py) and the fixture retrain, step by step, on a GPU machine where
-# each command carries at most 64 MiB and /tmp lasts only while the machine is held (docs/gpu.md). Run from the
+# The 7B-class scored-format benchmark (bench_7b.py) and the fixture retrain, step by step, for a GPU machine without
+# network access that takes at most 64 MiB of staged files per command and keeps its scratch space ($ARBITER_GPU_WORK)
+# only between the commands of one run (docs/gpu.md). Run from the
 # repo root; DEV and WHL name the folders the vLLM staging (docs/gpu.md) and stage-wheels.sh filled (default .dev and .whl).
 #   stage1  carry DEV/c0 DEV/da    stash part 1; start training the fixture model (compact + lines + JSON answers)
 #   stage2  carry DEV/c1 DEV/db    stash part 2
