@@ -99,12 +99,14 @@ OPENSHIFT_API = GoModuleFiles(
     "v0.0.0-20260709102940-580f1c1ba691",
     ("route/v1/zz_generated.crd-manifests/routes.crd.yaml",),
 )
-# prometheus-operator: PodMonitor (monitoring.coreos.com/v1), which the operator renders where the API is served.
+# prometheus-operator: PodMonitor and PrometheusRule (monitoring.coreos.com/v1), which the operator renders where
+# the API is served.
 # v0.85.0: the proxy serves it (it has no @v/list for this module; v0.86.0 is not available there).
 PROMETHEUS_OPERATOR = GoModuleFiles(
     "github.com/prometheus-operator/prometheus-operator",
     "v0.85.0",
-    ("example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",),
+    ("example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml",
+     "example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml"),
 )
 UPSTREAM = (KSERVE, OPENSHIFT_API, PROMETHEUS_OPERATOR)
 

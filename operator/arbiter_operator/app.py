@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from . import metrics
 from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.prometheus import PrometheusClient, PrometheusConfig
@@ -30,6 +32,7 @@ from .kube.watch import Resource, Watches, WatchOptions
 from .kube.workqueue import Key, PriorityWorkQueue
 from .reconcile import Reconciler
 from .settings import runtime_image
+from .state_metrics import DecisionModelStateCollector, cache_lister
 from .triggers import Triggers
 
 log = logging.getLogger("arbiter.app")
@@ -132,6 +135,7 @@ class Operator:
         self._watches: OperatorWatches | None = None
         self._transport: LoopTransport | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._state_metrics: DecisionModelStateCollector | None = None
 
     async def start(self) -> None:
         if self.config.idle:
@@ -147,6 +151,9 @@ class Operator:
         queue = PriorityWorkQueue()
         # Reads of DecisionModels, children, predictor Deployments and namespace labels come from the watch cache.
         cache = WatchCache(kinds.CACHED)
+        # Per-DecisionModel state series, read from the cache at each scrape (state_metrics.py).
+        self._state_metrics = DecisionModelStateCollector(cache_lister(cache), self.leading.is_set)
+        REGISTRY.register(self._state_metrics)
         kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
         reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image())
         # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
@@ -190,6 +197,9 @@ class Operator:
         """In the reverse order of `start`. The workers are gone before the Lease is handed back (no pass of this
         replica writes while the standby's first ones do), and the watches before the namespace watches they feed
         (a DecisionModel event would start a namespace's watch again)."""
+        if self._state_metrics is not None:  # a shard's restart registers the next run's
+            REGISTRY.unregister(self._state_metrics)
+            self._state_metrics = None
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -7,9 +7,10 @@ the fleet can be thousands of DecisionModels, and a label per model would make t
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, Info
 
 # Reconcile passes end in one of these results.
 CONVERGED = "converged"  # nothing more to do until something changes
@@ -82,6 +83,11 @@ LEADER = Gauge(
     "arbiter_operator_leader",
     "1 while this replica leads (holds the leader Lease, or runs without leader election), else 0 (standby).",
 )
+
+RELEASE = "0.1.0"  # the product release: pyproject.toml's version (a test keeps them equal)
+BUILD = Info("arbiter_build", "The operator's release and Python version (value 1).")
+BUILD.info({"version": RELEASE, "python_version": platform.python_version()})
+
 
 def code_class(status: int | None) -> str:
     return "error" if status is None else f"{status // 100}xx"

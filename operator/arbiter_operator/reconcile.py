@@ -24,7 +24,7 @@ from .api.names import API_VERSION, KIND
 from .apply import apply_plan
 from .kube.client import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
-from .observe.children import observe_children, podmonitor_served
+from .observe.children import observe_children, podmonitor_served, prometheusrule_served
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
 from .refuse import invalid_message, refuse, undecodable_message
@@ -72,6 +72,7 @@ class Reconciler:
         # Whether the PodMonitor API is served, observed once (None until known). Like every other API the operator
         # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
         self.podmonitor_api: bool | None = None
+        self.prometheusrule_api: bool | None = None  # the same for PrometheusRules (the model's alerts)
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
@@ -98,9 +99,14 @@ class Reconciler:
             self.podmonitor_api = await podmonitor_served(self.client)
             if self.podmonitor_api is False:
                 log.info("the PodMonitor API (monitoring.coreos.com/v1) is not served: no PodMonitors are created")
+        if self.prometheusrule_api is None:
+            self.prometheusrule_api = await prometheusrule_served(self.client)
+            if self.prometheusrule_api is False:
+                log.info("the PrometheusRule API (monitoring.coreos.com/v1) is not served: no model alerts are made")
         now = self.clock()
         # observe
-        obs = await observe_children(self.client, dm, bool(self.podmonitor_api), self.runtime_image)
+        obs = await observe_children(self.client, dm, bool(self.podmonitor_api), self.runtime_image,
+                                     prometheusrule_api=bool(self.prometheusrule_api))
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
         obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
         if self.prometheus is not None:

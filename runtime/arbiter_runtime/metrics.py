@@ -5,6 +5,9 @@
                | fallback (rules decided) | error (no decision could be made)
       source:  model | rules | none
   arbiter_decision_latency_seconds{model,version}      histogram, request arrival -> decision, per decision
+  arbiter_decision_latency_objective_seconds{model,version}  the version's declared p95 latency (sla.p95LatencyMs)
+  arbiter_decisions_over_objective_total{model,version}  decisions slower than that: the latency SLO's bad events
+                                                        (the burn-rate alerts divide it by arbiter_decisions_total)
   arbiter_decision_labels_total{model,version,label}   every decision answered (HTTP 200), by its final label
                                                         (the model's or the rules'): the decision mix
   arbiter_schema_violations_total{model,version,kind}  every rejected model answer (one per attempt). kind
@@ -45,9 +48,19 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.
 
 
 class Metrics:
-    def __init__(self, model: str, version: str, registry: CollectorRegistry | None = None):
+    def __init__(self, model: str, version: str, registry: CollectorRegistry | None = None,
+                 objective_seconds: float | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        # A histogram bucket cannot stand for an arbitrary objective (3.2 s falls between 2.5 and 5), so the slow
+        # decisions are counted against the objective itself: the SLO's ratio needs no interpolation.
+        self.objective_seconds = objective_seconds
+        self.over_objective = Counter("arbiter_decisions_over_objective", "Decisions slower than the version's "
+                                      "declared p95 latency objective", ["model", "version"],
+                                      registry=r).labels(model, version)
+        if objective_seconds is not None:
+            Gauge("arbiter_decision_latency_objective_seconds", "The version's declared p95 decision latency",
+                  ["model", "version"], registry=r).labels(model, version).set(objective_seconds)
         self.decisions = Counter("arbiter_decisions", "Decisions by outcome and source",
                                  ["model", "version", "outcome", "source"], registry=r)
         self.latency = Histogram("arbiter_decision_latency_seconds", "Time from request to decision",
@@ -96,6 +109,8 @@ class Metrics:
     def decision(self, outcome: str, source: str, seconds: float) -> None:
         self.decisions.labels(*self._mv, outcome, source).inc()
         self._latency.observe(seconds)
+        if self.objective_seconds is not None and seconds > self.objective_seconds:
+            self.over_objective.inc()
 
     def configure_labels(self, labels: tuple[str, ...] | list[str]) -> None:
         """Pre-create the decision-mix series at 0 for every configured label (a share exists before a decision)."""

@@ -67,7 +67,8 @@ class Runtime:
         if not self.rules.has_default:
             log.warning("no catch-all fallback rule (when: \"true\") at the end of fallbackRules: an input no rule "
                         "matches gets a 503 when the model cannot decide it")
-        self.metrics = Metrics(cfg.model, cfg.version)
+        objective = cfg.sla_p95_latency_ms / 1000.0 if cfg.sla_p95_latency_ms else None
+        self.metrics = Metrics(cfg.model, cfg.version, objective_seconds=objective)
         self.metrics.configure_labels(cfg.labels)
         self.validator = InputValidator(cfg.input_schema)
         self.ready = False

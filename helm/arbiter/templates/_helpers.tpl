@@ -87,11 +87,11 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["route.openshift.io"]
   resources: ["routes/custom-host"]
   verbs: ["create"]
-# One PodMonitor per DecisionModel (where prometheus-operator is installed), applied, watched (a deleted one is put
-# back), its name read before it is created; it goes with the DecisionModel through its owner reference. Whether
-# the API is served is read from discovery (no grant needed).
+# One PodMonitor and one PrometheusRule (the model's alerts) per DecisionModel (where prometheus-operator is
+# installed), applied, watched (a deleted one is put back), their names read before they are created; they go with
+# the DecisionModel through its owner reference. Whether the API is served is read from discovery (no grant needed).
 - apiGroups: ["monitoring.coreos.com"]
-  resources: ["podmonitors"]
+  resources: ["podmonitors", "prometheusrules"]
   verbs: ["get", "list", "watch", "create", "patch"]
 # One Service per DecisionModel (named after it) that follows the stable version; applied, watched (drift), its
 # name read before it is created, and gone with the DecisionModel through its owner reference. KServe's own

@@ -57,6 +57,7 @@ SERVINGRUNTIME_API: Final = "serving.kserve.io/v1alpha1"
 ROUTE_API: Final = "route.openshift.io/v1"
 PODMONITOR_API: Final = "monitoring.coreos.com/v1"
 PODMONITOR_KIND: Final = "PodMonitor"
+PROMETHEUSRULE_KIND: Final = "PrometheusRule"  # same API group and version as PodMonitor
 RBAC_API: Final = "rbac.authorization.k8s.io/v1"
 COORDINATION_API: Final = "coordination.k8s.io/v1"
 MODEL_REGISTRY_API: Final = "modelregistry.opendatahub.io/v1beta1"

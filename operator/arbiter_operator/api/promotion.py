@@ -32,6 +32,13 @@ AnalysisVerdict = Literal["Pass", "Fail", "NoData", "Inconclusive"]
 CheckVerdict = Literal["Pass", "Fail", "NoData"]
 PromotionOutcome = Literal["Succeeded", "RolledBack", "Aborted"]
 
+# Defaults of the decision bounds when neither spec.promote.analysis nor the version's metadata.sla sets one (the
+# promotion analysis judges a candidate by them; the model's alerts judge a serving version by them).
+DEFAULT_MAX_FALLBACK_RATE = 0.05
+DEFAULT_MAX_SCHEMA_VIOLATION_RATE = 0.01
+DEFAULT_MAX_LOW_CONFIDENCE_RATE = 0.25
+DEFAULT_MAX_DECISION_MIX_SHIFT = 0.10
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -24,6 +24,7 @@ from ..api.names import (
     PLURAL,
     PODMONITOR_API,
     PODMONITOR_KIND,
+    PROMETHEUSRULE_KIND,
     RBAC_API,
     ROUTE_API,
     SERVINGRUNTIME_API,
@@ -70,6 +71,7 @@ TABLE: tuple[Kind, ...] = (
     Kind(CORE_API, "ConfigMap", "configmaps", watched=True, label=LABEL_DM, echoing=True),
     Kind(CORE_API, "Service", "services", watched=True, label=LABEL_DM, echoing=True),
     Kind(PODMONITOR_API, PODMONITOR_KIND, "podmonitors", watched=True, label=LABEL_DM, echoing=True),
+    Kind(PODMONITOR_API, PROMETHEUSRULE_KIND, "prometheusrules", watched=True, label=LABEL_DM, echoing=True),
     # KServe's predictors (a version's readiness) and their pods (why a version is not ready: unschedulable, crash
     # loop), by KServe's label; only their status is read.
     Kind(APPS_API, "Deployment", "deployments", watched=True, label=ISVC_LABEL, status_only=True),

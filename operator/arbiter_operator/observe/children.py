@@ -18,6 +18,7 @@ from ..api.names import (
     LABEL_DM,
     PODMONITOR_API,
     PODMONITOR_KIND,
+    PROMETHEUSRULE_KIND,
     RBAC_API,
     ROUTE_API,
     SERVINGRUNTIME_API,
@@ -26,6 +27,7 @@ from ..kube.client import KubeClient, KubeError
 from ..plan.model import Observations
 from ..render.common import runtime_name
 from ..render.podmonitor import podmonitor_name
+from ..render.prometheusrule import prometheusrule_name
 from ..render.service import stable_service_name
 from ..render.shadow_rbac import COMPONENT as SHADOW_COMPONENT
 
@@ -68,6 +70,7 @@ class Scope:
 
     dm: DecisionModel
     podmonitor_api: bool
+    prometheusrule_api: bool = False
 
 
 def _always(_: Scope) -> bool:
@@ -99,6 +102,8 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind(SERVINGRUNTIME_API, "ServingRuntime", ByName(runtime_name)),
     ChildKind(ROUTE_API, "Route", ByName(lambda dm_name: dm_name)),
     ChildKind(PODMONITOR_API, PODMONITOR_KIND, ByName(podmonitor_name), when=lambda scope: scope.podmonitor_api),
+    ChildKind(PODMONITOR_API, PROMETHEUSRULE_KIND, ByName(prometheusrule_name),
+              when=lambda scope: scope.prometheusrule_api),
     ChildKind(CORE_API, "Service", ByName(stable_service_name)),
 )
 
@@ -118,13 +123,15 @@ async def _observe_kind(client: KubeClient, dm: DecisionModel, child: ChildKind)
 
 
 async def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False,
-                           default_runtime_image: str = DEFAULT_RUNTIME_IMAGE) -> Observations:
-    """podmonitor_api: whether the PodMonitor API is served (see `podmonitor_served`; observed once per process).
+                           default_runtime_image: str = DEFAULT_RUNTIME_IMAGE,
+                           prometheusrule_api: bool = False) -> Observations:
+    """podmonitor_api, prometheusrule_api: whether those APIs are served (`podmonitor_served`,
+    `prometheusrule_served`; observed once per process).
     default_runtime_image: the operator's setting for versions that name no image.
     Awaited on the operator's loop: from the watch cache, what it holds (no request, no thread), the rest from the
     apiserver."""
     ns = dm.metadata.namespace
-    scope = Scope(dm, podmonitor_api)
+    scope = Scope(dm, podmonitor_api, prometheusrule_api)
     children = {(child.kind, o["metadata"]["name"]): o
                 for child in CHILD_KINDS if child.when(scope)
                 for o in await _observe_kind(client, dm, child)}
@@ -148,6 +155,7 @@ async def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api
         namespace_labels=ns_labels,
         children=children,
         podmonitor_api=podmonitor_api,
+        prometheusrule_api=prometheusrule_api,
         default_runtime_image=default_runtime_image,
     )
 
@@ -200,9 +208,18 @@ def _belongs_to(deployment: dict[str, Any], isvc: dict[str, Any] | None) -> bool
 
 async def podmonitor_served(client: KubeClient) -> bool | None:
     """Whether the cluster serves PodMonitors (prometheus-operator installed). None: cannot tell now (ask later)."""
+    return await _served(client, PODMONITOR_KIND)
+
+
+async def prometheusrule_served(client: KubeClient) -> bool | None:
+    """Whether the cluster serves PrometheusRules. None: cannot tell now (ask later)."""
+    return await _served(client, PROMETHEUSRULE_KIND)
+
+
+async def _served(client: KubeClient, kind: str) -> bool | None:
     try:
-        return await client.aserved(PODMONITOR_API, PODMONITOR_KIND)
+        return await client.aserved(PODMONITOR_API, kind)
     except KubeError as exc:
-        log.warning("cannot tell whether the PodMonitor API is served (%s %s); asking again next reconcile",
-                    exc.status, exc.reason)
+        log.warning("cannot tell whether the %s API is served (%s %s); asking again next reconcile",
+                    kind, exc.status, exc.reason)
         return None

@@ -14,6 +14,7 @@ from ..render import (
     render_configmap,
     render_inferenceservice,
     render_podmonitor,
+    render_prometheusrule,
     render_route,
     render_servingruntime,
     render_stable_service,
@@ -62,6 +63,8 @@ def desired_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan,
     children.extend(shadow_rbac)
     if obs.podmonitor_api:
         children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
+    if obs.prometheusrule_api:
+        children.append(render_prometheusrule(dm))  # the alerts on the model's decision servers
     stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None
     if stable is not None and stable in versions:
         children.append(render_stable_service(dm, stable))  # follows the stable version; status.address names it

@@ -39,6 +39,8 @@ class Observations:
     children: Mapping[ChildKey, dict[str, Any]] = field(default_factory=dict)
     # The PodMonitor API (prometheus-operator) is served: render one; without it, monitoring is simply not set up.
     podmonitor_api: bool = False
+    # The same for PrometheusRules: render the model's alerts (render/prometheusrule.py).
+    prometheusrule_api: bool = False
     # Filled by other parts (registry, artifact check, Prometheus analysis); neutral defaults keep serving going.
     artifacts: Mapping[str, ArtifactObservation] = field(default_factory=dict)
     registry_ids: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from arbiter_operator.api.promotion import FallbackReasonBounds, PromoteSpec, Shadow
+from arbiter_operator.api.promotion import (
+    DEFAULT_MAX_DECISION_MIX_SHIFT,
+    DEFAULT_MAX_FALLBACK_RATE,
+    DEFAULT_MAX_LOW_CONFIDENCE_RATE,
+    DEFAULT_MAX_SCHEMA_VIOLATION_RATE,
+    FallbackReasonBounds,
+    PromoteSpec,
+    Shadow,
+)
 
-# Defaults of the decision bounds when neither spec.promote.analysis nor the version's metadata.sla sets one.
-DEFAULT_MAX_FALLBACK_RATE = 0.05
-DEFAULT_MAX_SCHEMA_VIOLATION_RATE = 0.01
-DEFAULT_MAX_LOW_CONFIDENCE_RATE = 0.25
-DEFAULT_MAX_DECISION_MIX_SHIFT = 0.10
 # The shadow phase's settings when spec.promote.shadow is unset (strategy Shadow without it).
 DEFAULT_SHADOW = Shadow()
 

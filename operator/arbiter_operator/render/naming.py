@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from ..api.models import isvc_name
 from .common import configmap_name, predictor_service, runtime_name
 from .podmonitor import podmonitor_name
+from .prometheusrule import prometheusrule_name
 
 Named = tuple[str, str]  # (kind, name)
 
@@ -20,6 +21,7 @@ def derived_names(dm_name: str, versions: Iterable[str], nodes: int = 1) -> set[
         ("ServingRuntime", runtime_name(dm_name)),
         ("Route", dm_name),
         ("PodMonitor", podmonitor_name(dm_name)),
+        ("PrometheusRule", prometheusrule_name(dm_name)),
     }
     for v in versions:
         isvc = isvc_name(dm_name, v)

@@ -7,6 +7,7 @@ the package sits on a declared floor, so a new module must be placed before it c
   render, promotion, plan      pure: spec + observations + now -> desired objects, status, requeue (import only api and
                                each other: plan uses render and promotion; render and promotion use neither)
   metrics, settings            the operator's Prometheus collectors; its settings from the environment
+  state_metrics                the per-DecisionModel state series, from the watch cache at scrape time
   kube, clients                the wire: Kubernetes machinery (kube: transport, client, kinds, watch, cache, work
                                queue, namespace label watches, leader, shard) and the S3, registry, Prometheus
                                clients; neither uses the other
@@ -46,6 +47,7 @@ ALLOWED = {
     "plan": {"api", "plan", "render", "promotion"},
     "metrics": set(),
     "settings": {"api"},
+    "state_metrics": {"api"},
     "kube": {"api", "kube", "metrics"},
     "clients": {"api", "clients", "metrics"},
     "observe": {"api", "render", "promotion", "plan", "metrics", "kube", "clients", "observe"},
@@ -56,7 +58,7 @@ ALLOWED = {
     "admission": {"api", "plan", "refuse"},
     "reconcile": _DOMAIN | {"apply", "registry_handlers", "refuse"},
     "triggers": {"api", "render", "promotion", "plan", "metrics", "kube"},
-    "app": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers"},
+    "app": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "state_metrics"},
     "handlers": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "admission"},
     "__main__": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "handlers", "admission"},
     "cli": {"api", "cli"},

@@ -88,3 +88,16 @@ def test_shadow_series_exist_from_the_moment_a_candidate_is_named(standin, make_
     agreeing = {dict(k)["stable_label"] for k in confusion if dict(k)["agree"] == "true"}
     assert agreeing == set(LABELS)
     assert value(samples, "arbiter_shadow_in_flight", **MV) == 0.0
+
+
+def test_decisions_slower_than_the_declared_p95_are_counted_against_it(standin, make_runtime):
+    """The latency alerts' bad events: the objective is the version's metadata.sla.p95LatencyMs, exported beside
+    the count of decisions slower than it (a histogram bucket cannot stand for an arbitrary objective)."""
+    for objective_ms, slow in ((1, 3.0), (600000, 0.0)):
+        server = make_runtime(base_config(standin.url, sla={"p95LatencyMs": objective_ms}))
+        with server.client() as c:
+            for amount in (10, 20, 30):
+                assert c.post("/v1/decisions", json={"amount": amount, "country": "DE"}).status_code == 200
+        after = scrape(server)
+        assert value(after, "arbiter_decision_latency_objective_seconds", **MV) == objective_ms / 1000
+        assert value(after, "arbiter_decisions_over_objective_total", **MV) == slow
