@@ -281,7 +281,8 @@ def test_the_models_alerts_only_where_the_prometheusrule_api_is_served():
     assert not any(c["kind"] == "PrometheusRule" for c in plan(dm, Observations(podmonitor_api=True), T0).children)
     p = plan(dm, Observations(prometheusrule_api=True), T0)
     (rule,) = [c for c in p.children if c["kind"] == "PrometheusRule"]
-    assert rule["metadata"]["name"] == "credit-limit" and rule["metadata"]["ownerReferences"][0]["kind"] == "DecisionModel"
+    assert rule["metadata"]["name"] == "credit-limit"
+    assert rule["metadata"]["ownerReferences"][0]["kind"] == "DecisionModel"
     exprs = " ".join(r["expr"] for g in rule["spec"]["groups"] for r in g["rules"])
     # Every alert reads this model's series only: another model in the namespace is not judged by its bounds.
     assert exprs.count('arbiter_dev_decision_model="credit-limit"') >= len(rule["spec"]["groups"][0]["rules"])
