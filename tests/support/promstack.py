@@ -9,6 +9,11 @@ Used by tests/cluster/promotion and benchmarks/promotion_overhead.py.
 Real decision-server processes (tests/support/runtime_procs.py) are scraped too, once registered with
 `add_runtime(proc)`: both of a predictor pod's endpoints, `/metrics` (job `arbiter-runtimes`) and `/metrics/vllm`
 (job `arbiter-runtimes-vllm`), under the same pod labels.
+
+Operator processes are scraped as the chart's ServiceMonitor does (job `arbiter-metrics`, `add_operator`); rule files
+are loaded with `add_rules` (Prometheus re-reads them on SIGHUP). A stand-in for NVIDIA's DCGM exporter
+(`DcgmStandIn`, the real metric name and the pod labels the exporter's Kubernetes mode attaches) reports GPU
+utilisation for the pods `add_gpu_pod` names.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import yaml
 from arbiter_operator.api.models import isvc_name
@@ -86,6 +95,48 @@ class Target:
         }
 
 
+class DcgmStandIn:
+    """Serves `DCGM_FI_DEV_GPU_UTIL` (percent, per GPU) for registered pods, labelled as NVIDIA's DCGM exporter labels
+    a GPU in use by a pod (`namespace`, `pod`, `container`, `gpu`, `UUID`, `Hostname`). Stands in for the exporter,
+    which needs a GPU and NVIDIA's driver."""
+
+    def __init__(self) -> None:
+        self.gpus: dict[str, tuple[dict[str, str], float]] = {}
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).", "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+                for labels, util in list(stand_in.gpus.values()):
+                    text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                    lines.append(f"DCGM_FI_DEV_GPU_UTIL{{{text}}} {util}")
+                body = ("\n".join(lines) + "\n").encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def set(self, namespace: str, pod: str, util: float) -> None:
+        key = f"{namespace}/{pod}"
+        n = str(len(self.gpus))
+        labels = self.gpus[key][0] if key in self.gpus else {
+            "namespace": namespace, "pod": pod, "container": "kserve-container", "gpu": n,
+            "UUID": f"GPU-stand-in-{n}", "Hostname": "kwok-gpu-node"}
+        self.gpus[key] = (labels, util)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 @dataclass
 class PromStack:
     """Start with start(); add stand-in pods any time with add_workload() (Prometheus picks them up through
@@ -99,6 +150,8 @@ class PromStack:
     url: str = ""
     tls: tuple[Path, Path] | None = None  # (cert, key): serve HTTPS, as Thanos Querier does
     runtimes: dict[str, tuple[int, dict[str, str]]] = field(default_factory=dict)  # real runtime processes
+    operators: dict[str, int] = field(default_factory=dict)  # operator processes' metrics ports, by namespace
+    dcgm: DcgmStandIn | None = None
 
 
     def add_workload(self, namespace: str, model: str, version: str) -> Target:
@@ -127,10 +180,45 @@ class PromStack:
         self.runtimes.pop(f"{proc.labels()['namespace']}/{proc.model}/{proc.version}", None)
         self._write_sd()
 
+    def add_operator(self, key: str, port: int) -> None:
+        """Scrape an operator's metrics (job `arbiter-metrics`, the chart's metrics Service name for release
+        `arbiter`)."""
+        self.operators[key] = port
+        self._write_sd()
+
+    def remove_operator(self, key: str) -> None:
+        self.operators.pop(key, None)
+        self._write_sd()
+
+    def add_gpu_pod(self, namespace: str, pod: str, util: float) -> None:
+        assert self.dcgm is not None
+        self.dcgm.set(namespace, pod, util)
+
+    def add_rules(self, name: str, groups: list[dict[str, Any]], timeout: float = 30.0) -> None:
+        """Load rule groups (as a PrometheusRule's spec.groups) and wait until Prometheus evaluates them."""
+        rules = self.workdir / "rules"
+        rules.mkdir(exist_ok=True)
+        (rules / f"{name}.yaml.tmp").write_text(yaml.safe_dump({"groups": groups}))
+        (rules / f"{name}.yaml.tmp").replace(rules / f"{name}.yaml")
+        assert self.prometheus is not None
+        self.prometheus.send_signal(signal.SIGHUP)
+        wanted = {g["name"] for g in groups}
+        deadline = time.monotonic() + timeout
+        while True:
+            with urllib.request.urlopen(f"{self.url}/api/v1/rules", timeout=5) as resp:
+                loaded = {g["name"] for g in json.load(resp)["data"]["groups"]}
+            if wanted <= loaded:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Prometheus did not load rule groups {sorted(wanted - loaded)}")
+            time.sleep(0.2)
+
     def _write_sd(self) -> None:
         groups = [{"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels()} for t in self.targets.values()]
         runtimes = [{"targets": [f"127.0.0.1:{port}"], "labels": labels} for port, labels in self.runtimes.values()]
-        for name, content in (("targets.json", groups), ("runtimes.json", runtimes)):
+        operators = [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "arbiter-system"}}
+                     for port in self.operators.values()]
+        for name, content in (("targets.json", groups), ("runtimes.json", runtimes), ("operators.json", operators)):
             tmp = self.workdir / f"{name}.tmp"
             tmp.write_text(json.dumps(content))
             tmp.replace(self.workdir / name)  # atomic: Prometheus never reads half a file
@@ -143,10 +231,25 @@ class PromStack:
         assert self.workloads.stdout is not None
         self.control_port = int(self.workloads.stdout.readline().split()[0])
         self._write_sd()
+        self.dcgm = DcgmStandIn()
         port = _free_port()
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(self.workdir / "rules" / "*.yaml")],
             "scrape_configs": [
+                {
+                    "job_name": "arbiter-metrics",
+                    "scrape_interval": "1s",
+                    # As the chart's ServiceMonitor: the per-DecisionModel labels as the operator exports them.
+                    "honor_labels": True,
+                    "file_sd_configs": [{"files": [str(self.workdir / "operators.json")], "refresh_interval": "1s"}],
+                },
+                {
+                    "job_name": "dcgm-exporter",
+                    "scrape_interval": "1s",
+                    "honor_labels": True,  # as the GPU operator's ServiceMonitor: the pod's namespace and name
+                    "static_configs": [{"targets": [f"127.0.0.1:{self.dcgm.port}"]}],
+                },
                 {
                     "job_name": "arbiter-predictors",
                     "scrape_interval": "1s",
@@ -182,6 +285,8 @@ class PromStack:
         return self
 
     def stop(self) -> None:
+        if self.dcgm is not None:
+            self.dcgm.stop()
         for p in (self.prometheus, self.workloads):
             if p is not None:
                 p.terminate()
