@@ -156,6 +156,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     label = "arbiter.dev/decision-model"
     for group, version, plural in (("", "v1", "services"), ("route.openshift.io", "v1", "routes"),
                                    ("monitoring.coreos.com", "v1", "podmonitors"),
+                                   ("monitoring.coreos.com", "v1", "prometheusrules"),
                                    ("serving.kserve.io", "v1alpha1", "servingruntimes"),
                                    ("serving.kserve.io", "v1beta1", "inferenceservices")):
         _relabelled(admin, ns, group, version, plural, f"{label}=credit-limit")
