@@ -67,12 +67,16 @@ def template(
     namespace: str = RELEASE_NAMESPACE,
     release: str = RELEASE,
     include_crds: bool = False,
+    api_versions: Sequence[str] = (),
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
+    """`helm template`; `api_versions` are what the cluster would serve (`.Capabilities.APIVersions`), e.g.
+    "console.openshift.io/v1" for OpenShift's console."""
     with tempfile.TemporaryDirectory() as tmp:
         args = ["template", release, str(CHART), "--namespace", namespace, *_values_args(values, pathlib.Path(tmp))]
         if include_crds:
             args.append("--include-crds")
+        args += [f"--api-versions={v}" for v in api_versions]
         return helm(*args, check=check)
 
 
@@ -118,6 +122,9 @@ VALUES_SETS: dict[str, dict[str, Any]] = {
         "tolerations": [{"key": "node-role.kubernetes.io/infra", "operator": "Exists", "effect": "NoSchedule"}],
         "priorityClassName": "system-cluster-critical",
         "extraEnv": [{"name": "ARBITER_EXTRA", "value": "1"}],
+        # The console's ConfigMaps go to openshift-config-managed, which only OpenShift has; the Grafana ones to the
+        # release namespace.
+        "dashboards": {"grafana": {"enabled": True, "labels": {"team": "platform"}}},
     },
 }
 

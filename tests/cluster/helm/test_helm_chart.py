@@ -304,6 +304,8 @@ BAD_VALUES = [
     ({"webhook": {"certificates": "secret"}}, "webhook.secret.name"),
     ({"webhook": {"certificates": "selfSigned"}}, "/webhook/certificates"),
     ({"webhook": {"failurePolicy": "Deny"}}, "/webhook/failurePolicy"),
+    ({"dashboards": {"grafana": {"namespace": "Grafana NS"}}}, "/dashboards/grafana/namespace"),
+    ({"dashboards": {"console": {"enable": True}}}, "enable"),
 ]
 
 
