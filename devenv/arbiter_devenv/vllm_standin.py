@@ -395,6 +395,9 @@ def build_app(state: StandinState) -> Starlette:
             "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
             "# TYPE vllm:num_requests_waiting gauge\n"
             f'vllm:num_requests_waiting{{engine="0",model_name="{name}"}} 0.0\n'
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="{name}"}} 0.0\n'
             "# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.\n"
             "# TYPE vllm:request_queue_time_seconds histogram\n"
             f'vllm:request_queue_time_seconds_bucket{{engine="0",le="0.01",model_name="{name}"}} {state.completions}\n'

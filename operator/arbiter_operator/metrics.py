@@ -33,6 +33,8 @@ RECONCILE_ERRORS = Counter(
     "Reconcile passes that failed, by the kind of failure (kube: the apiserver answered an error; other).",
     ["kind"],
 )
+for _kind in ("kube", "other"):  # an error rate exists (as 0) before the first failure
+    RECONCILE_ERRORS.labels(_kind)
 QUEUE_DEPTH = Gauge(
     "arbiter_operator_workqueue_depth",
     "DecisionModels waiting in the work queue for a worker (not counting those being reconciled or delayed).",
@@ -61,6 +63,9 @@ OBJECTS_REFUSED = Counter(
     "written, an Event says why).",
     ["kind", "reason"],
 )
+
+for _reason in ("Undecodable", "InvalidSpec", "StatusRefused"):  # an increase over a window exists from the first
+    OBJECTS_REFUSED.labels("DecisionModel", _reason)  # refusal on (a series that starts at 1 has none)
 
 ECHOES_SKIPPED = Counter(
     "arbiter_operator_watch_echoes_skipped_total",

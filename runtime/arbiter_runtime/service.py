@@ -113,6 +113,8 @@ class Runtime:
             for sink in sinks:
                 if hasattr(sink, "start"):
                     await sink.start()
+        for sink in sinks:  # each sink's error rate exists (as 0) from the first scrape, like the other ratios
+            self.metrics.audit_write_errors.labels(*self.metrics.mv, type(sink).__name__)
         self.audit = AuditLog(sinks, self.options.audit_capacity,
                               on_write_error=lambda sink: self.metrics.audit_write_errors.labels(
                                   *self.metrics.mv, sink).inc())

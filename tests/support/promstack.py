@@ -216,8 +216,9 @@ class PromStack:
     def _write_sd(self) -> None:
         groups = [{"targets": [f"127.0.0.1:{t.port}"], "labels": t.labels()} for t in self.targets.values()]
         runtimes = [{"targets": [f"127.0.0.1:{port}"], "labels": labels} for port, labels in self.runtimes.values()]
-        operators = [{"targets": [f"127.0.0.1:{port}"], "labels": {"namespace": "arbiter-system"}}
-                     for port in self.operators.values()]
+        operators = [{"targets": [f"127.0.0.1:{port}"],
+                      "labels": {"namespace": "arbiter-system", "pod": f"arbiter-operator-{key}"}}
+                     for key, port in self.operators.items()]
         for name, content in (("targets.json", groups), ("runtimes.json", runtimes), ("operators.json", operators)):
             tmp = self.workdir / f"{name}.tmp"
             tmp.write_text(json.dumps(content))

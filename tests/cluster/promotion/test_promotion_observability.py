@@ -3,11 +3,14 @@ chart's ServiceMonitor does), real decision-server processes per version, the ch
 operator rendered for the model in the cluster, evaluated by Prometheus itself; and every dashboard panel's query
 answered with data.
 
-DCGM's GPU utilisation comes from a stand-in exporter (no GPU here) with the real metric name and pod labels.
+DCGM's GPU utilisation comes from a stand-in exporter (no GPU here) with the real metric name and pod labels. A
+second DecisionModel in the namespace is one the operator refuses (an outputSchema nested past its limit), so the
+panels on refused objects and models not Ready have something to show.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 import urllib.parse
@@ -15,6 +18,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+from arbiter_devenv.dashboards import panel_queries
 from support.chartkit import of_kind, render
 from support.decision_e2e_kit import DecisionE2E
 from support.e2e_kit import V1, V2, fast_canary
@@ -34,6 +38,9 @@ def e2e(control_plane, namespace, stack, tmp_path, s3_server):
     env.start_operator()
     stack.add_operator(namespace, env.operator.metrics_port)
     try:
+        # Scraped before anything happens: a counter's first sample must be its 0, or its first increase is lost.
+        env.wait(lambda: query(stack, f'up{{job="arbiter-metrics",pod="arbiter-operator-{namespace}"}} == 1'),
+                 "the operator scraped", 30)
         yield env
     finally:
         stack.remove_operator(namespace)
@@ -67,6 +74,18 @@ def chart_rule_groups() -> list[dict[str, Any]]:
     return of_kind(docs, "PrometheusRule")[0]["spec"]["groups"]
 
 
+def refused_model(e: DecisionE2E) -> None:
+    """A DecisionModel the apiserver admits and the operator refuses: its outputSchema nests past 64 levels."""
+    body = copy.deepcopy(e.dm())
+    body["metadata"] = {"name": "too-deep", "namespace": e.ns}
+    body.pop("status", None)
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(70):
+        schema = {"type": "object", "properties": {"x": schema}}
+    body["spec"]["versions"][0]["metadata"]["outputSchema"] = schema
+    e.objs.create_namespaced_custom_object("arbiter.dev", "v1alpha1", e.ns, "decisionmodels", body)
+
+
 def test_a_rollback_shows_in_the_state_series_fires_its_alert_and_fills_every_panel(e2e, stack):
     e, ns = e2e, e2e.ns
     start = time.time()
@@ -74,6 +93,7 @@ def test_a_rollback_shows_in_the_state_series_fires_its_alert_and_fills_every_pa
     e.wait(lambda: V1 in e.isvcs(), "1.0.0 InferenceService")
     e.set_state(V1, "ready")
     assert e.wait_phase("Idle")["stable"] == V1
+    refused_model(e)
     # The alerts as they reach a cluster: the chart's, and the ones the operator made for this model.
     rule = e.wait(lambda: e.objs.list_namespaced_custom_object(
         "monitoring.coreos.com", "v1", ns, "prometheusrules", label_selector=f"arbiter.dev/decision-model={e.name}",
@@ -110,3 +130,8 @@ def test_a_rollback_shows_in_the_state_series_fires_its_alert_and_fills_every_pa
     final = query(stack, f"arbiter_decisionmodel_traffic_weight{{{sel}}}")
     assert {s["metric"]["version"]: float(s["value"][1]) for s in final} == {V1: 100.0}
     assert query(stack, f'arbiter_decisionmodel_phase{{{sel},phase="Failed"}}')
+
+    # Every panel of every dashboard, its variables set to this model, answers with data over the test's window.
+    empty = [(uid, title, expr) for uid, title, expr in panel_queries(ns, e.name)
+             if not query_range(stack, expr, start, end)]
+    assert empty == [], "panels without data:\n" + "\n".join(f"{u} / {t}: {x}" for u, t, x in empty)
