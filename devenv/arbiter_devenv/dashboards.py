@@ -41,7 +41,6 @@ run them against a real Prometheus; `EVENT_PANELS` names the panels whose series
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 import sys
@@ -57,7 +56,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from arbiter_devenv.tools import repo_root
+from arbiter_devenv.generated import write_or_check
 
 DASHBOARDS_DIR = "helm/arbiter/dashboards"
 TAGS = ["arbiter"]
@@ -589,25 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs from the sources")
     args = parser.parse_args(argv)
-    root = repo_root()
-    drift = False
-    for rel, text in render().items():
-        path = root / rel
-        current = path.read_text() if path.exists() else ""
-        if current == text:
-            continue
-        if args.check:
-            drift = True
-            sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), text.splitlines(True), rel,
-                                                       "generated"))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {rel}")
-    if drift:
-        print("\nthe dashboards are out of date: run python -m arbiter_devenv.dashboards", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(render(), args.check, "python -m arbiter_devenv.dashboards")
 
 
 if __name__ == "__main__":

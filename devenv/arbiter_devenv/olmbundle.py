@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
-import difflib
 import json
 import os
 import pathlib
@@ -31,6 +30,7 @@ from typing import Any
 import yaml
 from arbiter_operator.api import models
 
+from arbiter_devenv.generated import write_or_check
 from arbiter_devenv.tools import ensure_tool, repo_root
 
 PACKAGE = "arbiter-operator"
@@ -328,24 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs from the sources")
     args = parser.parse_args(argv)
     root = repo_root()
-    drift = False
-    for rel, text in render(root).items():
-        path = root / rel
-        current = path.read_text() if path.exists() else ""
-        if current == text:
-            continue
-        if args.check:
-            drift = True
-            sys.stdout.writelines(difflib.unified_diff(current.splitlines(True), text.splitlines(True), rel,
-                                                       "generated"))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {rel}")
-    if drift:
-        print("\nthe OLM bundle is out of date: run python -m arbiter_devenv.olmbundle", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(render(root), args.check, "python -m arbiter_devenv.olmbundle")
 
 
 if __name__ == "__main__":
