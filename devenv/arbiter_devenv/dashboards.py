@@ -57,6 +57,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from arbiter_devenv.generated import write_or_check
+from arbiter_devenv.tools import repo_root
 
 DASHBOARDS_DIR = "helm/arbiter/dashboards"
 TAGS = ["arbiter"]
@@ -588,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs from the sources")
     args = parser.parse_args(argv)
-    return write_or_check(render(), args.check, "python -m arbiter_devenv.dashboards")
+    return write_or_check(render(), args.check, "python -m arbiter_devenv.dashboards", repo_root())
 
 
 if __name__ == "__main__":

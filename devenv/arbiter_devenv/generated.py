@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import difflib
+import pathlib
 import sys
 
 from arbiter_devenv.tools import repo_root
 
 
-def write_or_check(files: dict[str, str], check: bool, command: str) -> int:
+def write_or_check(files: dict[str, str], check: bool, command: str, root: pathlib.Path | None = None) -> int:
     """Write each file (path relative to the repository: its text) that differs; with `check`, write nothing and
     print the diff instead, returning 1 when any differs (`command` is what regenerates them)."""
-    root = repo_root()
+    root = root or repo_root()
     drift = False
     for rel, text in files.items():
         path = root / rel

@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs from the sources")
     args = parser.parse_args(argv)
     root = repo_root()
-    return write_or_check(render(root), args.check, "python -m arbiter_devenv.olmbundle")
+    return write_or_check(render(root), args.check, "python -m arbiter_devenv.olmbundle", root)
 
 
 if __name__ == "__main__":
