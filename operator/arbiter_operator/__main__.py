@@ -6,13 +6,18 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .api.serving import DEFAULT_METRICS_READER_SECRET
+from .settings import METRICS_READER_SECRET_ENV
+
 if TYPE_CHECKING:
     from .admission import WebhookConfig
     from .app import OperatorConfig
+    from .metrics_server import MetricsConfig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     namespaces = _checked(parser, args)
     _logging(args)
-    if args.metrics_port:
-        _serve_metrics(args)
+    metrics = _metrics(parser, args)
 
     import asyncio
 
@@ -34,16 +38,17 @@ def main(argv: list[str] | None = None) -> int:
     # in a thread it would hold the interpreter's lock as long, and stall the loop all the same.
     validate.warm_up()
     # One event loop for the process, uvloop as kopf's own CLI runs it: the event loop's bookkeeping was a tenth of
-    # the operator's CPU at fleet scale with asyncio's pure-Python loop. A shard's restarts run on it too.
+    # the operator's CPU at fleet scale with asyncio's pure-Python loop. A shard's restarts run on it too, and the
+    # metrics server serves on it across them.
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         if not args.namespace_selector:
-            runner.run(_quietly(run(namespaces)))
+            runner.run(_quietly(_serving(metrics, lambda: run(namespaces))))
             return 0
         from .kube.client import new_api_client
         from .kube.shard import run_shard
 
         config = new_api_client(args.kubeconfig).configuration
-        runner.run(_quietly(run_shard(config, args.namespace_selector, run)))
+        runner.run(_quietly(_serving(metrics, lambda: run_shard(config, args.namespace_selector, run))))
     return 0
 
 
@@ -55,6 +60,7 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[
         parser.error("leader election needs --retry-period < --renew-deadline < --lease-duration")
     if args.runtime_image:
         os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
+    os.environ[METRICS_READER_SECRET_ENV] = args.metrics_reader_secret  # likewise
     namespaces = list(args.namespace)
     env_ns = os.environ.get("ARBITER_NAMESPACES", "")
     namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
@@ -63,14 +69,40 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[
     return namespaces
 
 
-def _serve_metrics(args: argparse.Namespace) -> None:
+def _metrics(parser: argparse.ArgumentParser, args: argparse.Namespace) -> MetricsConfig | None:
     """Process and Python runtime metrics (prometheus_client's default collectors) plus the operator's own (metrics.py:
-    reconciles, work queue, API requests, promotions); the chart's metrics Service and ServiceMonitor scrape them."""
-    from prometheus_client import start_http_server
+    reconciles, work queue, API requests, promotions), served by metrics_server.py; the chart's metrics Service and
+    ServiceMonitor scrape them. The certificate is loaded here, before anything starts: a missing or broken one stops
+    the operator saying so."""
+    if not args.metrics_port:
+        return None
+    import ssl
+    from pathlib import Path
 
-    from . import metrics  # noqa: F401  (registers the operator's collectors before the first scrape)
+    from .metrics_server import MetricsConfig, ServingCert
 
-    start_http_server(args.metrics_port, addr=args.metrics_address)
+    cert = None
+    if args.metrics_cert_dir:
+        try:
+            cert = ServingCert(Path(args.metrics_cert_dir))
+        except (OSError, ssl.SSLError) as exc:
+            parser.error(f"--metrics-cert-dir {args.metrics_cert_dir}: cannot load tls.crt and tls.key: {exc}")
+    return MetricsConfig(port=args.metrics_port, address=args.metrics_address, cert=cert, auth=args.metrics_auth,
+                         kubeconfig=args.kubeconfig)
+
+
+async def _serving(metrics: MetricsConfig | None, run: Callable[[], Awaitable[None]]) -> None:
+    """`run()`, with the metrics server (if any) serving for as long as it runs."""
+    if metrics is None:
+        await run()
+        return
+    from .metrics_server import serve
+
+    server = await serve(metrics)
+    try:
+        await run()
+    finally:
+        await server.stop()
 
 
 def _webhook(args: argparse.Namespace) -> WebhookConfig | None:
@@ -137,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arbiter-operator", description="Arbiter DecisionModel operator")
     _scope_flags(parser)
     _serving_flags(parser)
+    _metrics_flags(parser)
     _leader_flags(parser)
     return parser
 
@@ -195,10 +228,36 @@ def _serving_flags(parser: argparse.ArgumentParser) -> None:
         help="address the webhook listens on (default: all interfaces, for the chart's webhook Service)",
     )
     parser.add_argument(
+        "--runtime-image",
+        default=os.environ.get("ARBITER_RUNTIME_IMAGE", ""),
+        help="runtime image for newly deployed versions of DecisionModels that set no spec.serving.runtimeImage "
+        "(also $ARBITER_RUNTIME_IMAGE; the Helm value runtime.image); default: the image released with the operator",
+    )
+
+
+def _true_or_false(value: str) -> bool:
+    word = value.strip().lower()
+    if word in ("true", "1", "yes", "on"):
+        return True
+    if word in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {value!r}")
+
+
+def _secret_name(value: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a Secret name (a DNS subdomain: lower case letters, "
+                                         "digits, '-' and '.')")
+    return value
+
+
+def _metrics_flags(parser: argparse.ArgumentParser) -> None:
+    """The operator's metrics endpoint, and the credentials Prometheus presents to the runtimes' metrics."""
+    parser.add_argument(
         "--metrics-port",
         type=int,
         default=int(os.environ.get("ARBITER_METRICS_PORT", "0")),
-        help="serve Prometheus metrics on this port (0: off); the Helm chart sets 9090",
+        help="serve Prometheus metrics at /metrics on this port (0: off); the Helm chart sets 9090",
     )
     parser.add_argument(
         "--metrics-address",
@@ -206,10 +265,29 @@ def _serving_flags(parser: argparse.ArgumentParser) -> None:
         help="address the metrics server listens on (default: all interfaces, for the chart's metrics Service)",
     )
     parser.add_argument(
-        "--runtime-image",
-        default=os.environ.get("ARBITER_RUNTIME_IMAGE", ""),
-        help="runtime image for newly deployed versions of DecisionModels that set no spec.serving.runtimeImage "
-        "(also $ARBITER_RUNTIME_IMAGE; the Helm value runtime.image); default: the image released with the operator",
+        "--metrics-auth",
+        type=_true_or_false,
+        default=os.environ.get("ARBITER_METRICS_AUTH", "true"),  # a string default goes through `type` too
+        help="true (default): a scrape needs a bearer token the apiserver authenticates (TokenReview) whose user may "
+        "get the non-resource URL /metrics (SubjectAccessReview; the chart's metrics-reader ClusterRole grants it), "
+        "else 401 or 403; false: anyone who reaches the port reads the metrics, for local development only (also "
+        "$ARBITER_METRICS_AUTH)",
+    )
+    parser.add_argument(
+        "--metrics-cert-dir",
+        default=os.environ.get("ARBITER_METRICS_CERT_DIR", ""),
+        help="directory holding the metrics server's tls.crt and tls.key: HTTPS, the files re-read when they change "
+        "(the Helm chart mounts the service CA's certificate on OpenShift). Empty (default): plain HTTP, the only "
+        "case it is allowed, for local development: bearer tokens then cross the network unencrypted (also "
+        "$ARBITER_METRICS_CERT_DIR)",
+    )
+    parser.add_argument(
+        "--metrics-reader-secret",
+        type=_secret_name,
+        default=os.environ.get(METRICS_READER_SECRET_ENV, DEFAULT_METRICS_READER_SECRET),
+        help="for DecisionModels with spec.exposure.auth, the Secret in the model's namespace (key `token`) whose "
+        "bearer token Prometheus presents to the runtimes' metrics: the PodMonitor's authorization (also "
+        f"${METRICS_READER_SECRET_ENV}; the Helm value metrics.readerSecret; default {DEFAULT_METRICS_READER_SECRET})",
     )
 
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 
-from .api.models import DEFAULT_RUNTIME_IMAGE
+from .api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
 
 RUNTIME_IMAGE_ENV = "ARBITER_RUNTIME_IMAGE"
+METRICS_READER_SECRET_ENV = "ARBITER_METRICS_READER_SECRET"
 
 
 def runtime_image() -> str:
     """The runtime image newly deployed versions run, unless a DecisionModel sets spec.serving.runtimeImage."""
     return os.environ.get(RUNTIME_IMAGE_ENV, "").strip() or DEFAULT_RUNTIME_IMAGE
+
+
+def metrics_reader_secret() -> str:
+    """The Secret, in each DecisionModel's namespace, whose `token` Prometheus presents to the runtime's metrics when
+    the model's spec.exposure.auth is on (the PodMonitor's authorization)."""
+    return os.environ.get(METRICS_READER_SECRET_ENV, "").strip() or DEFAULT_METRICS_READER_SECRET

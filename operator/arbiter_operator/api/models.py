@@ -53,6 +53,7 @@ from .names import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from .promotion import PromoteSpec, PromotionStatus
 from .registry_storage import DEFAULT_STORAGE_SECRET, LocalRef, ObjectRef, RegistrySpec, StorageSpec
 from .serving import (
+    DEFAULT_METRICS_READER_SECRET,
     DEFAULT_RUNTIME_IMAGE,
     GPU_PRODUCT_LABEL,
     ExposureSpec,
@@ -76,6 +77,7 @@ from .versions import (
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_METRICS_READER_SECRET",
     "DEFAULT_RUNTIME_IMAGE",
     "DEFAULT_STORAGE_SECRET",
     "EXTRA_VALIDATIONS",

@@ -14,6 +14,10 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # The operator's built-in runtime image (the one released with it); the Helm value runtime.image / the operator's
 # --runtime-image flag replace it. Never a CRD default: apiserver defaulting would freeze it into every object.
 DEFAULT_RUNTIME_IMAGE = "quay.io/arbiter-dev/arbiter-runtime:0.1.0"
+# The Secret (in a DecisionModel's namespace, key `token`) whose bearer token Prometheus presents to the runtime's
+# metrics when spec.exposure.auth is on (the PodMonitor's authorization); the operator's --metrics-reader-secret flag
+# and the Helm value metrics.readerSecret replace the name.
+DEFAULT_METRICS_READER_SECRET = "arbiter-metrics-reader"
 
 
 # ---------------------------------------------------------------- spec.serving

@@ -15,6 +15,7 @@ the package sits on a declared floor, so a new module must be placed before it c
   apply, registry_handlers     the writes of a reconcile: children and status; the registry's finalizer
   refuse                       the status of an object the operator cannot decode or validate
   admission                    the validating webhook: the same checks as the plan, at `oc apply`
+  metrics_server               the operator's /metrics: HTTPS, each scrape's token judged by kube/authn
   reconcile                    one pass: observe, sync, plan, apply
   triggers                     watch events -> work-queue keys (never a reconcile of their own)
   app                          the composition root: builds all of the above for one run
@@ -56,11 +57,13 @@ ALLOWED = {
     "registry_handlers": _DOMAIN,
     "refuse": _DOMAIN | {"apply"},
     "admission": {"api", "plan", "refuse"},
+    "metrics_server": {"metrics", "kube"},
     "reconcile": _DOMAIN | {"apply", "registry_handlers", "refuse"},
     "triggers": {"api", "render", "promotion", "plan", "metrics", "kube"},
     "app": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "state_metrics"},
     "handlers": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "admission"},
-    "__main__": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "handlers", "admission"},
+    "__main__": _DOMAIN | {"apply", "registry_handlers", "reconcile", "triggers", "app", "handlers", "admission",
+                           "metrics_server"},
     "cli": {"api", "cli"},
 }
 IO = ("clients", "observe", "sync")
