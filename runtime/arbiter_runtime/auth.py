@@ -1,12 +1,17 @@
 """Bearer-token authentication and authorization for the decision server, checked by the cluster itself.
 
 With `ARBITER_AUTH=true` (the operator renders it from `spec.exposure.auth`) every request except the kubelet's
-health probes and the Prometheus scrape must carry `Authorization: Bearer <token>`. The runtime asks the API server:
+health probes must carry `Authorization: Bearer <token>`. The runtime asks the API server:
 
 1. a TokenReview: is this token valid, and whose is it?
 2. a SubjectAccessReview: may that user `get` this version's InferenceService? This is the check OpenShift AI's
    authenticating proxy (kube-rbac-proxy, configured by OpenShift AI's KServe) makes, so the same RoleBinding opens
    both doors, and a caller who can read the InferenceService can call it.
+   For the Prometheus scrape (`/metrics`, `/metrics/vllm`) the question is another one: may that user `get` the
+   non-resource URL `/metrics`? That is what the operator's own metrics endpoint and controller-runtime's metrics
+   filter ask, so one grant (the chart's metrics-reader ClusterRole) lets Prometheus read both, and a caller of the
+   model reads no metrics by being one. The platform proxy's `X-Remote-User` is never believed there: the proxy
+   judged a caller of the InferenceService, not a reader of metrics.
 
 The checks run in the runtime, not only in the platform's proxy, so the decision server is protected the same way
 with or without that proxy (vanilla KServe, the stable Service, a pod in the namespace that bypasses the predictor
@@ -45,9 +50,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("arbiter.runtime.auth")
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-# Paths the kubelet and Prometheus reach without credentials: probes must work before any token exists, and the
-# metrics carry counts and latencies, no inputs or decisions.
-OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready", "/metrics", "/metrics/vllm"})
+# Paths the kubelet reaches without credentials: probes must work before any token exists.
+OPEN_PATHS = frozenset({"/v2/health/live", "/v2/health/ready"})
+# Paths Prometheus scrapes: with auth on, a token allowed `get` on the non-resource URL METRICS_URL (module docstring).
+METRICS_PATHS = frozenset({"/metrics", "/metrics/vllm"})
+METRICS_URL = "/metrics"
 MAX_TOKEN_BYTES = 16 * 1024  # a projected ServiceAccount token is ~1 KB; OIDC tokens a few KB
 # Characters of a bearer token (RFC 6750 b64token); anything else is refused without asking the API server.
 _TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/=")
@@ -207,7 +214,7 @@ class Authenticator:
         status_: dict[str, Any] = doc["status"]
         return status_
 
-    async def _review(self, token: str) -> Caller:
+    async def _review(self, token: str, metrics: bool) -> Caller:
         st = await self._post("/apis/authentication.k8s.io/v1/tokenreviews",
                               {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                                "spec": {"token": token}})
@@ -224,23 +231,29 @@ class Authenticator:
                              if isinstance(v, list))) if isinstance(extra_raw, dict) else ()
         caller = Caller(username, str(user.get("uid") or ""), groups, extra)
         s = self.settings
+        if metrics:
+            attributes = {"nonResourceAttributes": {"path": METRICS_URL, "verb": "get"}}
+            refusal = (f"user {caller.username!r} may not get {METRICS_URL}; bind it to the metrics-reader "
+                       "ClusterRole to scrape this model's metrics")
+        else:
+            attributes = {"resourceAttributes": {"namespace": s.namespace, "group": s.group, "resource": s.resource,
+                                                 "name": s.inference_service, "verb": s.verb}}
+            refusal = (f"user {caller.username!r} may not {s.verb} {s.resource}/{s.inference_service} in namespace "
+                       f"{s.namespace!r}; grant it (for example the namespace's view role) to call this model")
         sar = await self._post("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
             "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
             "spec": {"user": caller.username, "uid": caller.uid, "groups": list(caller.groups),
-                     "extra": {k: list(v) for k, v in caller.extra},
-                     "resourceAttributes": {"namespace": s.namespace, "group": s.group, "resource": s.resource,
-                                            "name": s.inference_service, "verb": s.verb}},
+                     "extra": {k: list(v) for k, v in caller.extra}, **attributes},
         })
         if sar.get("allowed") is not True:
-            raise AuthDenied(403, f"user {caller.username!r} may not {s.verb} {s.resource}/{s.inference_service} "
-                                  f"in namespace {s.namespace!r}; grant it (for example the namespace's view "
-                                  "role) to call this model")
+            raise AuthDenied(403, refusal)
         return caller
 
     # -- the public check ----------------------------------------------------------------------------------------
 
-    async def check(self, authorization: str | None) -> Caller:
-        """The caller for an Authorization header value, or AuthDenied(401|403|503)."""
+    async def check(self, authorization: str | None, metrics: bool = False) -> Caller:
+        """The caller for an Authorization header value, or AuthDenied(401|403|503). metrics: the request is a
+        scrape, judged by `get` on METRICS_URL instead of `get` on the InferenceService (verdicts kept apart)."""
         if not authorization:
             raise AuthDenied(401, "authentication required: send Authorization: Bearer <token> (for example "
                                   "the output of `oc whoami -t` or a ServiceAccount token)")
@@ -250,7 +263,7 @@ class Authenticator:
             raise AuthDenied(401, "the Authorization header must be 'Bearer <token>'")
         if len(token) > MAX_TOKEN_BYTES or not set(token) <= _TOKEN_CHARS:
             raise AuthDenied(401, "the bearer token is malformed")
-        key = _token_key(token)
+        key = _token_key(token) + (":metrics" if metrics else "")
         now = self._clock()
         hit = self._cache.get(key)
         if hit is not None and hit[0] > now:
@@ -263,7 +276,7 @@ class Authenticator:
         self._inflight[key] = fut
         try:
             try:
-                result: Caller | AuthDenied = await self._review(token)
+                result: Caller | AuthDenied = await self._review(token, metrics)
             except AuthDenied as exc:
                 result = exc
             except (TypeError, ValueError, AttributeError, KeyError):
@@ -338,7 +351,8 @@ class AuthMiddleware:
             elif name == PROXY_USER_HEADER:
                 proxy_user = value.decode("latin-1")
         peer = (scope.get("client") or ("", 0))[0]
-        if proxy_user and self.auth.settings.trust_proxy_headers and peer in LOOPBACK:
+        scrape = scope.get("path") in METRICS_PATHS
+        if proxy_user and self.auth.settings.trust_proxy_headers and peer in LOOPBACK and not scrape:
             # The platform's proxy in this pod has already run the same TokenReview + SubjectAccessReview.
             token = _caller.set(proxy_user)
             try:
@@ -347,7 +361,7 @@ class AuthMiddleware:
                 _caller.reset(token)
             return
         try:
-            caller = await self.auth.check(header)
+            caller = await self.auth.check(header, metrics=scrape)
         except AuthDenied as exc:
             if exc.status == 503:
                 log.warning("%s", exc.message)

@@ -136,7 +136,9 @@ class ExposureSpec(_Model):
     auth: bool = Field(
         True,
         description="Require a bearer token the cluster accepts (TokenReview) whose user may get the version's "
-        "InferenceService (SubjectAccessReview) on every request but health probes and metrics.",
+        "InferenceService (SubjectAccessReview) on every request but health probes; the metrics scrape needs get "
+        "on the non-resource URL /metrics instead, and the PodMonitor presents the token of the operator's "
+        "metrics-reader Secret in the namespace.",
     )
 
 

@@ -1,9 +1,9 @@
 """The decision server with auth on, judged by the real kube-apiserver's TokenReview and SubjectAccessReview.
 
 A caller ServiceAccount with `get` on the version's InferenceService gets a decision (and its identity is in the
-audit record); one without gets 403; no token gets 401; the runtime's own ServiceAccount without
-`system:auth-delegator`, or an API server that is down, gets 503 naming the reason; hostile Authorization headers
-never get a 500.
+audit record); one without gets 403; no token gets 401 (on the metrics too: only the probes are open); the runtime's
+own ServiceAccount without `system:auth-delegator`, or an API server that is down, gets 503 naming the reason;
+hostile Authorization headers never get a 500.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _serve(make_runtime, standin, env: dict[str, str]):
     return make_runtime(base_config(standin.url), RuntimeOptions(env=env))
 
 
-def test_no_token_is_401_and_probes_and_metrics_stay_open(cluster_auth, standin, make_runtime):
+def test_no_token_is_401_and_only_the_probes_stay_open(cluster_auth, standin, make_runtime):
     server = _serve(make_runtime, standin, cluster_auth["env"])
     with server.client() as http:
         r = http.post("/v1/decisions", json=DOC)
@@ -91,7 +91,9 @@ def test_no_token_is_401_and_probes_and_metrics_stay_open(cluster_auth, standin,
         assert http.get("/v2/models/credit").status_code == 401
         assert http.get("/v2/health/ready").status_code == 200
         assert http.get("/v2/health/live").status_code == 200
-        assert http.get("/metrics").status_code == 200
+        # The scrape needs a token too (get on /metrics: tests/cluster/security/test_security_metrics_auth.py).
+        assert http.get("/metrics").status_code == 401
+        assert http.get("/metrics/vllm").status_code == 401
         r = http.post("/v1/decisions", json=DOC, headers={"Authorization": "Basic dXNlcjpwYXNz"})
         assert r.status_code == 401 and "Bearer" in r.json()["error"]
     assert server.records() == []  # nothing decided, nothing audited
