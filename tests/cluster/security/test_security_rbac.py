@@ -17,7 +17,6 @@ import copy
 import http.server
 import json
 import pathlib
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +25,7 @@ import pytest
 from arbiter_devenv.cluster import wait_default_service_account
 from arbiter_devenv.operator_process import OperatorProcess
 from kubernetes import client
+from support.http_stub import serving
 from support.kubekit import raw_call
 from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 from support.rbackit import (
@@ -272,13 +272,8 @@ class _EmptyPrometheus(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def prometheus_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _EmptyPrometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_EmptyPrometheus) as url:
+        yield url
 
 
 def _operator(identity: Identity, namespaces: list[str], tmp: pathlib.Path, prometheus: str = "") -> OperatorProcess:

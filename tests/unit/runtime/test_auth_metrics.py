@@ -7,12 +7,12 @@ from __future__ import annotations
 import http.server
 import json
 import pathlib
-import threading
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
 from arbiter_runtime.service import RuntimeOptions
+from support.http_stub import serving
 from support.runtime_helpers import base_config
 
 ISVC = "credit-v1"
@@ -56,13 +56,8 @@ class _Apiserver(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def apiserver() -> Iterator[str]:
     _Apiserver.reviews = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Apiserver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Apiserver) as url:
+        yield url
 
 
 @pytest.fixture

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import threading
 from collections.abc import Iterator
 
 import pytest
-from arbiter_devenv.vllm_standin import free_port
 from arbiter_runtime.vllm_metrics import only_vllm, scrape
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
+from support.http_stub import serving
 from support.runtime_helpers import base_config
 
 
@@ -53,13 +52,8 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def hostile() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Hostile)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Hostile) as url:
+        yield url
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
