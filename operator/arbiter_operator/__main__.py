@@ -284,7 +284,7 @@ def _metrics_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics-reader-secret",
         type=_secret_name,
-        default=os.environ.get(METRICS_READER_SECRET_ENV, DEFAULT_METRICS_READER_SECRET),
+        default=os.environ.get(METRICS_READER_SECRET_ENV) or DEFAULT_METRICS_READER_SECRET,
         help="for DecisionModels with spec.exposure.auth, the Secret in the model's namespace (key `token`) whose "
         "bearer token Prometheus presents to the runtimes' metrics: the PodMonitor's authorization (also "
         f"${METRICS_READER_SECRET_ENV}; the Helm value metrics.readerSecret; default {DEFAULT_METRICS_READER_SECRET})",

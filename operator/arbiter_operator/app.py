@@ -31,7 +31,7 @@ from .kube.transport import LoopTransport
 from .kube.watch import Resource, Watches, WatchOptions
 from .kube.workqueue import Key, PriorityWorkQueue
 from .reconcile import Reconciler
-from .settings import runtime_image
+from .settings import metrics_reader_secret, runtime_image
 from .state_metrics import DecisionModelStateCollector, cache_lister
 from .triggers import Triggers
 
@@ -155,7 +155,8 @@ class Operator:
         self._state_metrics = DecisionModelStateCollector(cache_lister(cache), self.leading.is_set)
         REGISTRY.register(self._state_metrics)
         kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
-        reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image())
+        reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image(),
+                                metrics_reader_secret=metrics_reader_secret())
         # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
         self._namespace_labels = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
         triggers = Triggers(queue, cache, self._namespace_labels)

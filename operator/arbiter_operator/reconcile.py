@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from .api.kubejson import REFUSED
-from .api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
+from .api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE, DecisionModel
 from .api.names import API_VERSION, KIND
 from .apply import apply_plan
 from .kube.client import KubeClient
@@ -55,10 +55,13 @@ class Reconciler:
         finalizer: Finalizer | None = None,
         prometheus: InstantQuerier | None = None,
         runtime_image: str = DEFAULT_RUNTIME_IMAGE,
+        metrics_reader_secret: str = DEFAULT_METRICS_READER_SECRET,
         verdicts: VerdictCache | None = None,
     ):
         """prometheus: where canary analyses are read (None: no analysis runs; a step due one waits for it).
         runtime_image: the operator's default runtime image (settings.runtime_image()).
+        metrics_reader_secret: the Secret whose token the PodMonitors of models with auth on present
+        (settings.metrics_reader_secret()).
         verdicts: settled artifact verdicts kept between reconciles (one per process; the default keeps 5 min)."""
         self.client = client
         # The registry's delete finalizer (registry_handlers.RegistryFinalizer): held while spec.registry is set,
@@ -67,6 +70,7 @@ class Reconciler:
         self.clock = clock
         self.prometheus = prometheus
         self.runtime_image = runtime_image
+        self.metrics_reader_secret = metrics_reader_secret
         self.verdicts = verdicts if verdicts is not None else VerdictCache()
         self._seen: set[tuple[str, str]] = set()
         # Whether the PodMonitor API is served, observed once (None until known). Like every other API the operator
@@ -106,7 +110,8 @@ class Reconciler:
         now = self.clock()
         # observe
         obs = await observe_children(self.client, dm, bool(self.podmonitor_api), self.runtime_image,
-                                     prometheusrule_api=bool(self.prometheusrule_api))
+                                     prometheusrule_api=bool(self.prometheusrule_api),
+                                     metrics_reader_secret=self.metrics_reader_secret)
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
         obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
         if self.prometheus is not None:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..api.models import DEFAULT_RUNTIME_IMAGE, DecisionModel
+from ..api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE, DecisionModel
 from ..api.names import (
     APPS_API,
     CORE_API,
@@ -124,10 +124,12 @@ async def _observe_kind(client: KubeClient, dm: DecisionModel, child: ChildKind)
 
 async def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api: bool = False,
                            default_runtime_image: str = DEFAULT_RUNTIME_IMAGE,
-                           prometheusrule_api: bool = False) -> Observations:
+                           prometheusrule_api: bool = False,
+                           metrics_reader_secret: str = DEFAULT_METRICS_READER_SECRET) -> Observations:
     """podmonitor_api, prometheusrule_api: whether those APIs are served (`podmonitor_served`,
     `prometheusrule_served`; observed once per process).
     default_runtime_image: the operator's setting for versions that name no image.
+    metrics_reader_secret: the operator's setting for the Secret a PodMonitor presents to runtimes with auth on.
     Awaited on the operator's loop: from the watch cache, what it holds (no request, no thread), the rest from the
     apiserver."""
     ns = dm.metadata.namespace
@@ -157,6 +159,7 @@ async def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api
         podmonitor_api=podmonitor_api,
         prometheusrule_api=prometheusrule_api,
         default_runtime_image=default_runtime_image,
+        metrics_reader_secret=metrics_reader_secret,
     )
 
 

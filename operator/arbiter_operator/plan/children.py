@@ -62,7 +62,8 @@ def desired_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan,
     shadow_rbac = render_shadow_rbac(dm, pplan.shadow.candidate) if pplan.shadow and dm.spec.exposure.auth else []
     children.extend(shadow_rbac)
     if obs.podmonitor_api:
-        children.append(render_podmonitor(dm))  # Prometheus scrapes the predictors: the promotion analysis needs it
+        # Prometheus scrapes the predictors (the promotion analysis needs it), with a token when auth is on.
+        children.append(render_podmonitor(dm, obs.metrics_reader_secret))
     if obs.prometheusrule_api:
         children.append(render_prometheusrule(dm))  # the alerts on the model's decision servers
     stable = max(pplan.traffic, key=lambda v: (pplan.traffic[v], v)) if pplan.traffic else None

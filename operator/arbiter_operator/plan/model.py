@@ -8,7 +8,7 @@ from typing import Any
 
 from ..api.conditions import Condition
 from ..api.conditions import Event as Event  # re-exported: the planner's events
-from ..api.models import DEFAULT_RUNTIME_IMAGE
+from ..api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
 from ..api.promotion import AnalysisRun
 
 
@@ -49,6 +49,9 @@ class Observations:
     # The operator's runtime image setting (--runtime-image / $ARBITER_RUNTIME_IMAGE): what a newly deployed version
     # runs.
     default_runtime_image: str = DEFAULT_RUNTIME_IMAGE
+    # The operator's metrics-reader Secret setting (--metrics-reader-secret / $ARBITER_METRICS_READER_SECRET): the
+    # Secret, in the model's namespace, whose token the PodMonitor presents to runtimes with spec.exposure.auth.
+    metrics_reader_secret: str = DEFAULT_METRICS_READER_SECRET
     # The predictor workloads KServe made, keyed by InferenceService name: its `<isvc>-predictor` Deployment and,
     # for InferenceServices that are not ready, their pods (why they do not serve). workloads_observed False (no
     # permission, or plain unit data): readiness comes from the InferenceService alone.

@@ -75,8 +75,11 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
     assert pm["metadata"]["ownerReferences"][0]["uid"] == dm["metadata"]["uid"]
     assert pm["spec"]["selector"] == {"matchLabels": {"arbiter.dev/decision-model": DM}}
     assert pm["spec"]["podTargetLabels"] == ["arbiter.dev/decision-model", "arbiter.dev/version"]
-    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"},
-                                                 {"port": "http1", "path": "/metrics/vllm", "scheme": "http"}]
+    # Auth on (the example's default): the runtime wants a token for its metrics too, from the metrics-reader Secret.
+    bearer = {"type": "Bearer", "credentials": {"name": "arbiter-metrics-reader", "key": "token"}}
+    assert pm["spec"]["podMetricsEndpoints"] == [
+        {"port": "http1", "path": "/metrics", "scheme": "http", "authorization": bearer},
+        {"port": "http1", "path": "/metrics/vllm", "scheme": "http", "authorization": bearer}]
     assert runtime["spec"]["containers"][0]["ports"][0] == {"containerPort": 8080, "name": "http1", "protocol": "TCP"}
 
     status = dm["status"]

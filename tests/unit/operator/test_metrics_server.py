@@ -306,3 +306,14 @@ def test_bad_metrics_flags_stop_the_operator_naming_them(argv: list[str], capsys
     with pytest.raises(SystemExit):
         cli._metrics(parser, parser.parse_args(argv))
     assert argv[-1].split("=")[0] in capsys.readouterr().err
+
+
+def test_the_reader_secret_flag_reaches_the_plans_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from arbiter_operator import __main__ as cli
+    from arbiter_operator import settings as operator_settings
+
+    monkeypatch.setenv("ARBITER_METRICS_READER_SECRET", "")  # recorded: what _checked writes is undone afterwards
+    assert operator_settings.metrics_reader_secret() == "arbiter-metrics-reader"
+    parser = cli._parser()
+    cli._checked(parser, parser.parse_args(["--metrics-reader-secret=team-prometheus"]))
+    assert operator_settings.metrics_reader_secret() == "team-prometheus"

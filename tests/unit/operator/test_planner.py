@@ -293,3 +293,10 @@ def test_podmonitor_only_where_the_api_is_served():
     assert not any(c["kind"] == "PodMonitor" for c in plan(dm, Observations(), T0).children)
     p = plan(dm, Observations(podmonitor_api=True), T0)
     assert ("PodMonitor", "credit-limit") in _kinds(p)
+
+
+def test_the_podmonitor_presents_the_operators_metrics_reader_secret():
+    p = plan(make_dm(), Observations(podmonitor_api=True, metrics_reader_secret="prometheus-reader"), T0)
+    (pm,) = [c for c in p.children if c["kind"] == "PodMonitor"]
+    assert [e["authorization"]["credentials"] for e in pm["spec"]["podMetricsEndpoints"]] == \
+        [{"name": "prometheus-reader", "key": "token"}] * 2

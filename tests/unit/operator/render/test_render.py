@@ -182,6 +182,19 @@ def test_route_weights_tls_and_timeout():
     assert route["spec"]["host"] == "credit.apps.example.com"
 
 
+def test_podmonitor_presents_the_operators_metrics_reader_secret_only_when_auth_is_on():
+    from arbiter_operator.render import render_podmonitor
+
+    raw = example()
+    pm = render_podmonitor(make_dm(raw), "team-a-prometheus")
+    assert {e["authorization"]["credentials"]["name"] for e in pm["spec"]["podMetricsEndpoints"]} == \
+        {"team-a-prometheus"}
+    assert all("bearerTokenFile" not in e and "bearerTokenSecret" not in e for e in pm["spec"]["podMetricsEndpoints"])
+    raw["spec"]["exposure"]["auth"] = False
+    pm = render_podmonitor(make_dm(raw), "team-a-prometheus")
+    assert [set(e) for e in pm["spec"]["podMetricsEndpoints"]] == [{"port", "path", "scheme"}] * 2
+
+
 def test_servingruntime_is_owned_and_uses_the_image():
     raw = _with(runtimeImage="registry.example.com/arbiter/runtime:1.2")
     sr = render_servingruntime(make_dm(raw))
@@ -204,8 +217,12 @@ def test_podmonitor_scrapes_the_predictors_of_this_decision_model_by_version():
     assert pm["spec"]["podTargetLabels"] == ["arbiter.dev/decision-model", "arbiter.dev/version"]
     # The decision server's port, by the name the ServingRuntime gives it; vLLM binds loopback and is not scraped.
     runtime_ports = render_servingruntime(dm)["spec"]["containers"][0]["ports"]
-    assert pm["spec"]["podMetricsEndpoints"] == [{"port": "http1", "path": "/metrics", "scheme": "http"},
-                                                 {"port": "http1", "path": "/metrics/vllm", "scheme": "http"}]
+    # Auth on (the default): the runtime answers a scrape only with a token allowed `get /metrics`, presented from
+    # the operator's metrics-reader Secret in the model's namespace.
+    bearer = {"type": "Bearer", "credentials": {"name": "arbiter-metrics-reader", "key": "token"}}
+    assert pm["spec"]["podMetricsEndpoints"] == [
+        {"port": "http1", "path": "/metrics", "scheme": "http", "authorization": bearer},
+        {"port": "http1", "path": "/metrics/vllm", "scheme": "http", "authorization": bearer}]
     assert {"containerPort": 8080, "name": "http1", "protocol": "TCP"} in runtime_ports
     # The predictor pods carry the selected and copied labels.
     pod_labels = _isvc()["spec"]["predictor"]["labels"]
