@@ -1,8 +1,8 @@
 """`python -m arbiter_devenv.olmbundle [--check]`: the OLM bundle and file-based catalog, generated.
 
 One source of truth, three outputs: the chart (Helm), `bundle/` (OLM's registry+v1 bundle: a ClusterServiceVersion,
-the CRD, the metrics Service, metadata/annotations.yaml), `bundle.Dockerfile`, and `catalog/` (a file-based catalog:
-olm.package, olm.channel, olm.bundle). Nothing in them is written by hand:
+the CRD, the metrics Service, the metrics-reader ClusterRole, metadata/annotations.yaml), `bundle.Dockerfile`, and
+`catalog/` (a file-based catalog: olm.package, olm.channel, olm.bundle). Nothing in them is written by hand:
 - the CRD is the file the pydantic models generate (crds/, `python -m arbiter_operator.api.crdgen`);
 - the RBAC and the Deployment are the chart's own templates, rendered by the real `helm` binary: the namespaced rules
   (the chart's per-namespace Role) become the CSV's `permissions`, which OLM grants in each target namespace (or
@@ -260,10 +260,23 @@ def csv(root: pathlib.Path) -> dict[str, Any]:
 
 
 def metrics_service(root: pathlib.Path) -> dict[str, Any]:
+    """The chart's metrics Service, with its annotations: on OpenShift the service CA writes the metrics endpoint's
+    certificate into the Secret the CSV's Deployment mounts, as it does for the chart."""
     svc = copy.deepcopy(_one(_helm_template(root / "helm" / "arbiter", OLM_VALUES), "Service"))
-    svc["metadata"] = {"name": f"{RELEASE}-metrics", "labels": {NAME_LABEL: RELEASE}}
+    annotations = svc["metadata"].get("annotations")
+    svc["metadata"] = {"name": f"{RELEASE}-metrics", "labels": {NAME_LABEL: RELEASE},
+                       **({"annotations": annotations} if annotations else {})}
     svc["spec"]["selector"] = {NAME_LABEL: RELEASE, "app.kubernetes.io/component": "operator"}
     return svc
+
+
+def metrics_reader(root: pathlib.Path) -> dict[str, Any]:
+    """The chart's metrics-reader ClusterRole (`get` on /metrics): what a scraper of the operator's metrics, and of
+    the runtimes' with auth on, is bound to. OLM installs a bundle's ClusterRole as it is."""
+    role = copy.deepcopy(_one(_helm_template(root / "helm" / "arbiter", OLM_VALUES), "ClusterRole",
+                              name=f"{RELEASE}-metrics-reader"))
+    role["metadata"] = {"name": role["metadata"]["name"], "labels": {NAME_LABEL: RELEASE}}
+    return role
 
 
 def bundle_annotations() -> dict[str, str]:
@@ -290,10 +303,12 @@ def render(root: pathlib.Path) -> dict[str, str]:
     version = the_csv["spec"]["version"]
     crd_text = (root / "crds" / f"{models.GROUP}_{models.PLURAL}.yaml").read_text()
     service = metrics_service(root)
+    reader = metrics_reader(root)
     files = {
         f"bundle/manifests/{PACKAGE}.clusterserviceversion.yaml": _yaml(the_csv),
         f"bundle/manifests/{models.GROUP}_{models.PLURAL}.yaml": crd_text,
         f"bundle/manifests/{RELEASE}-metrics_v1_service.yaml": _yaml(service),
+        f"bundle/manifests/{RELEASE}-metrics-reader_rbac.authorization.k8s.io_v1_clusterrole.yaml": _yaml(reader),
         "bundle/metadata/annotations.yaml": _yaml({"annotations": bundle_annotations()}),
     }
     labels = "".join(f"LABEL {k}={v}\n" for k, v in bundle_annotations().items())
@@ -302,7 +317,7 @@ def render(root: pathlib.Path) -> dict[str, str]:
         "# The OLM bundle image: podman build -f bundle.Dockerfile -t <registry>/arbiter-operator-bundle:vX .\n"
         f"FROM scratch\n\n{labels}\nCOPY bundle/manifests /manifests/\nCOPY bundle/metadata /metadata/\n")
     bundle_image = f"{BUNDLE_IMAGE_REPO}:v{version}"
-    objects = [the_csv, yaml.safe_load(crd_text), service]
+    objects = [the_csv, yaml.safe_load(crd_text), service, reader]
     catalog = [
         {"schema": "olm.package", "name": PACKAGE, "defaultChannel": CHANNEL,
          "description": the_csv["metadata"]["annotations"]["description"]},

@@ -97,20 +97,21 @@ def install_chart_identity(
     docs = render(values, namespace=release_namespace)
     wanted = {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
     dyn = dynamic_client(api)
+    sa_name = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    # The operator's rules are those of the roles bound to its ServiceAccount: not people's (aggregated into admin,
+    # edit, view) nor scrapers' (metrics-reader), which the chart renders too.
+    bound = {(b["roleRef"]["kind"], b["roleRef"]["name"], b["metadata"].get("namespace")) for b in docs
+             if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             and any(s.get("kind") == "ServiceAccount" and s.get("name") == sa_name for s in b["subjects"])}
     rules: list[tuple[str | None, dict[str, Any]]] = []
-    sa_name = None
     for doc in apply_order(d for d in docs if d["kind"] in wanted):
         if doc["kind"] == "ServiceAccount":
-            sa_name = doc["metadata"]["name"]
             doc["metadata"].setdefault("namespace", release_namespace)
         server_side_apply(dyn, doc)
-        aggregated = any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
-                         for k in (doc["metadata"].get("labels") or {}))  # people's roles, not the operator's
-        if doc["kind"] == "ClusterRole" and not aggregated:
-            rules += [(None, r) for r in doc["rules"]]
-        elif doc["kind"] == "Role":
-            rules += [(doc["metadata"]["namespace"], r) for r in doc["rules"]]
-    assert sa_name, "the chart rendered no ServiceAccount"
+        namespace = doc["metadata"].get("namespace") if doc["kind"] == "Role" else None
+        if (doc["kind"], doc["metadata"]["name"], namespace) in bound:
+            rules += [(namespace, r) for r in doc["rules"]]
+    assert rules, f"no role of the chart is bound to the ServiceAccount {sa_name}"
     token = core.create_namespaced_service_account_token(
         sa_name,
         release_namespace,

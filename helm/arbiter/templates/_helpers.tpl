@@ -131,7 +131,7 @@ reason for each is in docs/security.md. Keep the three in step.
   verbs: ["get"]
 {{- end -}}
 
-{{/* Cluster-scoped reads, granted by a ClusterRole in both modes. */}}
+{{/* Cluster-scoped grants, by a ClusterRole in both modes: reading namespaces; the metrics filter's reviews. */}}
 {{- define "arbiter.clusterRules" -}}
 # Namespace labels decide the Istio sidecar exclusion (spec.mesh.sidecar: auto); each namespace holding
 # DecisionModels is read and watched alone (fieldSelector metadata.name, which resourceNames can grant).
@@ -142,4 +142,92 @@ reason for each is in docs/security.md. Keep the three in step.
   resourceNames:
 {{ toYaml .resourceNames | indent 4 }}
 {{- end }}
+{{- if .metrics.auth }}
+# The metrics endpoint's filter (metrics.auth): a scraper's bearer token is reviewed by the API server (who is it?
+# may it get /metrics?), as controller-runtime's metrics filter and the system:auth-delegator role do. Both reviews
+# are cluster-scoped objects the API server answers and never stores.
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["tokenreviews"]
+  verbs: ["create"]
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
+{{- end -}}
+
+{{/*
+Serving certificates, for the webhook and the metrics endpoint alike. Each takes a dict:
+  name   the Service (and the certificate's base name: its Secret is <name>-tls unless mode is secret)
+  mode   openshift | certManager | secret | olm | none (what the value `certificates` says)
+  given  the Secret named by the value `secret.name` (mode secret)
+  issuerRef, root (the chart's context), volume (the pod volume's name)
+*/}}
+{{- define "arbiter.tlsSecretName" -}}
+{{- eq .mode "secret" | ternary .given (printf "%s-tls" .name) -}}
+{{- end -}}
+
+{{/* The Service annotation that has OpenShift's service CA write (and rotate) the certificate into its Secret. */}}
+{{- define "arbiter.servingCertAnnotation" -}}
+{{- if eq .mode "openshift" -}}
+service.beta.openshift.io/serving-cert-secret-name: {{ .name }}-tls
+{{- end -}}
+{{- end -}}
+
+{{/* A cert-manager Certificate for the Service's DNS names, from issuerRef or a self-signed Issuer of its own. */}}
+{{- define "arbiter.certManagerCertificate" -}}
+{{- if not .issuerRef }}
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "arbiter.labels" .root | nindent 4 }}
+spec:
+  selfSigned: {}
+---
+{{- end }}
+apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "arbiter.labels" .root | nindent 4 }}
+spec:
+  secretName: {{ .name }}-tls
+  dnsNames:
+    - {{ .name }}.{{ .root.Release.Namespace }}.svc
+    - {{ .name }}.{{ .root.Release.Namespace }}.svc.cluster.local
+  issuerRef:
+    {{- if .issuerRef }}
+    {{- toYaml .issuerRef | nindent 4 }}
+    {{- else }}
+    kind: Issuer
+    name: {{ .name }}
+    {{- end }}
+{{- end -}}
+
+{{/* The pod volume holding the certificate pair, as the operator reads it (tls.crt and tls.key, re-read on change). */}}
+{{- define "arbiter.tlsVolume" -}}
+- name: {{ .volume }}
+  secret:
+    secretName: {{ include "arbiter.tlsSecretName" . }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+    defaultMode: 0440
+{{- end -}}
+
+{{/* The metrics endpoint's certificate, in the helpers' terms. */}}
+{{- define "arbiter.metricsTLS" -}}
+{{- $m := .Values.metrics -}}
+{{- toYaml (dict "name" (printf "%s-metrics" (include "arbiter.fullname" .)) "mode" $m.certificates "given" $m.secret.name "issuerRef" $m.certManager.issuerRef "volume" "metrics-tls") -}}
+{{- end -}}
+
+{{/* The metrics-reader ClusterRole's name: `get` on the non-resource URL /metrics, what a scrape is judged by. */}}
+{{- define "arbiter.metricsReader" -}}
+{{- printf "%s-metrics-reader" (include "arbiter.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -58,14 +58,15 @@ def test_deployment_runs_replicas_that_elect_a_leader(name: str) -> None:
     assert {"--lease-duration=15", "--renew-deadline=10", "--retry-period=2"} <= set(container["args"])
     env = {e["name"]: e for e in container["env"]}
     assert env["ARBITER_OPERATOR_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-    assert spec["template"]["spec"]["serviceAccountName"] == one(docs, "ServiceAccount")["metadata"]["name"]
+    accounts = [a["metadata"]["name"] for a in of_kind(docs, "ServiceAccount")]
+    assert spec["template"]["spec"]["serviceAccountName"] == "arbiter" and "arbiter" in accounts
     # A node drain keeps one operator pod.
     pdb = one(docs, "PodDisruptionBudget")
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"].items() <= spec["template"]["metadata"]["labels"].items()
     # The Lease is granted in the release namespace only, and only what leader election does with it.
     lease_rules = [(d["kind"], d["metadata"].get("namespace"), r) for d in docs if d["kind"] in ("Role", "ClusterRole")
-                   for r in d["rules"] if "leases" in r["resources"]]
+                   for r in d["rules"] if "leases" in r.get("resources", [])]
     assert lease_rules == [("Role", dep["metadata"]["namespace"],
                             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                              "verbs": ["get", "create", "update"]})]
@@ -77,10 +78,18 @@ def test_one_replica_has_no_disruption_budget() -> None:
     assert not [d for d in docs if d["kind"] == "PodDisruptionBudget"]
 
 
+def _aggregated(doc) -> bool:
+    """A ClusterRole aggregated into people's admin/edit/view roles."""
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in (doc["metadata"].get("labels") or {}))
+
+
 def _operator_only(docs):
-    """The chart's documents less the ClusterRoles aggregated into people's admin/edit/view roles."""
-    return [d for d in docs if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
-                                       for k in (d["metadata"].get("labels") or {}))]
+    """The chart's documents less the ClusterRoles for others: people's (aggregated) and scrapers' (metrics-reader)."""
+    return [d for d in docs if not _aggregated(d) and not d["metadata"]["name"].endswith("-metrics-reader")]
+
+
+REVIEW_RULES = [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
 
 
 def test_default_install_watches_all_namespaces_with_a_cluster_role() -> None:
@@ -108,12 +117,12 @@ def test_a_namespace_list_switches_the_cluster_role_to_roles() -> None:
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in of_kind(docs, "RoleBinding")
                   if b["metadata"]["name"] != "arbiter-leader-election") == ["team-a", "team-b"]
-    # What stays cluster-wide: only get/list/watch on exactly the watched namespaces (their mesh labels).
+    # What stays cluster-wide: only get/list/watch on exactly the watched namespaces (their mesh labels), and the
+    # metrics filter's reviews (cluster-scoped objects, never stored).
     (cluster_role,) = of_kind(_operator_only(docs), "ClusterRole")
     assert cluster_role["rules"] == [
         {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
-         "resourceNames": ["team-a", "team-b"]}
-    ]
+         "resourceNames": ["team-a", "team-b"]}, *REVIEW_RULES]
     # The namespaced rules are the ones the all-namespaces ClusterRole grants, no more.
     all_ns_rules = one(_operator_only(render()), "ClusterRole")["rules"]
     for role in roles:
@@ -121,7 +130,7 @@ def test_a_namespace_list_switches_the_cluster_role_to_roles() -> None:
 
 
 def test_people_get_decisionmodels_through_aggregated_default_roles() -> None:
-    aggregated = [d for d in of_kind(render(), "ClusterRole") if d not in _operator_only([d])]
+    aggregated = [d for d in of_kind(render(), "ClusterRole") if _aggregated(d)]
     by_label = {k: d for d in aggregated for k in d["metadata"]["labels"] if k.startswith("rbac.authorization")}
     write = {"create", "delete", "patch", "update"}
     for role in ("admin", "edit"):
@@ -131,7 +140,7 @@ def test_people_get_decisionmodels_through_aggregated_default_roles() -> None:
     view = by_label["rbac.authorization.k8s.io/aggregate-to-view"]["rules"]
     assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in view)
     assert not [d for d in of_kind(render({"rbac": {"aggregateToDefaultRoles": False}}), "ClusterRole")
-                if d not in _operator_only([d])]
+                if _aggregated(d)]
 
 
 def test_no_rule_uses_wildcards_or_writes_secrets() -> None:
@@ -139,9 +148,9 @@ def test_no_rule_uses_wildcards_or_writes_secrets() -> None:
         docs = render(values)
         for role in of_kind(docs, "ClusterRole") + of_kind(docs, "Role"):
             for rule in role["rules"]:
-                for key in ("apiGroups", "resources", "verbs"):
-                    assert "*" not in rule[key], f"{name}: wildcard in {rule}"
-                if "secrets" in rule["resources"]:
+                for key in ("apiGroups", "resources", "verbs", "nonResourceURLs"):
+                    assert "*" not in rule.get(key, []), f"{name}: wildcard in {rule}"
+                if "secrets" in rule.get("resources", []):
                     assert rule["verbs"] == ["get"], f"{name}: Secrets must be read by name only: {rule}"
                 assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
 
@@ -234,6 +243,77 @@ def test_metrics_service_service_monitor_and_network_policy() -> None:
     assert {"ports": [{"port": "webhook", "protocol": "TCP"}]} in np["spec"]["ingress"]
 
 
+def test_the_metrics_endpoint_is_https_from_openshifts_service_ca_and_scraped_with_a_reader_token() -> None:
+    docs = render({"metrics": {"serviceMonitor": {"enabled": True}}})
+    (svc,) = [d for d in of_kind(docs, "Service") if d["metadata"]["name"] == "arbiter-metrics"]
+    assert svc["metadata"]["annotations"] == {
+        "service.beta.openshift.io/serving-cert-secret-name": "arbiter-metrics-tls"}
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert {"--metrics-port=9090", "--metrics-auth=true", "--metrics-cert-dir=/etc/arbiter/metrics-tls",
+            "--metrics-reader-secret=arbiter-metrics-reader"} <= set(container["args"])
+    assert {"name": "metrics-tls", "mountPath": "/etc/arbiter/metrics-tls", "readOnly": True} in \
+        container["volumeMounts"]
+    assert {"name": "metrics-tls", "secret": {"secretName": "arbiter-metrics-tls", "defaultMode": 0o440, "items": [
+        {"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]}} in pod["volumes"]
+    (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["honorLabels"] is True
+    assert endpoint["tlsConfig"] == {"serverName": "arbiter-metrics.arbiter-system.svc", "ca": {
+        "configMap": {"name": "openshift-service-ca.crt", "key": "service-ca.crt"}}}
+    assert endpoint["authorization"] == {"type": "Bearer",
+                                         "credentials": {"name": "arbiter-metrics-reader", "key": "token"}}
+    assert "bearerTokenFile" not in endpoint  # OpenShift user-workload monitoring refuses it
+    # The reader: a ServiceAccount, its token Secret, bound to the metrics-reader ClusterRole, which grants only
+    # `get` on /metrics.
+    reader = next(d for d in of_kind(docs, "ClusterRole") if d["metadata"]["name"] == "arbiter-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    accounts = sorted(a["metadata"]["name"] for a in of_kind(docs, "ServiceAccount"))
+    assert accounts == ["arbiter", "arbiter-metrics-reader"]
+    (secret,) = of_kind(docs, "Secret")
+    assert secret["type"] == "kubernetes.io/service-account-token" and secret["metadata"]["name"] == \
+        "arbiter-metrics-reader"
+    assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": "arbiter-metrics-reader"}
+    binding = next(d for d in of_kind(docs, "ClusterRoleBinding") if d["metadata"]["name"] == "arbiter-metrics-reader")
+    assert binding["roleRef"]["name"] == "arbiter-metrics-reader"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "arbiter-metrics-reader",
+                                    "namespace": "arbiter-system"}]
+    # The operator reviews the scrapers' tokens.
+    operator_role = one(_operator_only(docs), "ClusterRole")
+    assert all(rule in operator_role["rules"] for rule in REVIEW_RULES)
+
+
+def test_the_metrics_certificate_modes_follow_the_webhooks() -> None:
+    def parts(values: dict) -> tuple[list[dict], dict, dict]:
+        docs = render({"metrics": {"serviceMonitor": {"enabled": True}, **values}})
+        pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+        (endpoint,) = one(docs, "ServiceMonitor")["spec"]["endpoints"]
+        return docs, pod, endpoint
+
+    docs, pod, endpoint = parts({"certificates": "certManager"})
+    assert one([d for d in of_kind(docs, "Certificate") if d["metadata"]["name"] == "arbiter-metrics"],
+               "Certificate")["spec"]["dnsNames"][0] == "arbiter-metrics.arbiter-system.svc"
+    assert "arbiter-metrics" in [d["metadata"]["name"] for d in of_kind(docs, "Issuer")]  # self-signed: no issuerRef
+    assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": "arbiter-metrics-tls", "key": "ca.crt"}}
+    docs, pod, endpoint = parts({"certificates": "secret", "secret": {"name": "my-metrics-tls"}})
+    assert {v["name"]: v for v in pod["volumes"]}["metrics-tls"]["secret"]["secretName"] == "my-metrics-tls"
+    assert endpoint["tlsConfig"]["ca"] == {"secret": {"name": "my-metrics-tls", "key": "ca.crt"}}
+    docs, pod, endpoint = parts({"certificates": "none"})
+    (container,) = pod["containers"]
+    assert endpoint["scheme"] == "http" and "tlsConfig" not in endpoint
+    assert not [a for a in container["args"] if a.startswith("--metrics-cert-dir")]
+    assert "metrics-tls" not in {v["name"] for v in pod["volumes"]}
+    docs, pod, endpoint = parts({"serviceMonitor": {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}})
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
+    # Auth off: no reader, no reviews, no credentials.
+    docs, pod, endpoint = parts({"auth": False})
+    assert "authorization" not in endpoint and "--metrics-auth=false" in pod["containers"][0]["args"]
+    assert not [d for d in docs if d["metadata"]["name"].endswith("-metrics-reader")]
+    assert not any(rule in one(_operator_only(docs), "ClusterRole")["rules"] for rule in REVIEW_RULES)
+    # Another reader Secret name for the PodMonitors.
+    docs, pod, endpoint = parts({"readerSecret": "prometheus-reader"})
+    assert "--metrics-reader-secret=prometheus-reader" in pod["containers"][0]["args"]
+
+
 def _webhook(docs: list[dict]) -> tuple[dict, dict, dict]:
     hook = one(docs, "ValidatingWebhookConfiguration")
     (svc,) = [d for d in of_kind(docs, "Service") if d["metadata"]["name"].endswith("-webhook")]
@@ -306,6 +386,10 @@ BAD_VALUES = [
     ({"webhook": {"failurePolicy": "Deny"}}, "/webhook/failurePolicy"),
     ({"dashboards": {"grafana": {"namespace": "Grafana NS"}}}, "/dashboards/grafana/namespace"),
     ({"dashboards": {"console": {"enable": True}}}, "enable"),
+    ({"metrics": {"certificates": "selfSigned"}}, "/metrics/certificates"),
+    ({"metrics": {"certificates": "secret"}}, "metrics.secret.name"),
+    ({"metrics": {"auth": "yes"}}, "/metrics/auth"),
+    ({"metrics": {"readerSecret": "Reader_Secret"}}, "/metrics/readerSecret"),
 ]
 
 

@@ -19,51 +19,27 @@ from arbiter_runtime.service import RuntimeOptions
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
+from support.identities import bind_auth_delegator, grant_inferenceservice_get, service_account_token
 from support.runtime_helpers import base_config, v2_body
 
 ISVC = "credit-v1"
 DOC = {"amount": 120.0, "country": "DE"}
 
 
-def _token(core: client.CoreV1Api, namespace: str, name: str) -> str:
-    try:
-        core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
-            metadata=client.V1ObjectMeta(name=name)))
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
-    spec = client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-    return core.create_namespaced_service_account_token(
-        name, namespace, client.AuthenticationV1TokenRequest(spec=spec)).status.token
-
-
 @pytest.fixture
 def cluster_auth(control_plane: Any, namespace: str, tmp_path: pathlib.Path) -> dict[str, Any]:
     """ServiceAccounts: `runtime` (auth-delegator), `reader` (get on the InferenceService), `stranger` (nothing)."""
     api = control_plane.api_client()
-    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    runtime_token = _token(core, namespace, "runtime")
-    crb = f"{namespace}-runtime-auth-delegator"
-    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
-        metadata=client.V1ObjectMeta(name=crb),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole",
-                                  name="system:auth-delegator"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="runtime", namespace=namespace)]))
-    rbac.create_namespaced_role(namespace, client.V1Role(
-        metadata=client.V1ObjectMeta(name="call-credit"),
-        rules=[client.V1PolicyRule(api_groups=["serving.kserve.io"], resources=["inferenceservices"],
-                                   resource_names=[ISVC], verbs=["get"])]))
-    rbac.create_namespaced_role_binding(namespace, client.V1RoleBinding(
-        metadata=client.V1ObjectMeta(name="reader-calls-credit"),
-        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name="call-credit"),
-        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="reader", namespace=namespace)]))
+    runtime_token = service_account_token(api, namespace, "runtime")
+    crb = bind_auth_delegator(api, namespace, "runtime")
+    grant_inferenceservice_get(api, namespace, "reader", ISVC)
     token_file = tmp_path / "runtime-token"
     token_file.write_text(runtime_token)
     unbound_file = tmp_path / "unbound-token"
-    unbound_file.write_text(_token(core, namespace, "unbound"))
+    unbound_file.write_text(service_account_token(api, namespace, "unbound"))
     out = {
-        "reader": _token(core, namespace, "reader"),
-        "stranger": _token(core, namespace, "stranger"),
+        "reader": service_account_token(api, namespace, "reader"),
+        "stranger": service_account_token(api, namespace, "stranger"),
         "namespace": namespace,
         "env": {"ARBITER_AUTH": "true", "ARBITER_AUTH_API_URL": control_plane.server,
                 "ARBITER_AUTH_CA_FILE": str(control_plane.ca_file), "ARBITER_AUTH_TOKEN_FILE": str(token_file),
@@ -73,7 +49,7 @@ def cluster_auth(control_plane: Any, namespace: str, tmp_path: pathlib.Path) -> 
     try:
         yield out
     finally:
-        rbac.delete_cluster_role_binding(crb)
+        client.RbacAuthorizationV1Api(api).delete_cluster_role_binding(crb)
         api.close()
 
 

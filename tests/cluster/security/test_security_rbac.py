@@ -4,7 +4,9 @@ A kube-apiserver of our own (RBAC on, audit log on) gets the chart's ServiceAcco
 renders them. The operator runs authenticated as that ServiceAccount (a TokenRequest token) through the reconcile and
 promotion scenarios (an Immediate promotion, and a canary whose analysis fails and rolls back), with the KServe
 stand-in playing KServe's controller, a Prometheus stand-in answering empty vectors, and real S3 (MinIO) holding the
-weights.
+weights; its metrics endpoint (auth on, as the chart runs it) is scraped without a token, with a token of no grant
+and with one bound to the chart's metrics-reader ClusterRole, so the operator makes its TokenReviews and
+SubjectAccessReviews. The metrics-reader ClusterRole itself is judged by the authorizer: `get /metrics`, nothing else.
 The audit log then says which requests the authorizer allowed and which it forbade:
 - nothing the operator did was forbidden;
 - every (group, resource, verb) the chart grants was used, except the grants listed in NOT_EXERCISABLE with the reason
@@ -26,6 +28,7 @@ from arbiter_devenv.cluster import wait_default_service_account
 from arbiter_devenv.operator_process import OperatorProcess
 from kubernetes import client
 from support.http_stub import serving
+from support.identities import bind_to_metrics_reader, service_account_token
 from support.kubekit import raw_call
 from support.operator_kit import condition, create_dm, eventually, example, get, seed_model_storage
 from support.rbackit import (
@@ -276,13 +279,34 @@ def prometheus_url() -> Iterator[str]:
         yield url
 
 
-def _operator(identity: Identity, namespaces: list[str], tmp: pathlib.Path, prometheus: str = "") -> OperatorProcess:
+def _operator(identity: Identity, namespaces: list[str], tmp: pathlib.Path, prometheus: str = "",
+              metrics: bool = False) -> OperatorProcess:
     env = {"ARBITER_PROMETHEUS_URL": prometheus} if prometheus else {}
     return OperatorProcess(
-        identity.kubeconfig, namespaces, log_dir=tmp, env=env,
+        identity.kubeconfig, namespaces, log_dir=tmp, env=env, metrics=metrics, metrics_auth=True,
         # As the chart runs it: with leader election on a Lease in the release namespace.
         extra_args=("--log-level=debug", "--leader-elect", "--leader-election-namespace", identity.namespace),
     ).start()
+
+
+# The metrics filter's reviews: cluster-scoped, created and never stored (the chart's ClusterRole, metrics.auth).
+REVIEWS = [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+           {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}]
+METRICS_READER = "arbiter-metrics-reader"  # the chart's ClusterRole for scrapers, applied by install_chart_identity
+
+
+def _scrape_as_three_callers(admin: client.ApiClient, op: OperatorProcess, ns: str) -> None:
+    """The operator's metrics filter at work: nobody (no review), a stranger (403), a reader (200)."""
+    reader = service_account_token(admin, ns, "metrics-reader")
+    binding = bind_to_metrics_reader(admin, ns, "metrics-reader", METRICS_READER)
+    try:
+        assert op.metrics_get()[0] == 401
+        status, body = op.metrics_get(service_account_token(admin, ns, "stranger"))
+        assert status == 403 and f"system:serviceaccount:{ns}:stranger" in body, body
+        status, body = op.metrics_get(reader)
+        assert status == 200 and "arbiter_operator_reconcile_total" in body, body
+    finally:
+        client.RbacAuthorizationV1Api(admin).delete_cluster_role_binding(binding)
 
 
 def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_grant(
@@ -293,10 +317,11 @@ def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_gra
     ns = _namespace(admin, "rbac")
     seed_model_storage(s3_server, admin, ns)
     # No --namespace: all namespaces, as the chart runs it by default.
-    op = _operator(identity, [], tmp_path, prometheus_url)
+    op = _operator(identity, [], tmp_path, prometheus_url, metrics=True)
     stuck: AssertionError | None = None
     try:
         _run_scenarios(admin, ns, identity.kubeconfig)
+        _scrape_as_three_callers(admin, op, ns)
     except AssertionError as exc:
         stuck = exc  # a missing grant usually shows as a scenario that never converges: report the 403s first
     finally:
@@ -330,7 +355,7 @@ def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_
     # Only a Role in the watched namespace, and cluster-wide nothing but reading and watching that namespace.
     cluster = [r for where, r in identity.rules if where is None]
     assert cluster == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"],
-                        "resourceNames": [ns]}]
+                        "resourceNames": [ns]}, *REVIEWS]
     seed_model_storage(s3_server, admin, ns)
     op = _operator(identity, [ns], tmp_path)
     stuck: AssertionError | None = None
@@ -357,3 +382,35 @@ def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_
                if (e.get("objectRef") or {}).get("namespace") not in (None, ns) and not own_lease(e)]
     assert not outside, outside
     assert any(own_lease(e) for e in events)
+
+
+def _may(admin: client.ApiClient, user: str, groups: list[str], **attributes: Any) -> bool:
+    review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(user=user, groups=groups,
+                                                                                 **attributes))
+    return bool(client.AuthorizationV1Api(admin).create_subject_access_review(review).status.allowed)
+
+
+def test_the_metrics_reader_role_grants_get_on_metrics_and_nothing_else(audited, admin, tmp_path) -> None:
+    cp, _ = audited
+    install_chart_identity(cp, admin, tmp_path)
+    role = client.RbacAuthorizationV1Api(admin).read_cluster_role(METRICS_READER)
+    assert [(r.non_resource_ur_ls, r.verbs, r.resources, r.api_groups) for r in role.rules] == [
+        (["/metrics"], ["get"], None, None)]
+    ns = _namespace(admin, "reader")
+    binding = bind_to_metrics_reader(admin, ns, "scraper", METRICS_READER)
+    user, groups = f"system:serviceaccount:{ns}:scraper", ["system:serviceaccounts", "system:authenticated"]
+    non_resource = client.V1NonResourceAttributes
+    resource = client.V1ResourceAttributes
+    try:
+        assert _may(admin, user, groups, non_resource_attributes=non_resource(path="/metrics", verb="get"))
+        for path, verb in (("/metrics", "post"), ("/metrics", "delete"), ("/metrics/vllm", "get"),
+                           ("/healthz", "get"), ("/api", "get"), ("/metricsx", "get")):
+            assert not _may(admin, user, groups, non_resource_attributes=non_resource(path=path, verb=verb)), path
+        for group, plural, verb in (("", "pods", "list"), ("", "secrets", "get"), ("", "configmaps", "get"),
+                                    ("authentication.k8s.io", "tokenreviews", "create"),
+                                    ("serving.kserve.io", "inferenceservices", "get"),
+                                    ("arbiter.dev", "decisionmodels", "get")):
+            assert not _may(admin, user, groups, resource_attributes=resource(
+                namespace=ns, group=group, resource=plural, verb=verb)), plural
+    finally:
+        client.RbacAuthorizationV1Api(admin).delete_cluster_role_binding(binding)
