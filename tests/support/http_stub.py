@@ -3,6 +3,8 @@ apiserver's reviews, a Prometheus, a hostile upstream):
 
     with serving(Handler) as url:   # "http://127.0.0.1:<port>"
         ...
+
+and `answer(handler, status, body)` writes one whole answer from a handler's `do_GET`/`do_POST`.
 """
 
 from __future__ import annotations
@@ -22,3 +24,12 @@ def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def answer(handler: http.server.BaseHTTPRequestHandler, status: int, body: bytes,
+           content_type: str = "application/json") -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

@@ -304,10 +304,10 @@ def test_the_metrics_certificate_modes_follow_the_webhooks() -> None:
     assert "metrics-tls" not in {v["name"] for v in pod["volumes"]}
     docs, pod, endpoint = parts({"serviceMonitor": {"enabled": True, "tlsConfig": {"insecureSkipVerify": True}}})
     assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}
-    # Auth off: no reader, no reviews, no credentials.
+    # Auth off: no reader identity, no reviews, no credentials; the ClusterRole stays for the runtimes' scrapers.
     docs, pod, endpoint = parts({"auth": False})
     assert "authorization" not in endpoint and "--metrics-auth=false" in pod["containers"][0]["args"]
-    assert not [d for d in docs if d["metadata"]["name"].endswith("-metrics-reader")]
+    assert [d["kind"] for d in docs if d["metadata"]["name"].endswith("-metrics-reader")] == ["ClusterRole"]
     assert not any(rule in one(_operator_only(docs), "ClusterRole")["rules"] for rule in REVIEW_RULES)
     # Another reader Secret name for the PodMonitors.
     docs, pod, endpoint = parts({"readerSecret": "prometheus-reader"})

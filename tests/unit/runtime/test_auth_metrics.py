@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 from arbiter_runtime.service import RuntimeOptions
-from support.http_stub import serving
+from support.http_stub import answer, serving
 from support.runtime_helpers import base_config
 
 ISVC = "credit-v1"
@@ -42,12 +42,7 @@ class _Apiserver(http.server.BaseHTTPRequestHandler):
                 if name else {"authenticated": False}
         else:
             status = {"allowed": _allowed(doc["spec"])}
-        data = json.dumps({**doc, "status": status}).encode()
-        self.send_response(201)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        answer(self, 201, json.dumps({**doc, "status": status}).encode())
 
     def log_message(self, *args: object) -> None:
         pass
