@@ -394,7 +394,7 @@ def test_the_metrics_reader_role_grants_get_on_metrics_and_nothing_else(audited,
     cp, _ = audited
     install_chart_identity(cp, admin, tmp_path)
     role = client.RbacAuthorizationV1Api(admin).read_cluster_role(METRICS_READER)
-    assert [(r.non_resource_ur_ls, r.verbs, r.resources, r.api_groups) for r in role.rules] == [
+    assert [(r.non_resource_urls, r.verbs, r.resources, r.api_groups) for r in role.rules] == [
         (["/metrics"], ["get"], None, None)]
     ns = _namespace(admin, "reader")
     binding = bind_to_metrics_reader(admin, ns, "scraper", METRICS_READER)
