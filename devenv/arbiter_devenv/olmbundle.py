@@ -1,7 +1,8 @@
 """`python -m arbiter_devenv.olmbundle [--check]`: the OLM bundle and file-based catalog, generated.
 
 One source of truth, three outputs: the chart (Helm), `bundle/` (OLM's registry+v1 bundle: a ClusterServiceVersion,
-the CRD, the metrics Service, the metrics-reader ClusterRole, metadata/annotations.yaml), `bundle.Dockerfile`, and
+the CRD, the metrics Service, the metrics-reader ClusterRole, the alerts' PrometheusRule,
+metadata/annotations.yaml), `bundle.Dockerfile`, and
 `catalog/` (a file-based catalog: olm.package, olm.channel, olm.bundle). Nothing in them is written by hand:
 - the CRD is the file the pydantic models generate (crds/, `python -m arbiter_operator.api.crdgen`);
 - the RBAC and the Deployment are the chart's own templates, rendered by the real `helm` binary: the namespaced rules
@@ -279,6 +280,16 @@ def metrics_reader(root: pathlib.Path) -> dict[str, Any]:
     return role
 
 
+def prometheus_rule(root: pathlib.Path) -> dict[str, Any]:
+    """The chart's PrometheusRule (alerts on the operator and the DecisionModels' status), as OLM installs it in the
+    operator's namespace. A ServiceMonitor is not in the bundle: its TLS server name and its reader's binding name the
+    install namespace, which a bundle cannot know (docs/install.md says how to add one)."""
+    values = {**OLM_VALUES, "alerts": {"enabled": True}}
+    rule = copy.deepcopy(_one(_helm_template(root / "helm" / "arbiter", values), "PrometheusRule"))
+    rule["metadata"] = {"name": RELEASE, "labels": {NAME_LABEL: RELEASE}}
+    return rule
+
+
 def bundle_annotations() -> dict[str, str]:
     return {
         "operators.operatorframework.io.bundle.mediatype.v1": "registry+v1",
@@ -304,11 +315,13 @@ def render(root: pathlib.Path) -> dict[str, str]:
     crd_text = (root / "crds" / f"{models.GROUP}_{models.PLURAL}.yaml").read_text()
     service = metrics_service(root)
     reader = metrics_reader(root)
+    alerts = prometheus_rule(root)
     files = {
         f"bundle/manifests/{PACKAGE}.clusterserviceversion.yaml": _yaml(the_csv),
         f"bundle/manifests/{models.GROUP}_{models.PLURAL}.yaml": crd_text,
         f"bundle/manifests/{RELEASE}-metrics_v1_service.yaml": _yaml(service),
         f"bundle/manifests/{RELEASE}-metrics-reader_rbac.authorization.k8s.io_v1_clusterrole.yaml": _yaml(reader),
+        f"bundle/manifests/{RELEASE}_monitoring.coreos.com_v1_prometheusrule.yaml": _yaml(alerts),
         "bundle/metadata/annotations.yaml": _yaml({"annotations": bundle_annotations()}),
     }
     labels = "".join(f"LABEL {k}={v}\n" for k, v in bundle_annotations().items())
@@ -317,7 +330,7 @@ def render(root: pathlib.Path) -> dict[str, str]:
         "# The OLM bundle image: podman build -f bundle.Dockerfile -t <registry>/arbiter-operator-bundle:vX .\n"
         f"FROM scratch\n\n{labels}\nCOPY bundle/manifests /manifests/\nCOPY bundle/metadata /metadata/\n")
     bundle_image = f"{BUNDLE_IMAGE_REPO}:v{version}"
-    objects = [the_csv, yaml.safe_load(crd_text), service, reader]
+    objects = [the_csv, yaml.safe_load(crd_text), service, reader, alerts]
     catalog = [
         {"schema": "olm.package", "name": PACKAGE, "defaultChannel": CHANNEL,
          "description": the_csv["metadata"]["annotations"]["description"]},
