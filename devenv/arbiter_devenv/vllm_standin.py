@@ -93,6 +93,9 @@ class Behaviour:
     # the same labels decide every case alike, as a retrained champion and its challenger mostly do).
     keyed_by: str = "request"
     spread: float = 3.0  # how far apart the pseudo-logits lie: larger, more confident answers
+    # This share of cases (by the user message, so a retry of the same case fails too) gets HTTP 500: a version whose
+    # model fails on part of its inputs, so the rules decide that share of decisions.
+    fail_share: float = 0.0
 
 
 @dataclass
@@ -307,6 +310,11 @@ def build_app(state: StandinState) -> Starlette:
             key = hashlib.sha256(json.dumps(case).encode()).hexdigest()[:16]
         else:
             key = hashlib.sha256(f"{prompt}|{seed}".encode()).hexdigest()[:16]
+        if behaviour.fail_share:
+            case = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            draw = int(hashlib.sha256(json.dumps(case).encode()).hexdigest()[:8], 16) / 0x100000000
+            if draw < behaviour.fail_share:
+                return _error(500, "stand-in: injected failure on this case", "InternalServerError")
         temperature = body.get("temperature", 1.0)
         greedy = temperature == 0
         rng = random.Random(seed if seed is not None else secrets.randbits(32))
@@ -415,7 +423,8 @@ def build_app(state: StandinState) -> Starlette:
         body = await request.json()
         b = Behaviour(mode=body.get("mode", "valid"), delay_s=float(body.get("delay_s", 0.0)),
                       count=body.get("count"), distribution=body.get("distribution"),
-                      keyed_by=body.get("keyed_by", "request"), spread=float(body.get("spread", 3.0)))
+                      keyed_by=body.get("keyed_by", "request"), spread=float(body.get("spread", 3.0)),
+                      fail_share=float(body.get("fail_share", 0.0)))
         if b.mode not in ("valid", "invalid", "truncated", "slow", "failing"):
             return _error(400, f"unknown behaviour {b.mode!r}")
         if b.keyed_by not in ("request", "case"):

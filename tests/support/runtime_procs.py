@@ -32,6 +32,8 @@ BEHAVIOURS (what the stand-in upstream of one version does; the decision server 
                    200 CASES), about the same mix
     fallback       HTTP 500 on every completion: the rules decide every case (fallbackReason upstream_error;
                    the rules' labels: deny above 10000, else review)
+    fallback_30    HTTP 500 on the completions of 30% of the cases (by the input, so retries fail too): the rules
+                   decide about 30% of decisions
     down           the upstream process is stopped: the rules decide (upstream_down), readiness turns false after
                    three failed health checks; misbehave("healthy") starts it again on the same port
     schema         ignores the output constraint: every answer is rejected (schema violations of kind "format",
@@ -72,6 +74,7 @@ BEHAVIOURS: dict[str, dict[str, Any] | None] = {
     "healthy": HEALTHY,
     "disagree": {**HEALTHY, "keyed_by": "request"},
     "fallback": {**HEALTHY, "mode": "failing"},
+    "fallback_30": {**HEALTHY, "fail_share": 0.3},
     "down": None,
     "schema": {**HEALTHY, "mode": "invalid"},
     "low_confidence": {**HEALTHY, "distribution": {"approve": 1 / 3, "deny": 1 / 3, "review": 1 / 3}},
