@@ -3,10 +3,17 @@
 
     with S3Server() as s3:
         s3.client().put_object(Bucket=..., Key=..., Body=b"...")
+
+With `web_identity=OidcIssuer(...)` its STS also exchanges that OpenID provider's tokens for temporary credentials
+(AssumeRoleWithWebIdentity at `endpoint_url`, role `role_arn`, read-write on every bucket): a local control plane's
+ServiceAccount tokens, as IRSA and ROSA use them.
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
+import hashlib
 import http.client
 import os
 import pathlib
@@ -20,7 +27,7 @@ from . import _procs
 from ._procs import free_port
 from .tools import ensure_tool
 
-__all__ = ["S3Server", "S3ServerError"]
+__all__ = ["OidcIssuer", "S3Server", "S3ServerError"]
 
 
 class S3ServerError(RuntimeError):
@@ -28,10 +35,21 @@ class S3ServerError(RuntimeError):
 
 
 
+@dataclasses.dataclass(frozen=True)
+class OidcIssuer:
+    """An OpenID provider whose ID tokens the server's STS accepts as web identities."""
+
+    config_url: str  # its discovery document (/.well-known/openid-configuration), fetched at start-up
+    audience: str  # the `aud` the tokens must carry (the provider's client id)
+    ca_file: pathlib.Path | None = None  # the CA its HTTPS certificate chains to
+
+
 class S3Server:
     region = "us-east-1"
 
-    def __init__(self, *, workdir: os.PathLike[str] | str | None = None, start_timeout: float = 60.0) -> None:
+    def __init__(self, *, workdir: os.PathLike[str] | str | None = None, start_timeout: float = 60.0,
+                 web_identity: OidcIssuer | None = None) -> None:
+        self.web_identity = web_identity
         self._given_workdir = pathlib.Path(workdir) if workdir else None
         self.start_timeout = start_timeout
         self.workdir: pathlib.Path | None = None
@@ -81,6 +99,7 @@ class S3Server:
                         "HOME": str(self.workdir),
                     }
                 )
+                env.update(self._web_identity_env())
                 self._proc = _procs.spawn(
                     [str(binary), "server", "--quiet", "--address", f"127.0.0.1:{port}", str(self.workdir / "data")],
                     log_path=self.workdir / "minio.log",
@@ -94,6 +113,28 @@ class S3Server:
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def role_arn(self) -> str:
+        """The role AssumeRoleWithWebIdentity names: MinIO derives it from the client id (a hash, stable)."""
+        if self.web_identity is None:
+            raise S3ServerError("this S3 server was started without web_identity: it has no role to assume")
+        digest = hashlib.sha1(self.web_identity.audience.encode()).digest()  # MinIO's naming, not a security use
+        return f"arn:minio:iam:{self.region}::role/{base64.urlsafe_b64encode(digest).decode().rstrip('=')}"
+
+    def _web_identity_env(self) -> dict[str, str]:
+        issuer = self.web_identity
+        if issuer is None:
+            return {}
+        assert self.workdir is not None
+        if issuer.ca_file is not None:  # MinIO trusts the CAs in its certs directory's CAs/ for outgoing TLS too
+            cas = self.workdir / ".minio" / "certs" / "CAs"
+            cas.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(issuer.ca_file, cas / "issuer-ca.crt")
+        return {"MINIO_IDENTITY_OPENID_CONFIG_URL": issuer.config_url,
+                "MINIO_IDENTITY_OPENID_CLIENT_ID": issuer.audience,
+                # One role for every token of the issuer; the tokens' own claims pick no policy.
+                "MINIO_IDENTITY_OPENID_ROLE_POLICY": "readwrite"}
 
     def _wait_ready(self, port: int) -> bool:
         assert self.workdir is not None
