@@ -6,9 +6,9 @@
   simulated A100 nodes and pod lifecycles, the real KServe controller with its webhooks), each component under a
   client certificate of its own, so every request is attributed to the identity that made it; upstream CRDs
   (KServe's, Route, ModelRegistry) and Arbiter's CRD;
-- MinIO with the example model's files (config.json + weights), and a KServe `storage-config` Secret in each
-  namespace: the operator checks artifacts on S3 as it does in real use (an s3:// storageUri, not pvc://, whose
-  check is skipped as not checkable);
+- the S3 server (SeaweedFS) with the example model's files (config.json + weights), and a KServe `storage-config`
+  Secret in each namespace: the operator checks artifacts on S3 as it does in real use (an s3:// storageUri, not
+  pvc://, whose check is skipped as not checkable);
 - the operator as a separate process (`python -m arbiter_operator`, OperatorProcess) under its own ServiceAccount
   token, so its API requests can be told apart from the driver's, KServe's and the cluster's.
 
@@ -400,7 +400,7 @@ class Watcher:
 
 
 class Stack:
-    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + MinIO + operator; see the module
+    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + S3 server + operator; see the module
     docstring.
 
     `operator_namespaces` are watched by the operator; `extra_namespaces` only get the storage Secret and the
@@ -483,7 +483,7 @@ class Stack:
             labels = {SHARD_LABEL: str(i % self.shards)} if self.shards and ns in self.op_namespaces else {}
             core.create_namespace({"metadata": {"name": ns, "labels": labels}})
             core.create_namespaced_secret(ns, secret)
-        log(f"MinIO + {len(self.namespaces)} namespaces in {time.monotonic() - t:.1f}s")
+        log(f"S3 server + {len(self.namespaces)} namespaces in {time.monotonic() - t:.1f}s")
         return self
 
     def start_operator(self) -> OperatorProcess | Shards:

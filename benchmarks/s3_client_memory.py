@@ -1,6 +1,6 @@
 """What the operator's S3 reads cost in memory: RSS of a fresh process before and after its first artifact check.
 
-Starts MinIO (the devenv's S3Server) holding a small model directory, then, for each client, a fresh Python process
+Starts the devenv's S3Server (SeaweedFS) holding a small model directory, then, for each client, a fresh Python process
 that imports what the operator imports anyway (kopf, kubernetes, httpx, pydantic, the Kubernetes client and the pure
 artifact checks), reads its RSS, imports the S3 client, makes the reads of one artifact check (the listing, then
 config.json, the safetensors index and tokenizer.json), reads RSS again, then repeats those reads 50 times (connection
@@ -187,7 +187,7 @@ def child(kind: str) -> dict[str, float]:
     return asyncio.run(run())
 
 
-# ---- the parent: MinIO, the model directory, one child per client ----------------------------------------------
+# ---- the parent: the S3 server, the model directory, one child per client ---------------------------------------
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,20 +1,23 @@
-"""A real S3 server for tests and the local run: MinIO, built from its Go module (hack/tools/minio), on a free
-127.0.0.1 port with freshly generated credentials and a throwaway data directory.
+"""A real S3 server for tests and the local run: SeaweedFS (Apache-2.0), built from its Go module
+(hack/tools/seaweedfs), its single-process `weed mini` (master, volume server, filer and S3 gateway) on free
+127.0.0.1 ports with freshly generated credentials and a throwaway data directory. docs/devenv.md says why SeaweedFS
+and what was checked.
 
     with S3Server() as s3:
         s3.client().put_object(Bucket=..., Key=..., Body=b"...")
 
 With `web_identity=OidcIssuer(...)` its STS also exchanges that OpenID provider's tokens for temporary credentials
-(AssumeRoleWithWebIdentity at `endpoint_url`, role `role_arn`, read-write on every bucket): a local control plane's
-ServiceAccount tokens, as IRSA and ROSA use them.
+(AssumeRoleWithWebIdentity at `endpoint_url`) for the role `role_arn`, whose trust policy admits the tokens of the
+issuer with the given audience and subjects (read-write on every bucket): a local control plane's ServiceAccount
+tokens, as IRSA and ROSA use them.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import http.client
+import json
 import os
 import pathlib
 import secrets
@@ -29,19 +32,33 @@ from .tools import ensure_tool
 
 __all__ = ["OidcIssuer", "S3Server", "S3ServerError"]
 
+ROLE_NAME = "web-identity"
+ACCOUNT = "000000000000"
+PROVIDER = "kubernetes"
+
 
 class S3ServerError(RuntimeError):
     pass
-
 
 
 @dataclasses.dataclass(frozen=True)
 class OidcIssuer:
     """An OpenID provider whose ID tokens the server's STS accepts as web identities."""
 
-    config_url: str  # its discovery document (/.well-known/openid-configuration), fetched at start-up
+    issuer: str  # the tokens' `iss`
+    jwks_url: str  # its signing keys (the discovery document's jwks_uri)
     audience: str  # the `aud` the tokens must carry (the provider's client id)
+    subjects: tuple[str, ...]  # the `sub`s the role's trust policy admits
     ca_file: pathlib.Path | None = None  # the CA its HTTPS certificate chains to
+
+
+# What `weed mini` would otherwise start or call: the WebDAV gateway, the admin UI, the Iceberg and Lance catalogs,
+# the telemetry report.
+_OFF = ("-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false")
+# Every listener `weed mini` opens, each given a free port (its defaults are fixed ports, and the gRPC ones follow
+# from the HTTP ones: two servers on one machine would collide).
+_PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+          "s3.port", "s3.port.grpc")
 
 
 class S3Server:
@@ -71,94 +88,112 @@ class S3Server:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    @property
+    def role_arn(self) -> str:
+        """The role AssumeRoleWithWebIdentity names."""
+        if self.web_identity is None:
+            raise S3ServerError("this S3 server was started without web_identity: it has no role to assume")
+        return f"arn:aws:iam::{ACCOUNT}:role/{ROLE_NAME}"
+
     def start(self) -> S3Server:
         if self._proc is not None:
             return self
-        binary = ensure_tool("minio")
+        binary = ensure_tool("seaweedfs")
         self.workdir = self._given_workdir or pathlib.Path(tempfile.mkdtemp(prefix="arbiter-s3-"))
         if self._given_workdir is None:
             _procs.guard_dir(self.workdir)
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         self.access_key = "arbiter" + secrets.token_hex(6)
         self.secret_key = secrets.token_urlsafe(30)
+        config = self._write_config()
         _procs.register(self, self.stop)
         try:
             for _attempt in range(3):
-                port = free_port()
-                self.endpoint_url = f"http://127.0.0.1:{port}"
+                ports = {name: free_port() for name in _PORTS}
+                self.endpoint_url = f"http://127.0.0.1:{ports['s3.port']}"
                 env = dict(os.environ)
-                env.update(
-                    {
-                        "MINIO_ROOT_USER": self.access_key,
-                        "MINIO_ROOT_PASSWORD": self.secret_key,
-                        "MINIO_SITE_REGION": self.region,
-                        "MINIO_BROWSER": "off",  # no web console: one port, nothing to bind by accident
-                        "MINIO_UPDATE": "off",
-                        "MINIO_CALLHOME_ENABLE": "off",
-                        # Keep MinIO's own config under the work dir, not ~/.minio.
-                        "HOME": str(self.workdir),
-                    }
-                )
-                env.update(self._web_identity_env())
-                self._proc = _procs.spawn(
-                    [str(binary), "server", "--quiet", "--address", f"127.0.0.1:{port}", str(self.workdir / "data")],
-                    log_path=self.workdir / "minio.log",
-                    env=env,
-                )
-                if self._wait_ready(port):
+                # Its configuration files (security.toml, filer.toml) are looked for in ., ~/.seaweedfs and /etc:
+                # only the work dir's, which holds none.
+                env["HOME"] = str(self.workdir)
+                argv = [str(binary), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                        *(f"-{name}={port}" for name, port in ports.items()), *_OFF,
+                        f"-s3.config={config}", "-s3.allowDeleteBucketNotEmpty=true", "-s3.autoCreateBucket=false"]
+                if self.web_identity is not None:
+                    argv.append(f"-s3.iam.config={config}")
+                self._proc = _procs.spawn(argv, log_path=self.workdir / "seaweedfs.log", env=env, cwd=self.workdir)
+                if self._wait_ready(ports["s3.port"]):
                     return self
                 _procs.terminate(self._proc)
                 self._proc = None
-            raise S3ServerError(f"MinIO did not start; log in {self.workdir / 'minio.log'}")
+            raise S3ServerError(f"SeaweedFS did not start; log in {self.workdir / 'seaweedfs.log'}")
         except BaseException:
             self.stop()
             raise
 
-    @property
-    def role_arn(self) -> str:
-        """The role AssumeRoleWithWebIdentity names: MinIO derives it from the client id (a hash, stable)."""
-        if self.web_identity is None:
-            raise S3ServerError("this S3 server was started without web_identity: it has no role to assume")
-        digest = hashlib.sha1(self.web_identity.audience.encode()).digest()  # MinIO's naming, not a security use
-        return f"arn:minio:iam:{self.region}::role/{base64.urlsafe_b64encode(digest).decode().rstrip('=')}"
-
-    def _web_identity_env(self) -> dict[str, str]:
-        issuer = self.web_identity
-        if issuer is None:
-            return {}
+    def _write_config(self) -> pathlib.Path:
+        """The S3 gateway's identities (one admin, these keys) and, with a web identity, its STS, the OpenID
+        provider, one role and its policy."""
         assert self.workdir is not None
-        if issuer.ca_file is not None:  # MinIO trusts the CAs in its certs directory's CAs/ for outgoing TLS too
-            cas = self.workdir / ".minio" / "certs" / "CAs"
-            cas.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(issuer.ca_file, cas / "issuer-ca.crt")
-        return {"MINIO_IDENTITY_OPENID_CONFIG_URL": issuer.config_url,
-                "MINIO_IDENTITY_OPENID_CLIENT_ID": issuer.audience,
-                # One role for every token of the issuer; the tokens' own claims pick no policy.
-                "MINIO_IDENTITY_OPENID_ROLE_POLICY": "readwrite"}
+        doc: dict[str, Any] = {"identities": [{
+            "name": "arbiter-admin", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+            "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}
+        issuer = self.web_identity
+        if issuer is not None:
+            provider: dict[str, Any] = {"issuer": issuer.issuer, "clientId": issuer.audience,
+                                        "jwksUri": issuer.jwks_url}
+            if issuer.ca_file is not None:
+                provider["tlsCaCert"] = str(pathlib.Path(issuer.ca_file).resolve())
+            doc.update({
+                "sts": {"tokenDuration": "1h", "maxSessionLength": "12h", "issuer": "arbiter-test-sts",
+                        "signingKey": base64.b64encode(secrets.token_bytes(32)).decode()},
+                "policy": {"defaultEffect": "Deny", "storeType": "memory"},
+                "providers": [{"name": PROVIDER, "type": "oidc", "enabled": True, "config": provider}],
+                "policies": [{"name": "read-write", "document": {"Version": "2012-10-17", "Statement": [
+                    {"Effect": "Allow", "Action": ["s3:*"], "Resource": ["*"]}]}}],
+                "roles": [{"roleName": ROLE_NAME, "roleArn": self.role_arn, "attachedPolicies": ["read-write"],
+                           "trustPolicy": {"Version": "2012-10-17", "Statement": [{
+                               "Effect": "Allow", "Principal": {"Federated": PROVIDER},
+                               "Action": ["sts:AssumeRoleWithWebIdentity"],
+                               "Condition": {"StringEquals": {"oidc:sub": list(issuer.subjects)}}}]}}],
+            })
+        path = self.workdir / "s3.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh)
+        return path
 
     def _wait_ready(self, port: int) -> bool:
+        """Up when the gateway answers a signed ListBuckets (its filer and volume server behind it are up too)."""
         assert self.workdir is not None
         deadline = time.monotonic() + self.start_timeout
+        log = self.workdir / "seaweedfs.log"
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                log = (self.workdir / "minio.log").read_text(errors="replace")
-                if "already in use" in log or "bind:" in log:
+                text = log.read_text(errors="replace")
+                if "address already in use" in text or "bind:" in text:
                     return False
-                raise S3ServerError(
-                    f"MinIO exited with code {self._proc.returncode}; last log lines:\n"
-                    + "\n".join(log.splitlines()[-20:])
-                )
+                raise S3ServerError(f"SeaweedFS exited with code {self._proc.returncode}; last log lines:\n"
+                                    + "\n".join(text.splitlines()[-20:]))
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                conn.request("GET", "/minio/health/ready")
+                conn.request("GET", "/healthz")
                 status = conn.getresponse().status
                 conn.close()
-                if status == 200:
+                if status == 200 and self._answers():
                     return True
             except (OSError, http.client.HTTPException):
                 pass
             time.sleep(0.1)
-        raise S3ServerError(f"MinIO not ready after {self.start_timeout:.0f}s; log in {self.workdir / 'minio.log'}")
+        raise S3ServerError(f"SeaweedFS not ready after {self.start_timeout:.0f}s; log in {log}")
+
+    def _answers(self) -> bool:
+        import botocore.exceptions
+
+        try:
+            self.client().list_buckets()
+            return True
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError):
+            return False
 
     def stop(self) -> None:
         _procs.terminate(self._proc)
@@ -170,7 +205,7 @@ class S3Server:
         self.workdir = None
 
     def client(self) -> Any:
-        """A boto3 S3 client for this server (path-style addressing, as MinIO on an IP address needs)."""
+        """A boto3 S3 client for this server (path-style addressing, as a server on an IP address needs)."""
         import boto3
         from botocore.config import Config
 

@@ -1,5 +1,5 @@
-"""CI smoke test of benchmarks/s3_client_memory.py: one fresh process per S3 client against MinIO, the table printed
-and the JSON written. No figure is asserted here: they belong in docs/benchmarks.md."""
+"""CI smoke test of benchmarks/s3_client_memory.py: one fresh process per S3 client against the S3 server
+(SeaweedFS), the table printed and the JSON written. No figure is asserted here: they belong in docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.timeout(300)]
 def test_s3_client_memory_runs_every_client_and_reports(tmp_path):
     from arbiter_devenv.tools import ensure_tool
 
-    ensure_tool("minio")
+    ensure_tool("seaweedfs")
     out = tmp_path / "s3.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "s3_client_memory.py"), "--compare",
                            "--repetitions", "1", "--out", str(out)], cwd=REPO, capture_output=True, text=True,

@@ -8,9 +8,9 @@ with them, and a TokenRequest gives a ServiceAccount's token with the STS's audi
   AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ENDPOINT_URL_STS), from the Secret on the real apiserver;
 - the runtime's S3 audit (boto3) writes under object-lock retention with the environment the operator renders from
   spec.serving.awsWebIdentity;
-- an expired token (signed by the cluster's key, its `exp` passed) and a token of another audience are a clear
-  Unknown verdict (resp. records kept, the failure named as the credentials'), never a crash nor a settled verdict,
-  and a current token afterwards works.
+- an expired token (signed by the cluster's key, its `exp` passed), a token of another audience and one of a
+  ServiceAccount the role's trust policy does not name are a clear Unknown verdict (resp. records kept, the failure
+  named as the credentials'), never a crash nor a settled verdict, and a current token afterwards works.
 """
 
 from __future__ import annotations
@@ -49,10 +49,9 @@ DISCOVERY_BINDING = "arbiter-test-service-account-issuer-discovery"
 
 
 @pytest.fixture(scope="module")
-def issuer(control_plane):
-    """The cluster's ServiceAccount issuer, readable anonymously on loopback (what an identity provider fetches)."""
-    if getattr(control_plane, "workdir", None) is None:
-        pytest.skip("needs the local control plane: its issuer's keys on loopback and its signing key")
+def issuer(control_plane, account):
+    """The cluster's ServiceAccount issuer, readable anonymously on loopback (what an identity provider fetches), and
+    the one ServiceAccount the S3 server's role trusts."""
     api = control_plane.api_client()
     rbac = k8s.RbacAuthorizationV1Api(api)
     binding = {"metadata": {"name": DISCOVERY_BINDING},
@@ -66,7 +65,9 @@ def issuer(control_plane):
         ctx = ssl.create_default_context(cafile=str(control_plane.ca_file))
         doc = json.load(urllib.request.urlopen(config_url, context=ctx, timeout=10))  # anonymously, as STS reads it
         assert doc["jwks_uri"] == f"{control_plane.server}/openid/v1/jwks"
-        yield OidcIssuer(config_url=config_url, audience=AUDIENCE, ca_file=control_plane.ca_file)
+        _, ns, name = account
+        yield OidcIssuer(issuer=doc["issuer"], jwks_url=doc["jwks_uri"], audience=AUDIENCE,
+                         subjects=(f"system:serviceaccount:{ns}:{name}",), ca_file=control_plane.ca_file)
     finally:
         rbac.delete_cluster_role_binding(DISCOVERY_BINDING)
         api.close()
@@ -82,6 +83,8 @@ def sts_s3(issuer):
 @pytest.fixture(scope="module")
 def account(control_plane):
     """A namespace and the ServiceAccount whose tokens are the web identity; (core API, namespace, name)."""
+    if getattr(control_plane, "workdir", None) is None:
+        pytest.skip("needs the local control plane: its issuer's keys on loopback and its signing key")
     api = control_plane.api_client()
     core = k8s.CoreV1Api(api)
     ns = f"webid-{uuid.uuid4().hex[:8]}"
@@ -97,6 +100,18 @@ def token(account, audience: str = AUDIENCE) -> str:
     answer = core.create_namespaced_service_account_token(
         name, ns, {"spec": {"audiences": [audience], "expirationSeconds": 3600}})
     return answer.status.token
+
+
+def stranger(account):
+    """Another ServiceAccount of the namespace: its tokens are the cluster's, but the role's trust policy names only
+    the account's."""
+    core, ns, _ = account
+    try:
+        core.create_namespaced_service_account(ns, {"metadata": {"name": "stranger"}})
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    return core, ns, "stranger"
 
 
 def expired(control_plane, account) -> str:
@@ -203,11 +218,14 @@ async def test_the_artifact_check_reads_with_the_operators_web_identity_only(web
 
 
 @on_the_session_loop
-@pytest.mark.parametrize("bad", ["expired", "another audience"])
+@pytest.mark.parametrize("bad", ["expired", "another audience", "another account"])
 async def test_a_token_sts_refuses_is_unknown_naming_it_and_passes_once_current(web_identity, control_plane, account,
                                                                                  sts_s3, model_bucket, bad):
     keyless_storage_config(account, sts_s3, model_bucket)
-    web_identity.write_text(expired(control_plane, account) if bad == "expired" else token(account, "someone-else"))
+    bad_token = {"expired": lambda: expired(control_plane, account),
+                 "another audience": lambda: token(account, "someone-else"),
+                 "another account": lambda: token(stranger(account))}[bad]()
+    web_identity.write_text(bad_token)
     own = OwnCredentials()
     obs, cond = await check(account, own, model_bucket)
     assert (cond.status, cond.reason) == ("Unknown", "StorageCredentialsInvalid")
