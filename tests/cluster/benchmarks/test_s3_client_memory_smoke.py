@@ -23,7 +23,8 @@ def test_s3_client_memory_runs_every_client_and_reports(tmp_path):
                           timeout=240)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     results = json.loads(out.read_text())["results"]
-    assert set(results) == {"operator", "boto3-full", "boto3-trimmed", "boto3-trimmed-endpoints"}
+    assert set(results) == {"operator", "operator-web-identity", "boto3-full", "boto3-trimmed",
+                            "boto3-trimmed-endpoints"}
     for kind, figures in results.items():
         assert f"| {kind} |" in proc.stdout
         assert figures["base_mib"] <= figures["imported_mib"] and figures["first_check_mib"] > 0
