@@ -198,8 +198,11 @@ class DecisionModelSpec(_Model):
 # Rules for classes defined in api/promotion.py (owned elsewhere): crdgen attaches them to the schema there.
 EXTRA_VALIDATIONS: dict[type[BaseModel], list[JsonDict]] = {
     Analysis: [
-        _cel("self.mode == 'Sequential' || !has(self.sequential)", SEQUENTIAL_NEEDS_MODE, ".sequential"),
-        _cel("self.mode != 'Sequential' || self.failureLimit == 0", SEQUENTIAL_FAILURE_LIMIT, ".failureLimit"),
+        # has(): the apiserver also checks the rules against the schema's default object, where no field is set.
+        _cel("!has(self.sequential) || (has(self.mode) && self.mode == 'Sequential')", SEQUENTIAL_NEEDS_MODE,
+             ".sequential"),
+        _cel("!has(self.mode) || self.mode != 'Sequential' || !has(self.failureLimit) || self.failureLimit == 0",
+             SEQUENTIAL_FAILURE_LIMIT, ".failureLimit"),
     ],
     PromoteSpec: [
         _cel(

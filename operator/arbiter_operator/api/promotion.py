@@ -93,20 +93,20 @@ class EffectSizes(_Model):
     than this, once the evidence shows it, rolls the candidate back; evidence of none passes the step early."""
 
     slowDecisionRate: float = Field(
-        0.01, gt=0, le=1,
-        description="The p95LatencyMs gate: extra share of decisions slower than the p95 bound (0.01: one more in a "
-        "hundred).",
+        0.0025, gt=0, le=1,
+        description="The p95LatencyMs gate: extra share of decisions slower than the p95 bound (0.0025: one more in "
+        "four hundred).",
     )
     errorRate: float = Field(0.005, gt=0, le=1, description="Extra share of failed decisions.")
     fallbackRate: float = Field(
-        0.01, gt=0, le=1, description="Extra share of decisions handed to the fallback rules (also per reason)."
+        0.005, gt=0, le=1, description="Extra share of decisions handed to the fallback rules (also per reason)."
     )
     lowConfidenceRate: float = Field(0.03, gt=0, le=1, description="Extra share of low-confidence decisions.")
     schemaViolationRate: float = Field(
         0.01, gt=0, le=MAX_VIOLATIONS_PER_DECISION, description="Extra rejected model answers per decision."
     )
     decisionMixShift: float = Field(
-        0.05, gt=0, le=1, description="Largest move of any label's share of decisions, either way."
+        0.03, gt=0, le=1, description="Largest move of any label's share of decisions, either way."
     )
 
 

@@ -102,6 +102,7 @@ class Look:
     final: bool  # the hold is over
     need: float  # decisions each version must show before a pass
     elapsed: float  # seconds of evidence so far
+    project: bool = True  # say when a verdict should come (the simulation benchmark, judging only, skips it)
 
 
 def _rates(q: AnalysisQuery, values: Mapping[str, Any], p95: float | None) -> list[Rate]:
@@ -141,10 +142,10 @@ def _rates(q: AnalysisQuery, values: Mapping[str, Any], p95: float | None) -> li
     return out
 
 
-def _projection(decides: Callable[[float], bool], decisions: float, elapsed: float) -> tuple[float | None,
-                                                                                             float | None]:
+def _projection(decides: Callable[[float], bool], decisions: float, look: Look) -> tuple[float | None, float | None]:
     """(candidate decisions a verdict needs, seconds until then at the traffic seen) if the rates stay as seen."""
-    if decisions <= 0:
+    elapsed = look.elapsed
+    if decisions <= 0 or not look.project:
         return None, None
     k = growth_for_verdict(decides)
     if k is None:
@@ -187,7 +188,7 @@ def _rate_check(r: Rate, look: Look) -> CheckResult:
     v = verdict_of(d, r.tolerated, r.share_bound)
     enough = min(cand.trials, stable.trials) >= look.need
     over = d.estimate > r.tolerated or (r.share_bound is not None and (cand.rate or 0.0) > r.share_bound)
-    needed, seconds = _projection(decides, cand.trials, look.elapsed)
+    needed, seconds = _projection(decides, cand.trials, look)
     evidence = GateEvidence(estimate=d.estimate, lower=d.lower, upper=d.upper, tolerated=r.tolerated, alpha=look.alpha,
                             decisions=cand.trials, stableDecisions=stable.trials, decisionsNeeded=needed,
                             secondsToVerdict=seconds)
@@ -238,7 +239,7 @@ def _mix_check(q: AnalysisQuery, values: Mapping[str, Any], look: Look, tolerate
     d = diffs[at] if at is not None else None
     shift = abs(d.estimate) if d else None
     enough = min(ct, st) >= look.need
-    needed, seconds = _projection(decides, ct, look.elapsed)
+    needed, seconds = _projection(decides, ct, look)
     evidence = GateEvidence(estimate=d.estimate if d else None, lower=d.lower if d else None,
                             upper=d.upper if d else None, tolerated=tolerated, alpha=look.alpha, decisions=ct,
                             stableDecisions=st, decisionsNeeded=needed, secondsToVerdict=seconds)
@@ -272,7 +273,7 @@ def _agreement_check(q: AnalysisQuery, values: Mapping[str, Any], look: Look) ->
         return v == "worse" or (n * k >= need and (v == "fine" or (look.final and (share.rate or 0.0) >= floor)))
 
     v, lo, hi = floor_verdict(share, floor, look.alpha)
-    needed, seconds = _projection(decides, n, look.elapsed)
+    needed, seconds = _projection(decides, n, look)
     evidence = GateEvidence(estimate=share.rate, lower=lo, upper=hi, tolerated=floor, alpha=look.alpha, decisions=n,
                             decisionsNeeded=needed, secondsToVerdict=seconds)
     head = f"shadow agreement {pct(share.rate)} [{pct(lo)}, {pct(hi)}] of {n:.0f} compared"
@@ -285,13 +286,14 @@ def _agreement_check(q: AnalysisQuery, values: Mapping[str, Any], look: Look) ->
                 "min")
 
 
-def sequential_checks(q: AnalysisQuery, values: Mapping[str, Any], p95: float | None) -> list[CheckResult]:
-    """The counted gates of one Sequential look, in status order."""
+def sequential_checks(q: AnalysisQuery, values: Mapping[str, Any], p95: float | None,
+                      project: bool = True) -> list[CheckResult]:
+    """The counted gates of one Sequential look, in status order (`project`: with when each verdict should come)."""
     assert q.sequential is not None
     rates = _rates(q, values, p95)
     gates = len(rates) + (1 if q.stable is not None else 0) + (1 if q.shadow else 0)
     look = Look(alpha=q.sequential.gate_alpha(gates), final=q.final, need=max(1, q.min_requests),
-                elapsed=float(q.window_seconds))
+                elapsed=float(q.window_seconds), project=project)
     rows = [_rate_check(r, look) for r in rates]
     if q.stable is not None:
         rows.append(_mix_check(q, values, look, q.sequential.effect.decisionMixShift))
@@ -312,18 +314,31 @@ def judge_sequential(q: AnalysisQuery, values: Mapping[str, Any], others: list[C
     numbers = (f"{Side(values, '').decisions() or 0:.0f} decisions since the step began ({q.stable} "
                f"{stable or 0:.0f}), p95 {fmt(p95, 'ms')}; falseRollbackRate {pct(q.sequential.false_rollback_rate)}, "
                f"{pct(alpha)} per gate")
-    failed = [c.message for c in checks if c.verdict == "Fail"]
-    if failed:
+    verdict = look_verdict(checks, q.final)
+    if verdict == "Fail":
+        failed = [c.message for c in checks if c.verdict == "Fail"]
         return AnalysisRun(verdict="Fail", message=f"{q.version}: {'; '.join(failed)}: {numbers}", **common)
-    missing = [c.name for c in checks if c.verdict == "NoData"]
-    if missing:
+    if verdict == "Inconclusive":
+        missing = [c.name for c in checks if c.verdict == "NoData"]
         return AnalysisRun(verdict="Inconclusive", message=f"{q.version}: no data for {', '.join(missing)}: {numbers}",
                            **common)
-    pending = [c.message for c in checks if c.verdict == "Pending"]
-    if pending:
+    if verdict != "Pass":
+        pending = [c.message for c in checks if c.verdict == "Pending"]
         word = "not enough evidence at the end of the hold" if q.final else "evidence so far"
-        return AnalysisRun(verdict="NoData" if q.final else "Pending",
-                           message=f"{q.version}: {word}: {'; '.join(pending)}: {numbers}", **common)
+        return AnalysisRun(verdict=verdict, message=f"{q.version}: {word}: {'; '.join(pending)}: {numbers}", **common)
     how = "at the end of the hold" if q.final else "before the end of the hold"
     return AnalysisRun(verdict="Pass", message=f"{q.version}: every gate passed {how}: {numbers}; "
                        + "; ".join(c.message for c in checks), **common)
+
+
+def look_verdict(checks: list[CheckResult], final: bool) -> str:
+    """The verdict of one Sequential look from its rows: Fail on any failed gate; Inconclusive while a gate has no
+    data; Pass when every gate passed; else Pending before the end of the hold, NoData after it."""
+    verdicts = {c.verdict for c in checks}
+    if "Fail" in verdicts:
+        return "Fail"
+    if "NoData" in verdicts:
+        return "Inconclusive"
+    if "Pending" in verdicts:
+        return "NoData" if final else "Pending"
+    return "Pass"

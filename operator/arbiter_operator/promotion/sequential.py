@@ -43,11 +43,12 @@ def _log_mixture(hits: float, trials: float) -> float:
             - _LOG_BETA_PRIOR)
 
 
-def _root(f: Callable[[float], float], df: Callable[[float], float], lo: float, hi: float) -> float:
-    """The root of f in [lo, hi], where f(lo) and f(hi) have opposite signs: Newton steps kept inside the bracket,
-    bisection where a step would leave it, until f is zero to 1e-10 or the bracket is as narrow as floats go."""
-    f_lo = f(lo)
-    x = (lo + hi) / 2
+def _root(f: Callable[[float], float], df: Callable[[float], float], lo: float, hi: float, f_lo: float,
+          guess: float) -> float:
+    """The root of f in [lo, hi], where f(lo) and f(hi) have opposite signs: Newton steps from `guess` kept inside
+    the bracket, bisection where a step would leave it, until f is zero to 1e-10 or the bracket is as narrow as
+    floats go."""
+    x = guess if lo < guess < hi else (lo + hi) / 2
     for _ in range(200):
         fx = f(x)
         if abs(fx) < 1e-10:
@@ -86,10 +87,14 @@ def interval(hits: float, trials: float, alpha: float) -> tuple[float, float]:
     # Beyond these the interval reaches 0 or 1 (as far as floats tell): its end is 0 or 1 when f is still positive.
     tiny, most = 1e-300, 1.0 - 2**-52
     centre = min(max(hits / trials, tiny), most)
-    if f(centre) <= 0:  # only where rounding ate the counts (f is positive at the observed rate)
+    top = f(centre)
+    if top <= 0:  # only where rounding ate the counts (f is positive at the observed rate)
         return centre, centre
-    lower = 0.0 if hits == 0 or f(tiny) >= 0 else _root(f, df, tiny, centre)
-    upper = 1.0 if misses == 0 or f(most) >= 0 else _root(f, df, centre, most)
+    # The normal approximation's ends start the search: f is nearly quadratic around the rate.
+    half = math.sqrt(2 * top * centre * (1 - centre) / trials)
+    f_tiny, f_most = f(tiny), f(most)
+    lower = 0.0 if hits == 0 or f_tiny >= 0 else _root(f, df, tiny, centre, f_tiny, centre - half)
+    upper = 1.0 if misses == 0 or f_most >= 0 else _root(f, df, centre, most, top, centre + half)
     return lower, upper
 
 
