@@ -25,7 +25,7 @@ PROGRAMS = {  # extra -> (lock file, the code it runs)
     "kubectl": ("kubectl.txt", [REPO / "operator" / "arbiter_operator" / "cli"]),
 }
 OWN = {"arbiter_operator", "arbiter_runtime", "arbiter_devenv"}
-# What each image must not carry: the other program's server or cluster stack.
+# What each image must not hold: the other program's server or cluster stack.
 FORBIDDEN = {
     "operator": {"starlette", "uvicorn", "httptools", "fastjsonschema", "boto3", "s3transfer"},
     "runtime": {"kopf", "kubernetes", "msgspec", "defusedxml", "httpx"},
