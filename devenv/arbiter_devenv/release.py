@@ -187,6 +187,12 @@ def krew(root: pathlib.Path, rel: Release, wheel: pathlib.Path, platforms: list[
          url: str) -> list[pathlib.Path]:
     dest = rel.out / "krew"
     dest.mkdir(parents=True, exist_ok=True)
+    lock = root / "requirements" / "kubectl.txt"
+    # pip judges environment markers by the machine it runs on, not the target platform: one set for every platform.
+    marked = re.findall(r"^[A-Za-z0-9].*;.*$", lock.read_text(), re.MULTILINE)
+    if marked:
+        raise SystemExit(f"{lock.relative_to(root)} has platform markers ({marked[0]}): the krew archives cannot be "
+                         "built for other platforms from it")
     manifest = yaml.safe_load((root / "plugins" / "krew" / "arbiter.yaml").read_text())
     manifest["spec"]["version"] = f"v{rel.version}"
     entries, archives = [], []
@@ -196,7 +202,7 @@ def krew(root: pathlib.Path, rel: Release, wheel: pathlib.Path, platforms: list[
             stage = pathlib.Path(tmp)
             for python in pythons:  # one tree: pure files agree, extension modules differ by their ABI suffix
                 part = stage / f"py{python}"
-                _pip_target(wheel, root / "requirements" / "kubectl.txt", part, PLATFORMS[platform], python)
+                _pip_target(wheel, lock, part, PLATFORMS[platform], python)
                 shutil.copytree(part, stage / "lib", dirs_exist_ok=True)
                 shutil.rmtree(part)
             launcher = stage / "kubectl-arbiter"
