@@ -42,12 +42,12 @@ from arbiter_devenv import olmbundle
 from arbiter_devenv.generated import write_or_check
 from arbiter_devenv.tools import ensure_tool, repo_root
 
-# krew platform -> the wheel platform tags pip may install for it (glibc 2.17+ Linux, macOS 11+ on arm64, 10.12+
-# on Intel).
+# krew platform -> the wheel platform tags pip may install for it (and the older ones pip derives from each): Linux
+# with glibc 2.17 or later, macOS 11 or later.
 PLATFORMS: dict[str, tuple[str, ...]] = {
     "linux/amd64": ("manylinux_2_28_x86_64", "manylinux2014_x86_64"),
     "linux/arm64": ("manylinux_2_28_aarch64", "manylinux2014_aarch64"),
-    "darwin/amd64": ("macosx_10_12_x86_64",),
+    "darwin/amd64": ("macosx_11_0_x86_64",),
     "darwin/arm64": ("macosx_11_0_arm64",),
 }
 PYTHONS = ("3.11", "3.12", "3.13")
