@@ -5,7 +5,7 @@ promotion.evidence for the Sequential one), on the counts Prometheus's counters 
 
 The canary is spec.promote's default (steps 10% and 50%, each held 300 s; progressDeadlineSeconds 1800) with a p95
 bound of 100 ms; the Windowed mode at its defaults (intervalSeconds 60, minRequests 50, the default bounds), the
-Sequential mode at its defaults (lookSeconds 5, the default effect sizes) with falseRollbackRate alpha. Traffic: the
+Sequential mode at its defaults (lookSeconds 3, the default effect sizes) with falseRollbackRate alpha. Traffic: the
 candidate decides R decisions/s at every step, the stable version the rest of the model's traffic at the step's
 weight (9R at 10%, R at 50%). Both versions behave as BASE (the A/A canaries), or the candidate as one of REGRESSIONS.
 
@@ -38,7 +38,7 @@ from arbiter_runtime.metrics import LATENCY_BUCKETS
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LABELS = ("approve", "review", "deny")
 P95_BOUND_MS = 100
-CHUNK = 5  # seconds of traffic per simulated chunk: the Sequential mode's look; the Windowed interval is 12 of them
+CHUNK = 1  # seconds of traffic per simulated chunk (a look falls on a whole number of them)
 
 
 @dataclass(frozen=True)

@@ -93,9 +93,9 @@ class EffectSizes(_Model):
     than this, once the evidence shows it, rolls the candidate back; evidence of none passes the step early."""
 
     slowDecisionRate: float = Field(
-        0.0025, gt=0, le=1,
-        description="The p95LatencyMs gate: extra share of decisions slower than the p95 bound (0.0025: one more in "
-        "four hundred).",
+        0.005, gt=0, le=1,
+        description="The p95LatencyMs gate: extra share of decisions slower than the p95 bound (0.005: one more in "
+        "two hundred).",
     )
     errorRate: float = Field(0.005, gt=0, le=1, description="Extra share of failed decisions.")
     fallbackRate: float = Field(
@@ -120,7 +120,7 @@ class SequentialAnalysis(_Model):
         "more than its effect size, over all its steps and gates and any number of looks.",
     )
     lookSeconds: int = Field(
-        5, ge=1, le=300, description="How often the evidence is looked at (any number of looks spends the same alpha)."
+        3, ge=1, le=300, description="How often the evidence is looked at (any number of looks spends the same alpha)."
     )
     effectSizes: EffectSizes = Field(default_factory=EffectSizes)
 

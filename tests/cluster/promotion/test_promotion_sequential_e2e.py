@@ -104,7 +104,11 @@ def test_sequential_rolls_back_a_30_percent_fallback_candidate_within_10_seconds
     assert rate >= 0.8 * RATE, f"the candidate got {rate:.0f} decisions/s"
     assert p["failureReason"] == "AnalysisFailed" and p["stable"] == V1
     fallback = next(c for c in p["lastAnalysis"]["checks"] if c["name"] == "fallbackRate")
-    assert fallback["verdict"] == "Fail" and fallback["evidence"]["lower"] > 0.01, fallback
+    # Shown beyond the tolerated regression against the stable version, or beyond maxFallbackRate on its own
+    # (whichever the evidence showed first: the stable version's few decisions since the step began leave its
+    # interval wide at first).
+    assert fallback["verdict"] == "Fail", fallback
+    assert "more than the tolerated" in fallback["message"] or "above max 5.00%" in fallback["message"], fallback
     assert "fallback rate" in e.condition("Stalled")["message"]
     e.wait(lambda: e.route_weights() == {V1: 100}, "traffic back on 1.0.0")
 

@@ -25,6 +25,7 @@ from arbiter_operator.cli.printing import print_status
 from arbiter_operator.promotion import analysis_due, judge
 from arbiter_operator.promotion.analysis import AnalysisQuery
 from arbiter_operator.promotion.machine import PromotionInputs, VersionObservation, advance
+from arbiter_operator.promotion.schedule import next_analysis_at
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -81,15 +82,14 @@ def row(run: AnalysisRun, name: str):
 
 def test_a_sequential_step_reads_both_versions_counts_since_it_began_and_looks_every_look_seconds():
     q = query(after=95)
-    assert q.window_seconds == 94 and q.sequential is not None and q.sequential.look_seconds == 5
+    assert q.window_seconds == 94 and q.sequential is not None and q.sequential.look_seconds == 3
     assert 'arbiter_dev_version="v1"' in q.queries["stable_fallbacks"] and "[94s]" in q.queries["stable_requests"]
     assert "arbiter_decision_latency_seconds_bucket" in q.vectors["latency_buckets"].promql
     assert 'arbiter_dev_version="v1"' in q.vectors["stable_latency_buckets"].promql
     # The next look is lookSeconds after the last one, well before the hold ends.
-    from arbiter_operator.promotion.schedule import next_analysis_at
     st = status().model_copy(update={"lastAnalysis": AnalysisRun(at="2026-03-01T12:01:35Z", step=0,
                                                                  verdict="Pending")})
-    assert next_analysis_at(spec(), st) == (T0 + timedelta(seconds=100), False)
+    assert next_analysis_at(spec(), st) == (T0 + timedelta(seconds=98), False)
 
 
 def test_a_fallback_regression_fails_at_the_look_that_shows_it_naming_statistic_and_interval():
@@ -227,7 +227,7 @@ def test_an_early_sequential_pass_moves_to_the_next_step_and_a_pending_look_wait
     q = query(s, after=20)
     plan = advance(inputs(s, status(), judge(q, values(version(1000), version(9000))), 20))
     assert plan.status.step == 0 and plan.status.phase == "Progressing" and not plan.events
-    assert plan.requeue_after == pytest.approx(5.05)  # the next look
+    assert plan.requeue_after == pytest.approx(3.05)  # the next look
 
 
 def test_not_enough_evidence_at_the_end_of_the_hold_waits_or_fails_as_insufficient_traffic_says():
