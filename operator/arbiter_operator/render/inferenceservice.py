@@ -31,11 +31,14 @@ from .common import (
     runtime_name,
 )
 from .mesh import namespace_injected, sidecar_settings
+from .service import stable_service_url
 from .servingruntime import MODEL_FORMAT
 
 ENABLE_AUTH = "security.opendatahub.io/enable-auth"
 # OpenShift AI's dashboard lists (and the Model Registry's deployments view links) only InferenceServices with it.
 DASHBOARD = "opendatahub.io/dashboard"
+# The dashboard shows it in a deployment's details, beside the endpoints it lists: KServe's per-version address.
+DESCRIPTION = "openshift.io/description"
 SHM_SIZE = "4Gi"  # NCCL's shared-memory transport between tensor-parallel ranks
 
 
@@ -212,6 +215,9 @@ def _annotations(dm: DecisionModel, version: ModelVersion, storage: Mapping[str,
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).
         "serving.kserve.io/autoscalerClass": "none",
         "openshift.io/display-name": f"{dm.metadata.name} {version.name}",
+        DESCRIPTION: (f"Version {version.name} of the decision model {dm.metadata.name}. Callers use the stable "
+                      f"address, which follows promotions: the Route {dm.metadata.name} or "
+                      f"{stable_service_url(dm)} in the cluster. The endpoints listed here reach this version alone."),
     }
     if dm.spec.exposure.auth:
         annotations[ENABLE_AUTH] = "true"

@@ -114,5 +114,5 @@ def test_model_name_says_the_inferenceservice_and_nothing_else_changes(served, o
     (sample,) = family.samples
     assert sample.labels == {"model_name": isvc, "engine": other} and sample.value == 2.0
     # Without a name (an older pod spec) vLLM's own label passes unchanged.
-    (kept,) = list(text_string_to_metric_families(only_vllm(text)))[0].samples
+    (kept,) = next(iter(text_string_to_metric_families(only_vllm(text)))).samples
     assert kept.labels["model_name"] == served

@@ -99,3 +99,11 @@ def test_no_registry_label_before_the_ids_are_known():
     isvc = _isvc(_with_registry(url="https://registry.example.com"))
     assert not [k for k in {**isvc["metadata"]["labels"], **isvc["metadata"]["annotations"]}
                 if k.startswith("modelregistry.opendatahub.io/")]
+
+
+def test_the_dashboard_tells_callers_the_stable_address_beside_kserves_per_version_endpoints():
+    # OpenShift AI's dashboard lists an InferenceService's own (internal -predictor) address as its endpoint and
+    # shows its openshift.io/description in the deployment's details: that is where the stable address is named.
+    description = _isvc()["metadata"]["annotations"]["openshift.io/description"]
+    assert "Route credit-limit" in description
+    assert "http://credit-limit.team-a.svc.cluster.local" in description and "1.0.0" in description
