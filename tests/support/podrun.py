@@ -188,10 +188,12 @@ class DeploymentPod:
             self.mounts[mount.mount_path.rstrip("/")] = root / mount.name / (mount.sub_path or "")
 
     def local(self, text: str) -> str:
-        """`text` with a mount path (longest first, at a path boundary) or the image's prefix rewritten."""
-        for path in sorted(self.mounts, key=len, reverse=True):
-            text = re.sub(rf"(?<![\w/.-]){re.escape(path)}(?=/|$|[^\w.-])", str(self.mounts[path]), text)
-        return text.replace(self.image_prefix, str(pathlib.Path(sys.executable).parent))
+        """`text` with each mount path (the longest that matches, at a path boundary) and the image's install
+        prefix rewritten to where they lie here, in one pass (a local path is never rewritten again)."""
+        where = {**{path: str(d) for path, d in self.mounts.items()},
+                 self.image_prefix: str(pathlib.Path(sys.executable).parent)}
+        alternatives = "|".join(re.escape(p) for p in sorted(where, key=len, reverse=True))
+        return re.sub(rf"(?<![\w/.-])({alternatives})(?=/|$|[^\w.-])", lambda m: where[m.group(1)], text)
 
     # -- the process ---------------------------------------------------------------------------------------------
     def argv_env(self) -> tuple[list[str], dict[str, str], str]:
