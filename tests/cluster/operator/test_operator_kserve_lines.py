@@ -4,8 +4,9 @@ default mode OpenShift AI 2.x's settings give it, `Serverless`.
 
 - The operator's DecisionModel turns Ready=True on a plain predictor Deployment: the InferenceService says
   `RawDeployment`, KServe kept it and recorded that mode, and the converged model costs no write.
-- What an operator that always wrote `Standard` met on this line: KServe records `Serverless` for it (a Knative
-  service this cluster does not have), no predictor Deployment, and it refuses every later change of the mode.
+- What an operator that always wrote `Standard` met on this line: KServe resolves it to its default, `Serverless`
+  (a Knative service; with Knative absent, as here, it refuses the InferenceService with a Warning Event), and no
+  predictor Deployment is made.
 
 The KServe 0.17 line (where `RawDeployment` becomes `Standard`) is the session cluster's:
 tests/cluster/operator/test_operator_openshift_ai.py.
@@ -121,12 +122,13 @@ def test_standard_is_a_name_the_015_line_does_not_know(kserve_015, ns_015):
     isvc["metadata"]["name"] = "standard-1"
     objs = client.CustomObjectsApi(api)
     objs.create_namespaced_custom_object("serving.kserve.io", "v1beta1", ns, "inferenceservices", isvc)
-    recorded = eventually(lambda: ((_isvc(api, ns, "standard-1") or {}).get("status") or {}).get("deploymentMode"),
-                          60, "KServe records a mode")
-    assert recorded == "Serverless"
-    assert _deployment(api, ns, "standard-1-predictor") is None  # no plain Deployment: a Knative service instead
-    # And the mode is frozen: KServe's validator refuses to change it now.
-    with pytest.raises(ApiException) as refused:
-        objs.patch_namespaced_custom_object("serving.kserve.io", "v1beta1", ns, "inferenceservices", "standard-1",
-                                            {"metadata": {"annotations": {MODE: "RawDeployment"}}})
-    assert "deploymentMode cannot be changed" in refused.value.body
+
+    def rejected():
+        events = client.CoreV1Api(api).list_namespaced_event(
+            ns, field_selector="involvedObject.name=standard-1,reason=ServerlessModeRejected").items
+        return events[0] if events else None
+
+    event = eventually(rejected, 60, "KServe resolving Standard to Serverless")
+    assert event.type == "Warning" and "Serverless" in event.message
+    assert _deployment(api, ns, "standard-1-predictor") is None  # no plain Deployment
+    assert not ((_isvc(api, ns, "standard-1") or {}).get("status") or {}).get("deploymentMode")
