@@ -30,7 +30,7 @@ from . import _procs
 from ._procs import free_port
 from .tools import ensure_tool
 
-__all__ = ["OidcIssuer", "S3Server", "S3ServerError"]
+__all__ = ["DISCOVERY_BINDING", "OidcIssuer", "S3Server", "S3ServerError", "cluster_issuer"]
 
 ROLE_NAME = "web-identity"
 ACCOUNT = "000000000000"
@@ -50,6 +50,40 @@ class OidcIssuer:
     audience: str  # the `aud` the tokens must carry (the provider's client id)
     subjects: tuple[str, ...]  # the `sub`s the role's trust policy admits
     ca_file: pathlib.Path | None = None  # the CA its HTTPS certificate chains to
+
+
+DISCOVERY_BINDING = "arbiter-devenv-service-account-issuer-discovery"
+
+
+def cluster_issuer(cluster: Any, audience: str, subjects: tuple[str, ...]) -> OidcIssuer:
+    """A local cluster's ServiceAccount issuer as an OpenID provider for `S3Server(web_identity=...)`: its discovery
+    document and keys made readable without credentials (system:service-account-issuer-discovery bound to
+    system:unauthenticated, as a cluster whose issuer AWS trusts does; named DISCOVERY_BINDING), read once over HTTPS
+    to find the issuer's name and its keys' address on loopback (the control plane's --service-account-jwks-uri)."""
+    import ssl
+    import urllib.request
+
+    from kubernetes import client as k8s
+
+    api = cluster.api_client()
+    try:
+        try:
+            k8s.RbacAuthorizationV1Api(api).create_cluster_role_binding({
+                "metadata": {"name": DISCOVERY_BINDING},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "system:service-account-issuer-discovery"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                              "name": "system:unauthenticated"}]})
+        except k8s.ApiException as exc:
+            if exc.status != 409:
+                raise
+    finally:
+        api.close()
+    ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
+    with urllib.request.urlopen(f"{cluster.server}/.well-known/openid-configuration", context=ctx, timeout=10) as r:
+        doc = json.load(r)  # anonymously, as an identity provider reads it
+    return OidcIssuer(issuer=doc["issuer"], jwks_url=doc["jwks_uri"], audience=audience, subjects=subjects,
+                      ca_file=pathlib.Path(cluster.ca_file))
 
 
 # What `weed mini` would otherwise start or call: the WebDAV gateway, the admin UI, the Iceberg and Lance catalogs,

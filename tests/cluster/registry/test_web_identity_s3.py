@@ -18,13 +18,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import ssl
 import time
-import urllib.request
 import uuid
 
 import pytest
-from arbiter_devenv.s3server import OidcIssuer, S3Server
+from arbiter_devenv.s3server import DISCOVERY_BINDING, S3Server, cluster_issuer
 from arbiter_operator.clients.s3_identity import OwnCredentials
 from arbiter_operator.observe.storage import VerdictCache, observe_artifacts
 from arbiter_operator.plan.model import Observations
@@ -45,32 +43,19 @@ on_the_session_loop = pytest.mark.asyncio(loop_scope="session")
 AUDIENCE = "arbiter-s3"
 QWEN_LIKE = {"architectures": ["Qwen3ForCausalLM"], "num_attention_heads": 32, "num_key_value_heads": 8,
              "num_hidden_layers": 36, "max_position_embeddings": 40960}
-DISCOVERY_BINDING = "arbiter-test-service-account-issuer-discovery"
 
 
 @pytest.fixture(scope="module")
 def issuer(control_plane, account):
     """The cluster's ServiceAccount issuer, readable anonymously on loopback (what an identity provider fetches), and
     the one ServiceAccount the S3 server's role trusts."""
+    _, ns, name = account
+    found = cluster_issuer(control_plane, AUDIENCE, (f"system:serviceaccount:{ns}:{name}",))
+    assert found.jwks_url == f"{control_plane.server}/openid/v1/jwks"
+    yield found
     api = control_plane.api_client()
-    rbac = k8s.RbacAuthorizationV1Api(api)
-    binding = {"metadata": {"name": DISCOVERY_BINDING},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                           "name": "system:service-account-issuer-discovery"},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
-                             "name": "system:unauthenticated"}]}
-    rbac.create_cluster_role_binding(binding)
-    try:
-        config_url = f"{control_plane.server}/.well-known/openid-configuration"
-        ctx = ssl.create_default_context(cafile=str(control_plane.ca_file))
-        doc = json.load(urllib.request.urlopen(config_url, context=ctx, timeout=10))  # anonymously, as STS reads it
-        assert doc["jwks_uri"] == f"{control_plane.server}/openid/v1/jwks"
-        _, ns, name = account
-        yield OidcIssuer(issuer=doc["issuer"], jwks_url=doc["jwks_uri"], audience=AUDIENCE,
-                         subjects=(f"system:serviceaccount:{ns}:{name}",), ca_file=control_plane.ca_file)
-    finally:
-        rbac.delete_cluster_role_binding(DISCOVERY_BINDING)
-        api.close()
+    k8s.RbacAuthorizationV1Api(api).delete_cluster_role_binding(DISCOVERY_BINDING)
+    api.close()
 
 
 @pytest.fixture(scope="module")
