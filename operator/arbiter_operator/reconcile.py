@@ -11,6 +11,7 @@ One clock: `now` is read once, before observing, and passed to every step that n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from .apply import apply_plan
 from .kube.client import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.children import observe_children, podmonitor_served, prometheusrule_served
+from .observe.requester import observe_request
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
 from .refuse import invalid_message, refuse, undecodable_message
@@ -57,12 +59,15 @@ class Reconciler:
         runtime_image: str = DEFAULT_RUNTIME_IMAGE,
         metrics_reader_secret: str = DEFAULT_METRICS_READER_SECRET,
         verdicts: VerdictCache | None = None,
+        argocd_namespace: str | None = None,
     ):
         """prometheus: where canary analyses are read (None: no analysis runs; a step due one waits for it).
         runtime_image: the operator's default runtime image (settings.runtime_image()).
         metrics_reader_secret: the Secret whose token the PodMonitors of models with auth on present
         (settings.metrics_reader_secret()).
-        verdicts: settled artifact verdicts kept between reconciles (one per process; the default keeps 5 min)."""
+        verdicts: settled artifact verdicts kept between reconciles (one per process; the default keeps 5 min).
+        argocd_namespace: where Argo CD's Applications are (settings.argocd_namespace()): a promotion of a DecisionModel
+        Argo CD tracks records the revision its Application synced."""
         self.client = client
         # The registry's delete finalizer (registry_handlers.RegistryFinalizer): held while spec.registry is set,
         # run when the DecisionModel is deleted. Handled here, in the one reconcile, so nothing else writes to it.
@@ -72,6 +77,7 @@ class Reconciler:
         self.runtime_image = runtime_image
         self.metrics_reader_secret = metrics_reader_secret
         self.verdicts = verdicts if verdicts is not None else VerdictCache()
+        self.argocd_namespace = argocd_namespace
         self._seen: set[tuple[str, str]] = set()
         # Whether the PodMonitor API is served, observed once (None until known). Like every other API the operator
         # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
@@ -120,6 +126,11 @@ class Reconciler:
         obs = await sync_registry_step(self.client, dm, obs, now)
         # plan
         p = make_plan(dm, obs, now)
+        if p.needs_request:
+            # A promotion starts in this pass: who asked (managedFields, Argo CD's revision) goes into its status and,
+            # when it ends, its history record. Read only now, so a converged pass still makes no request.
+            request = await observe_request(self.client, dm, self.argocd_namespace)
+            p = make_plan(dm, dataclasses.replace(obs, promotion_request=request), now)
         # apply
         writes, conflicts = await apply_plan(self.client, raw, dm, p, dict(obs.children), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);

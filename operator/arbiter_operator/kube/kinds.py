@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..api.names import (
     API_VERSION,
     APPS_API,
+    ARGOCD_API,
     COORDINATION_API,
     CORE_API,
     ISVC_API,
@@ -83,6 +84,8 @@ TABLE: tuple[Kind, ...] = (
     Kind(CORE_API, "Event", "events"),
     Kind(CORE_API, "Namespace", "namespaces", namespaced=False),
     Kind(MODEL_REGISTRY_API, "ModelRegistry", "modelregistries"),
+    # Read when a promotion starts on a DecisionModel Argo CD tracks: the Git revision it synced.
+    Kind(ARGOCD_API, "Application", "applications"),
     # The leader election's (kube/leader.py).
     Kind(COORDINATION_API, "Lease", "leases"),
 )

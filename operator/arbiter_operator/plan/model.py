@@ -10,6 +10,7 @@ from ..api.conditions import Condition
 from ..api.conditions import Event as Event  # re-exported: the planner's events
 from ..api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
 from ..api.promotion import AnalysisRun
+from ..promotion.model import PromotionRequest
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class Observations:
     # KServe's predictor Services (`<isvc>-predictor`), keyed by Service name, where seen: whether the Route's target
     # port is there (plan/exposure.py).
     predictor_services: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    # Who asked for the promotion a pass starts (observe/requester.py): read only when a first plan of the pass
+    # starts one (Plan.needs_request), then the pass plans again with it.
+    promotion_request: PromotionRequest | None = None
 
     def of_kind(self, kind: str) -> dict[str, dict[str, Any]]:
         """The observed children of one kind, by name."""
@@ -87,3 +91,5 @@ class Plan:
     status: dict[str, Any]  # the whole .status, JSON-ready
     events: list[Event]
     requeue_after: float | None
+    # This plan starts a promotion and who asked for it was not read: read it (managedFields, Argo CD) and plan again.
+    needs_request: bool = False

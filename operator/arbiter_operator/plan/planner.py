@@ -46,7 +46,9 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
 
     status = _status(dm, obs, pplan, seen, desired, conds, url)
     requeue = sooner(pplan.requeue_after, recheck_after(conds.items, now))
-    return Plan(desired.children, desired.deletions, _dump(status), events, requeue)
+    started = pplan.status.startedAt is not None and pplan.status.startedAt != dm.status.promotion.startedAt
+    return Plan(desired.children, desired.deletions, _dump(status), events, requeue,
+                needs_request=started and obs.promotion_request is None)
 
 
 def _refusal(dm: DecisionModel, refused: list[str], now: datetime) -> Plan:
@@ -84,6 +86,7 @@ def _advance_promotion(dm: DecisionModel, obs: Observations, seen: VersionsSeen,
             approve_annotation=annotations.get(APPROVE_ANNOTATION),
             generation=dm.metadata.generation,
             now=now,
+            request=obs.promotion_request,
         )
     )
 

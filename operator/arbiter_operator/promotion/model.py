@@ -40,6 +40,15 @@ class VersionObservation:
 
 
 @dataclass(frozen=True)
+class PromotionRequest:
+    """Who asked for what spec.promote says now (observe/requester.py): the field manager that last wrote
+    spec.promote.version, and the Git revision Argo CD synced, when the object is Argo CD's. None where unknown."""
+
+    by: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
 class PromotionInputs:
     spec: PromoteSpec
     status: PromotionStatus | None
@@ -52,6 +61,8 @@ class PromotionInputs:
     now: datetime
     abort_annotation: str | None = None
     approve_annotation: str | None = None
+    # Read only for a pass that starts a promotion (the planner plans again with it); None: not read (yet).
+    request: PromotionRequest | None = None
 
 
 @dataclass(frozen=True)

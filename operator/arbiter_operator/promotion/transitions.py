@@ -107,7 +107,7 @@ def first_deployment(run: Run) -> None:
 def warm_switch(run: Run, target: str) -> None:
     """Re-promote the still-warm previous version: no redeploy, no canary; it was stable minutes ago."""
     old = run.st.stable
-    run.set(startedAt=format_time(run.now), candidate=target)
+    run.set(startedAt=format_time(run.now), candidate=target, **run.requested())
     run.record(target, "Succeeded", "WarmSwitch", old)
     run.make_stable(
         target,
