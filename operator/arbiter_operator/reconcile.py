@@ -25,6 +25,7 @@ from .api.names import API_VERSION, KIND
 from .apply import apply_plan
 from .kube.client import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
+from .observe.audit import AuditVerdicts, observe_audit
 from .observe.children import observe_children, podmonitor_served, prometheusrule_served
 from .observe.requester import observe_request
 from .observe.storage import VerdictCache, observe_artifacts
@@ -78,6 +79,7 @@ class Reconciler:
         self.metrics_reader_secret = metrics_reader_secret
         self.verdicts = verdicts if verdicts is not None else VerdictCache()
         self.argocd_namespace = argocd_namespace
+        self.audits = AuditVerdicts()  # the audit bucket's settled verdicts (spec.audit)
         self._seen: set[tuple[str, str]] = set()
         # Whether the PodMonitor API is served, observed once (None until known). Like every other API the operator
         # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
@@ -120,6 +122,8 @@ class Reconciler:
                                      metrics_reader_secret=self.metrics_reader_secret)
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
         obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
+        # (the audit bucket before the plan: a version whose required audit is not ready is not promoted)
+        obs = await observe_audit(self.client, dm, obs, now, self.audits, self.verdicts.secrets, self.verdicts.storages)
         if self.prometheus is not None:
             obs = await observe_promotion_analysis(self.prometheus, dm, obs, now)
         # sync (registry ids label the InferenceServices the plan renders)

@@ -113,13 +113,14 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
-# Only while a shadow phase runs with auth on: one Role granting `get` on the candidate's InferenceService (by name)
-# and its RoleBinding to the predictor pods' ServiceAccount, so the stable version may call the candidate; listed by
-# label, read by name when a create finds the name taken, deleted when the shadow phase ends. The operator holds
-# that `get` itself, so no escalate or bind verb is needed.
+# Grants of `get` on the DecisionModel's own InferenceServices (by name), each a Role and its RoleBinding: to the
+# callers spec.access names (every live version, updated as versions come and go), and, only while a shadow phase
+# runs with auth on, to the predictor pods' ServiceAccount (the stable version calls the candidate). Watched by the
+# operator's label (drift), read by name when a create finds the name taken, deleted when no longer wanted. The
+# operator holds that `get` itself, so no escalate or bind verb is needed.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off); a reason that
 # repeats on the same DecisionModel within 10 minutes updates the earlier Event's count (patch) instead.
 - apiGroups: [""]

@@ -49,6 +49,7 @@ from .fields import (
     _Model,
     schema_depth,
 )
+from .governance import AccessSpec, AuditRetention, AuditS3, AuditSpec, ServiceAccountRef
 from .names import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from .promotion import PromoteSpec, PromotionStatus
 from .registry_storage import DEFAULT_STORAGE_SECRET, LocalRef, ObjectRef, RegistrySpec, StorageSpec
@@ -98,8 +99,12 @@ __all__ = [
     "SHORT_NAMES",
     "SINGULAR",
     "VERSION",
+    "AccessSpec",
     "Address",
     "Arg",
+    "AuditRetention",
+    "AuditS3",
+    "AuditSpec",
     "DecisionModel",
     "DecisionModelSpec",
     "DecisionModelStatus",
@@ -119,6 +124,7 @@ __all__ = [
     "ObjectRef",
     "RegistrySpec",
     "Resources",
+    "ServiceAccountRef",
     "ServingSpec",
     "ShortStr",
     "Sla",
@@ -187,6 +193,13 @@ class DecisionModelSpec(_Model):
     decision: DecisionSpec
     registry: RegistrySpec | None = Field(None, description="Model Registry to record versions in.")
     storage: StorageSpec = Field(default_factory=StorageSpec)
+    access: AccessSpec | None = Field(
+        None, description="Who may call the model: the operator grants these callers `get` on every live version's "
+        "InferenceService (what the runtime and OpenShift AI's authenticating proxy check), updated in the pass that "
+        "creates or retires a version. Others the namespace's roles already allow may still call.")
+    audit: AuditSpec | None = Field(
+        None, description="Where each decision's audit record is kept and for how long: stdout always; with s3, also "
+        "that bucket, each object under S3 object lock for the retention asked (checked: the AuditReady condition).")
 
 
 # Rules for classes defined in api/promotion.py (owned elsewhere): crdgen attaches them to the schema there.

@@ -77,9 +77,10 @@ TABLE: tuple[Kind, ...] = (
     # loop), by KServe's label; only their status is read.
     Kind(APPS_API, "Deployment", "deployments", watched=True, label=ISVC_LABEL, status_only=True),
     Kind(CORE_API, "Pod", "pods", watched=True, label=ISVC_LABEL, status_only=True),
-    # Read or written, not watched: the shadow phase's grant exists only while a shadow phase runs (listed then).
-    Kind(RBAC_API, "Role", "roles"),
-    Kind(RBAC_API, "RoleBinding", "rolebindings"),
+    # The grants: spec.access's callers, and the shadow phase's (the stable version's pods may call the candidate).
+    Kind(RBAC_API, "Role", "roles", watched=True, label=LABEL_DM, echoing=True),
+    Kind(RBAC_API, "RoleBinding", "rolebindings", watched=True, label=LABEL_DM, echoing=True),
+    # Read or written, not watched:
     Kind(CORE_API, "Secret", "secrets"),
     Kind(CORE_API, "Event", "events"),
     Kind(CORE_API, "Namespace", "namespaces", namespaced=False),

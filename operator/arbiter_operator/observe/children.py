@@ -29,7 +29,6 @@ from ..render.common import runtime_name
 from ..render.podmonitor import podmonitor_name
 from ..render.prometheusrule import prometheusrule_name
 from ..render.service import stable_service_name
-from ..render.shadow_rbac import COMPONENT as SHADOW_COMPONENT
 
 log = logging.getLogger("arbiter.observe")
 
@@ -77,13 +76,6 @@ def _always(_: Scope) -> bool:
     return True
 
 
-def _shadowing(scope: Scope) -> bool:
-    # The shadow phase's grant exists only while status says Shadowing (it is created when the phase starts and
-    # deleted in the reconcile that ends it, which reads Shadowing): listed only then, so no other reconcile pays.
-    promotion = scope.dm.status.promotion if scope.dm.status else None
-    return promotion is not None and promotion.phase == "Shadowing"
-
-
 @dataclass(frozen=True)
 class ChildKind:
     api_version: str
@@ -97,8 +89,9 @@ class ChildKind:
 CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind(ISVC_API, "InferenceService", ByLabel()),
     ChildKind(CORE_API, "ConfigMap", ByLabel("decision-config")),
-    ChildKind(RBAC_API, "Role", ByLabel(SHADOW_COMPONENT), when=_shadowing),
-    ChildKind(RBAC_API, "RoleBinding", ByLabel(SHADOW_COMPONENT), when=_shadowing),
+    # The grants (spec.access's callers, the shadow phase's), from the watch cache.
+    ChildKind(RBAC_API, "Role", ByLabel()),
+    ChildKind(RBAC_API, "RoleBinding", ByLabel()),
     ChildKind(SERVINGRUNTIME_API, "ServingRuntime", ByName(runtime_name)),
     ChildKind(ROUTE_API, "Route", ByName(lambda dm_name: dm_name)),
     ChildKind(PODMONITOR_API, PODMONITOR_KIND, ByName(podmonitor_name), when=lambda scope: scope.podmonitor_api),

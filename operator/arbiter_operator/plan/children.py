@@ -19,6 +19,7 @@ from ..render import (
     render_servingruntime,
     render_stable_service,
 )
+from ..render.access_rbac import render_access_rbac
 from ..render.shadow_rbac import render_shadow_rbac
 from .model import ArtifactObservation, Observations
 
@@ -78,7 +79,10 @@ def desired_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan,
     # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
     # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
     retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
-    deletions = unwanted(obs, _wanted(dm, live + retained, shadow_rbac))
+    # spec.access: the callers may get every InferenceService this pass keeps (live or retained), no other.
+    access_rbac = render_access_rbac(dm, live + retained)
+    children.extend(access_rbac)
+    deletions = unwanted(obs, _wanted(dm, live + retained, shadow_rbac + access_rbac))
     return Desired(children, deletions, live, retained, stable, route)
 
 
@@ -96,10 +100,10 @@ def _version_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan
     return [cm, isvc_manifest]
 
 
-def _wanted(dm: DecisionModel, kept: list[str], shadow_rbac: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+def _wanted(dm: DecisionModel, kept: list[str], rbac: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
     """The children that come and go (per version, per phase), by (apiVersion, kind): those observed and no longer
     wanted are deleted."""
     return {(ISVC_API, "InferenceService"): {isvc_name(dm.metadata.name, v) for v in kept},
             (CORE_API, "ConfigMap"): {configmap_name(dm.metadata.name, v) for v in kept},
-            **{(RBAC_API, kind): {c["metadata"]["name"] for c in shadow_rbac if c["kind"] == kind}
+            **{(RBAC_API, kind): {c["metadata"]["name"] for c in rbac if c["kind"] == kind}
                for kind in ("Role", "RoleBinding")}}

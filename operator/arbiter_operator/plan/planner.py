@@ -13,6 +13,7 @@ from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionSta
 from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, PromotionPlan, advance
 from ..render import stable_service_url
+from .audit import promotion_hold
 from .children import Desired, desired_children, runtime_image
 from .model import ArtifactObservation, Event, Observations, Plan
 from .readiness import ConditionSet, ready_events, retained_note, set_exposed, set_ready, set_serving
@@ -87,6 +88,8 @@ def _advance_promotion(dm: DecisionModel, obs: Observations, seen: VersionsSeen,
             generation=dm.metadata.generation,
             now=now,
             request=obs.promotion_request,
+            hold=promotion_hold(dm.spec.audit, next((x for x in obs.extra_conditions if x.type == c.AUDIT_READY),
+                                                    None)),
         )
     )
 

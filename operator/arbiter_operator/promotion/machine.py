@@ -55,7 +55,7 @@ def advance(inputs: PromotionInputs) -> PromotionPlan:
         step_machine(run)
     obs = inputs.observations
     live = live_versions(run.st, obs)
-    traffic = route_traffic(run.st, live, obs)
+    traffic = route_traffic(run.st, live, obs, held=inputs.hold is not None)
     promoted, stalled, reconciling, ready = conditions(run, traffic)
     shadow = None
     st = run.st

@@ -49,6 +49,17 @@ class PromotionRequest:
 
 
 @dataclass(frozen=True)
+class PromotionHold:
+    """Something outside the promotion that keeps its candidate from taking traffic (a required audit not ready): it
+    stays warm in Waiting (or at the step it is in) until the hold clears; no deadline counts it as a failure.
+    stalled: a person must act (Stalled=True); otherwise it clears by itself (Reconciling=True)."""
+
+    reason: str
+    message: str
+    stalled: bool
+
+
+@dataclass(frozen=True)
 class PromotionInputs:
     spec: PromoteSpec
     status: PromotionStatus | None
@@ -63,6 +74,7 @@ class PromotionInputs:
     approve_annotation: str | None = None
     # Read only for a pass that starts a promotion (the planner plans again with it); None: not read (yet).
     request: PromotionRequest | None = None
+    hold: PromotionHold | None = None
 
 
 @dataclass(frozen=True)

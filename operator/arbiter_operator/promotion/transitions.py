@@ -130,6 +130,8 @@ def progress(run: Run) -> None:
     st, spec = run.st, run.inp.spec
     if st.phase in ("Deploying", "Waiting"):
         _loading(run, cand)
+    elif st.phase == "Paused" and run.inp.hold is not None:
+        return  # approved or not, it takes all traffic only once the hold clears
     elif st.phase == "Paused":
         if spec.approval != "Required":
             run.event("Normal", "Approved", f"approval is no longer required: promoting {cand}")
@@ -207,6 +209,11 @@ def _loading(run: Run, cand: str) -> None:
                 run.event("Normal", "CandidateDeployed",
                           f"InferenceService of {cand} applied, waiting for it to become ready")
         return
+    if run.inp.hold is not None:
+        # Warm and ready, but something it needs to serve is not (a required audit bucket): no traffic, no mirror;
+        # it goes on by itself once the hold clears. A first version does not serve at all until then.
+        run.set(phase="Waiting")
+        return
     if st.stable is None:
         run.promote()  # first deployment: nothing to compare with, nothing else serves
     elif uses_shadow(spec):
@@ -229,7 +236,9 @@ def _take_approval(run: Run, cand: str | None) -> bool:
 
 
 def finish(run: Run) -> None:
-    """Every analysis passed: take all traffic, or wait for approval first."""
+    """Every analysis passed: take all traffic, or wait for approval first (a hold keeps the step it is in)."""
+    if run.inp.hold is not None:
+        return
     if run.inp.spec.approval != "Required":
         run.promote()
         return

@@ -138,8 +138,16 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     dm = _two_versions(example())
     dm["spec"]["promote"]["rollbackWindowSeconds"] = 0
     dm["spec"]["exposure"]["host"] = f"credit-limit.{ns}.apps.example.com"
+    # Named callers (spec.access): the operator grants them `get` on the live versions' InferenceServices with a Role
+    # and a RoleBinding it creates without `escalate` or `bind` (it holds that `get` itself).
+    dm["spec"]["access"] = {"users": ["alice@example.com"], "groups": ["finance"], "allAuthenticated": False,
+                            "serviceAccounts": [{"name": "pricing-app"}, {"name": "batch", "namespace": "jobs"}]}
     create_dm(admin, ns, dm)
     _ready(admin, ns, "credit-limit")
+    callers = client.RbacAuthorizationV1Api(admin).read_namespaced_role_binding("credit-limit-callers", ns)
+    assert {(s.kind, s.name) for s in callers.subjects} == {
+        ("User", "alice@example.com"), ("Group", "finance"), ("ServiceAccount", "pricing-app"),
+        ("ServiceAccount", "batch")}
 
     # The Route carries spec.host: on OpenShift this is what needs routes/custom-host (NOT_EXERCISABLE).
     route = get(admin, "route.openshift.io/v1", "routes", ns, "credit-limit")
@@ -181,6 +189,8 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
 
     eventually(promoted, 120, "1.1.0 promoted and 1.0.0 stopped")
     _ready(admin, ns, "credit-limit")
+    role = client.RbacAuthorizationV1Api(admin).read_namespaced_role("credit-limit-callers", ns)
+    assert role.rules[0].resource_names == ["credit-limit--1-1-0"]  # patched as the versions changed
 
     # 4b. A canary promotion back to 1.0.0 whose analysis finds no data (the Prometheus stand-in answers an empty
     #     vector) with insufficientTraffic: Fail: rolled back, candidate stopped, stable keeps serving.
@@ -344,6 +354,9 @@ def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_gra
     # The exceptions are still granted (the chart needs them on OpenShift), and are the only unused ones.
     granted = {(g, r, v) for _ns, g, r, v in expand(identity.rules)}
     assert granted >= NOT_EXERCISABLE
+    # The grants the operator makes (the callers', the shadow phase's) needed no right to escalate or bind roles.
+    rbac_verbs = {v for _ns, _g, r, v in expand(identity.rules) if r in ("roles", "rolebindings", "clusterroles")}
+    assert not rbac_verbs & {"escalate", "bind", "*"}, rbac_verbs
 
 
 def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_path) -> None:
