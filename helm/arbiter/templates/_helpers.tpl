@@ -121,6 +121,11 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# spec.access.network: one NetworkPolicy per DecisionModel on its predictor pods, applied, watched (drift), its name
+# read before it is created, deleted when spec.access.network goes.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off); a reason that
 # repeats on the same DecisionModel within 10 minutes updates the earlier Event's count (patch) instead.
 - apiGroups: [""]

@@ -32,6 +32,34 @@ class ServiceAccountRef(_Model):
         None, pattern=DNS_LABEL, description="Defaults to the DecisionModel's namespace.")
 
 
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=317)]  # prefix (253) / name (63)
+LabelValue = Annotated[str, StringConstraints(max_length=63)]
+
+
+class NetworkPeer(_Model):
+    model_config = _checked(
+        _cel("!(has(self.namespace) && has(self.namespaceLabels))",
+             "a spec.access.network.from entry names its namespaces by namespace or by namespaceLabels, not both"),
+        _cel("has(self.namespace) || has(self.namespaceLabels) || has(self.podLabels)",
+             "a spec.access.network.from entry needs namespace, namespaceLabels or podLabels (podLabels alone: pods "
+             "of the DecisionModel's own namespace)"),
+    )
+    namespace: Annotated[str, StringConstraints(min_length=1, max_length=63)] | None = Field(
+        None, pattern=DNS_LABEL, description="A namespace whose pods may connect (by its kubernetes.io/metadata.name).")
+    namespaceLabels: dict[LabelKey, LabelValue] | None = Field(
+        None, max_length=16, description="Namespaces with these labels (all of them); {} is every namespace.")
+    podLabels: dict[LabelKey, LabelValue] | None = Field(
+        None, max_length=16, description="Only the pods with these labels there (all of them).")
+
+
+class NetworkAccess(_Model):
+    from_: list[NetworkPeer] = Field(
+        default_factory=list, alias="from", max_length=32,
+        description="Who may open connections to the model's predictor pods, besides what must: the OpenShift "
+        "router, the monitoring stack and, while they call each other (shadow phase, context routing, multi-node), "
+        "the model's own predictor pods.")
+
+
 class AccessSpec(_Model):
     users: list[Subject] = Field(
         default_factory=list, max_length=64,
@@ -58,6 +86,9 @@ class AccessSpec(_Model):
         description="ServiceAccounts (of applications in this or other namespaces) that may call the model.")
     allAuthenticated: bool = Field(
         False, description="Every user the cluster authenticates may call the model (group system:authenticated).")
+    network: NetworkAccess | None = Field(
+        None, description="A NetworkPolicy on the model's predictor pods admitting only these peers (and what must "
+        "reach them); unset: no NetworkPolicy (the namespace's own policies apply).")
 
     def subjects(self, namespace: str) -> list[dict[str, str]]:
         """The RoleBinding's subjects, sorted and without repeats."""

@@ -49,7 +49,15 @@ from .fields import (
     _Model,
     schema_depth,
 )
-from .governance import AccessSpec, AuditRetention, AuditS3, AuditSpec, ServiceAccountRef
+from .governance import (
+    AccessSpec,
+    AuditRetention,
+    AuditS3,
+    AuditSpec,
+    NetworkAccess,
+    NetworkPeer,
+    ServiceAccountRef,
+)
 from .names import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from .promotion import PromoteSpec, PromotionStatus
 from .registry_storage import DEFAULT_STORAGE_SECRET, LocalRef, ObjectRef, RegistrySpec, StorageSpec
@@ -120,6 +128,8 @@ __all__ = [
     "ModelRef",
     "ModelVersion",
     "Name",
+    "NetworkAccess",
+    "NetworkPeer",
     "ObjectMeta",
     "ObjectRef",
     "RegistrySpec",

@@ -63,6 +63,7 @@ PODMONITOR_API: Final = "monitoring.coreos.com/v1"
 PODMONITOR_KIND: Final = "PodMonitor"
 PROMETHEUSRULE_KIND: Final = "PrometheusRule"  # same API group and version as PodMonitor
 RBAC_API: Final = "rbac.authorization.k8s.io/v1"
+NETWORKING_API: Final = "networking.k8s.io/v1"
 COORDINATION_API: Final = "coordination.k8s.io/v1"
 MODEL_REGISTRY_API: Final = "modelregistry.opendatahub.io/v1beta1"
 ARGOCD_API: Final = "argoproj.io/v1alpha1"

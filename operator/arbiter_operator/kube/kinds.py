@@ -22,6 +22,7 @@ from ..api.names import (
     KIND,
     LABEL_DM,
     MODEL_REGISTRY_API,
+    NETWORKING_API,
     PLURAL,
     PODMONITOR_API,
     PODMONITOR_KIND,
@@ -80,6 +81,8 @@ TABLE: tuple[Kind, ...] = (
     # The grants: spec.access's callers, and the shadow phase's (the stable version's pods may call the candidate).
     Kind(RBAC_API, "Role", "roles", watched=True, label=LABEL_DM, echoing=True),
     Kind(RBAC_API, "RoleBinding", "rolebindings", watched=True, label=LABEL_DM, echoing=True),
+    # spec.access.network: who may connect to the predictor pods.
+    Kind(NETWORKING_API, "NetworkPolicy", "networkpolicies", watched=True, label=LABEL_DM, echoing=True),
     # Read or written, not watched:
     Kind(CORE_API, "Secret", "secrets"),
     Kind(CORE_API, "Event", "events"),

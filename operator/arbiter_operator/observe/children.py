@@ -16,6 +16,7 @@ from ..api.names import (
     ISVC_LABEL,
     LABEL_COMPONENT,
     LABEL_DM,
+    NETWORKING_API,
     PODMONITOR_API,
     PODMONITOR_KIND,
     PROMETHEUSRULE_KIND,
@@ -26,6 +27,7 @@ from ..api.names import (
 from ..kube.client import KubeClient, KubeError
 from ..plan.model import Observations
 from ..render.common import runtime_name
+from ..render.networkpolicy import networkpolicy_name
 from ..render.podmonitor import podmonitor_name
 from ..render.prometheusrule import prometheusrule_name
 from ..render.service import stable_service_name
@@ -98,6 +100,7 @@ CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind(PODMONITOR_API, PROMETHEUSRULE_KIND, ByName(prometheusrule_name),
               when=lambda scope: scope.prometheusrule_api),
     ChildKind(CORE_API, "Service", ByName(stable_service_name)),
+    ChildKind(NETWORKING_API, "NetworkPolicy", ByName(networkpolicy_name)),
 )
 
 

@@ -141,7 +141,8 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     # Named callers (spec.access): the operator grants them `get` on the live versions' InferenceServices with a Role
     # and a RoleBinding it creates without `escalate` or `bind` (it holds that `get` itself).
     dm["spec"]["access"] = {"users": ["alice@example.com"], "groups": ["finance"], "allAuthenticated": False,
-                            "serviceAccounts": [{"name": "pricing-app"}, {"name": "batch", "namespace": "jobs"}]}
+                            "serviceAccounts": [{"name": "pricing-app"}, {"name": "batch", "namespace": "jobs"}],
+                            "network": {"from": [{"namespace": "finance"}]}}
     create_dm(admin, ns, dm)
     _ready(admin, ns, "credit-limit")
     callers = client.RbacAuthorizationV1Api(admin).read_namespaced_role_binding("credit-limit-callers", ns)
@@ -169,12 +170,16 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
                                    ("monitoring.coreos.com", "v1", "podmonitors"),
                                    ("monitoring.coreos.com", "v1", "prometheusrules"),
                                    ("serving.kserve.io", "v1alpha1", "servingruntimes"),
-                                   ("serving.kserve.io", "v1beta1", "inferenceservices")):
+                                   ("serving.kserve.io", "v1beta1", "inferenceservices"),
+                                   ("networking.k8s.io", "v1", "networkpolicies")):
         _relabelled(admin, ns, group, version, plural, f"{label}=credit-limit")
 
-    # 3. A changed decision setting updates the ConfigMap.
-    _patch_dm(admin, ns, "credit-limit", {"spec": {"decision": {"confidenceThreshold": 0.9}}})
+    # 3. A changed decision setting updates the ConfigMap; spec.access.network removed deletes the NetworkPolicy.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"decision": {"confidenceThreshold": 0.9},
+                                                   "access": {"network": None}}})
     _ready(admin, ns, "credit-limit")
+    eventually(lambda: not client.NetworkingV1Api(admin).list_namespaced_network_policy(ns).items, 60,
+               "the NetworkPolicy deleted")
 
     # 4. Promotion (Immediate, no rollback window): the candidate gets an InferenceService, traffic moves, the previous
     #    version's InferenceService is deleted.
