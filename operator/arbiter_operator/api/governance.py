@@ -1,4 +1,5 @@
-"""Governance of a DecisionModel: who may call it (spec.access) and where its decisions are kept (spec.audit).
+"""Governance of a DecisionModel: who may call it (spec.access), which version decides which context (spec.routing)
+and where its decisions are kept (spec.audit).
 
 spec.access: the callers the operator grants what the runtime, and OpenShift AI's authenticating proxy, check before
 a decision: `get` on the model's InferenceServices, one per live version. RBAC only adds: whoever may already `get`
@@ -138,3 +139,38 @@ class AuditSpec(_Model):
     required: bool = Field(
         True, description="A version is not promoted (and a first version does not serve) until the operator has "
         "checked the bucket holds the records as asked (AuditReady=True).")
+
+
+# Headers a context may not be read from: the request's own framing and credentials, and the runtime's own headers.
+RESERVED_HEADERS = ("authorization", "content-type", "content-length", "content-encoding", "host", "traceparent",
+                    "tracestate", "x-remote-user", "x-arbiter-shadow", "x-arbiter-routed", "connection",
+                    "transfer-encoding", "inference-header-content-length")
+
+
+class ContextRoute(_Model):
+    header: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
+        "x-decision-context", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]*$",
+        description="The request header that names the context (case-insensitive).",
+        json_schema_extra=_rules(_cel(
+            "!(self.lowerAscii() in " + str(list(RESERVED_HEADERS)).replace("'", '"') + ")",
+            "spec.routing.contexts[].header cannot be one of " + ", ".join(RESERVED_HEADERS)
+            + ": the runtime reads those for the request itself",
+        )),
+    )
+    value: Annotated[str, StringConstraints(min_length=1, max_length=128)] = Field(
+        pattern=r"^[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?$",
+        description="The header's value that names this context (printable ASCII, compared exactly).")
+    version: Annotated[str, StringConstraints(min_length=1, max_length=40)] = Field(
+        description="The version that decides this context: one of spec.versions, kept warm while it is named here.")
+
+
+class RoutingSpec(_Model):
+    contexts: list[ContextRoute] = Field(
+        default_factory=list, max_length=32,
+        description="Contexts pinned to a version: a request whose header carries the value is decided by that "
+        "version, whatever spec.promote says; other requests (other values, no header) by the active version.",
+        json_schema_extra=_rules(_cel(
+            "self.all(c, self.exists_one(d, d.header.lowerAscii() == c.header.lowerAscii() && d.value == c.value))",
+            "spec.routing.contexts: each header and value may be pinned once",
+        )),
+    )

@@ -54,8 +54,10 @@ from .governance import (
     AuditRetention,
     AuditS3,
     AuditSpec,
+    ContextRoute,
     NetworkAccess,
     NetworkPeer,
+    RoutingSpec,
     ServiceAccountRef,
 )
 from .names import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -113,6 +115,7 @@ __all__ = [
     "AuditRetention",
     "AuditS3",
     "AuditSpec",
+    "ContextRoute",
     "DecisionModel",
     "DecisionModelSpec",
     "DecisionModelStatus",
@@ -134,6 +137,7 @@ __all__ = [
     "ObjectRef",
     "RegistrySpec",
     "Resources",
+    "RoutingSpec",
     "ServiceAccountRef",
     "ServingSpec",
     "ShortStr",
@@ -165,6 +169,11 @@ class DecisionModelSpec(_Model):
             "self.versions.exists(v, v.name == self.promote.version)",
             "spec.promote.version must name one of spec.versions[].name",
             ".promote.version",
+        ),
+        _cel(
+            "!has(self.routing) || self.routing.contexts.all(c, self.versions.exists(v, v.name == c.version))",
+            "spec.routing.contexts[].version must name one of spec.versions[].name",
+            ".routing.contexts",
         ),
         _cel(
             "self.serving.nodes == 1 || self.serving.replicas == 1",
@@ -207,6 +216,9 @@ class DecisionModelSpec(_Model):
         None, description="Who may call the model: the operator grants these callers `get` on every live version's "
         "InferenceService (what the runtime and OpenShift AI's authenticating proxy check), updated in the pass that "
         "creates or retires a version. Others the namespace's roles already allow may still call.")
+    routing: RoutingSpec | None = Field(
+        None, description="Contexts pinned to a version (a header and its value): decided by that version, which "
+        "stays warm; the stable version's runtime forwards them with the caller's token.")
     audit: AuditSpec | None = Field(
         None, description="Where each decision's audit record is kept and for how long: stdout always; with s3, also "
         "that bucket, each object under S3 object lock for the retention asked (checked: the AuditReady condition).")

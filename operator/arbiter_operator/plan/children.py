@@ -84,8 +84,9 @@ def desired_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan,
     access_rbac = render_access_rbac(dm, live + retained)
     children.extend(access_rbac)
     # spec.access.network: the predictor pods admit the listed peers and what must reach them (the model's own pods
-    # while they call each other).
-    netpol = render_networkpolicy(dm, peers_call_each_other=pplan.shadow is not None)
+    # while they call each other: mirroring, forwarding pinned contexts).
+    routes = dm.spec.routing is not None and bool(dm.spec.routing.contexts)
+    netpol = render_networkpolicy(dm, peers_call_each_other=pplan.shadow is not None or routes)
     if netpol is not None:
         children.append(netpol)
     deletions = unwanted(obs, _wanted(dm, live + retained, shadow_rbac + access_rbac + ([netpol] if netpol else [])))

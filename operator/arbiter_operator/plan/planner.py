@@ -90,8 +90,16 @@ def _advance_promotion(dm: DecisionModel, obs: Observations, seen: VersionsSeen,
             request=obs.promotion_request,
             hold=promotion_hold(dm.spec.audit, next((x for x in obs.extra_conditions if x.type == c.AUDIT_READY),
                                                     None)),
+            pinned=pinned_versions(dm),
         )
     )
+
+
+def pinned_versions(dm: DecisionModel) -> frozenset[str]:
+    """The versions spec.routing pins a context to (of those spec.versions names)."""
+    routing = dm.spec.routing
+    names = {v.name for v in dm.spec.versions}
+    return frozenset(c.version for c in routing.contexts if c.version in names) if routing else frozenset()
 
 
 def _status(dm: DecisionModel, obs: Observations, pplan: PromotionPlan, seen: VersionsSeen, desired: Desired,

@@ -75,6 +75,9 @@ class PromotionInputs:
     # Read only for a pass that starts a promotion (the planner plans again with it); None: not read (yet).
     request: PromotionRequest | None = None
     hold: PromotionHold | None = None
+    # Versions a context is pinned to (spec.routing.contexts): kept live (warm) whatever the promotion does, never
+    # given Route traffic by it; deployed once their artifacts are known valid.
+    pinned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

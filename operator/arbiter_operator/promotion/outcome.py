@@ -34,9 +34,12 @@ def loading_poll(elapsed: float) -> float:
     return LOADING_POLL.delay(elapsed)
 
 
-def live_versions(st: PromotionStatus, obs: Mapping[str, VersionObservation]) -> frozenset[str]:
-    """The versions whose InferenceService must exist: stable, the candidate in progress, previous while Cooling."""
-    live = set()
+def live_versions(st: PromotionStatus, obs: Mapping[str, VersionObservation],
+                  pinned: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The versions whose InferenceService must exist: stable, the candidate in progress, previous while Cooling, and
+    the versions a context is pinned to (once their artifacts are known valid, or already deployed)."""
+    live = {v for v in pinned if obs.get(v, VersionObservation()).artifacts_valid is True
+            or obs.get(v, VersionObservation()).exists}
     if st.stable:
         live.add(st.stable)
     # A candidate still Deploying whose artifacts are unchecked has nothing live yet.

@@ -40,9 +40,10 @@ def step_machine(run: Run) -> None:
         return  # UnknownVersion: keep serving whatever serves; conditions say why
     st = run.st
 
-    # Stopping a rolled-back or aborted candidate: done once its InferenceService is gone.
+    # Stopping a rolled-back or aborted candidate: done once its InferenceService is gone (or at once when a context
+    # is pinned to it: it stays warm for that context, taking no other traffic).
     if st.phase in STOPPING:
-        if not run.obs(st.candidate).exists:
+        if not run.obs(st.candidate).exists or st.candidate in inp.pinned:
             stopped = st.candidate
             run.set(phase="Failed" if st.phase == "RollingBack" else "Idle", candidate=None)
             run.event("Normal", "CandidateStopped", f"InferenceService of {stopped} removed")
@@ -92,7 +93,7 @@ def first_deployment(run: Run) -> None:
         return
     st = run.st
     if st.phase in STOPPING:
-        if not run.obs(st.candidate).exists:
+        if not run.obs(st.candidate).exists or st.candidate in inp.pinned:
             run.set(phase="Failed" if st.phase == "RollingBack" else "Idle", candidate=None)
         return
     if st.phase == "Failed":

@@ -60,16 +60,6 @@ def network_verdicts(g: Governed, version: str, finance: str, other: str) -> dic
     return verdicts
 
 
-@pytest.fixture
-def governed(control_plane, namespace, s3_server, tmp_path):
-    g = Governed(control_plane, namespace, s3_server, tmp_path)
-    g.operator.start()
-    try:
-        yield g
-    finally:
-        g.close()
-
-
 def test_a_listed_caller_decides_through_every_promotion_step_and_an_unlisted_one_never(governed, finance):
     g = governed
     listed, unlisted = finance

@@ -10,20 +10,10 @@ import json
 
 import pytest
 from kubernetes import client
-from support.governance_kit import V1, Governed
+from support.governance_kit import V1
 from support.identities import service_account_token
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
-
-
-@pytest.fixture
-def governed(control_plane, namespace, s3_server, tmp_path):
-    g = Governed(control_plane, namespace, s3_server, tmp_path)
-    g.operator.start()
-    try:
-        yield g
-    finally:
-        g.close()
 
 
 def test_compliance_retention_waits_for_object_lock_then_every_decision_lands_locked(governed, s3_server):
