@@ -52,12 +52,14 @@ Every rule is exercised by the reconcile and promotion scenarios run as this Ser
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}
-# The DecisionModel: kopf lists and watches it; the reconcile reads it from the watch cache (no get). patch: metadata
-# only: the finalizer that archives its registry versions on delete (only with spec.registry), and the one-time
-# removal of kopf's annotations earlier builds wrote (registry_handlers.py). The operator never writes its spec.
+# The DecisionModel: listed and watched; the reconcile reads it from the watch cache. get: read whole once by the
+# pass that starts a promotion (the cache holds no managedFields: who wrote spec.promote.version goes into the
+# promotion's history). patch: metadata only: the finalizer that archives its registry versions on delete (only with
+# spec.registry), and the one-time removal of kopf's annotations earlier builds wrote (registry_handlers.py). The
+# operator never writes its spec.
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Status is the only thing the operator writes about a DecisionModel (conditions, promotion progress).
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels/status"]
