@@ -171,7 +171,9 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
                                    ("monitoring.coreos.com", "v1", "prometheusrules"),
                                    ("serving.kserve.io", "v1alpha1", "servingruntimes"),
                                    ("serving.kserve.io", "v1beta1", "inferenceservices"),
-                                   ("networking.k8s.io", "v1", "networkpolicies")):
+                                   ("networking.k8s.io", "v1", "networkpolicies"),
+                                   ("rbac.authorization.k8s.io", "v1", "roles"),
+                                   ("rbac.authorization.k8s.io", "v1", "rolebindings")):
         _relabelled(admin, ns, group, version, plural, f"{label}=credit-limit")
 
     # 3. A changed decision setting updates the ConfigMap; spec.access.network removed deletes the NetworkPolicy.
@@ -212,8 +214,8 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     eventually(rolled_back, 120, "the canary to 1.0.0 rolled back")
 
     # 4c. A shadow promotion of 1.0.0 (auth on): while it shadows, the operator grants the stable pods `get` on the
-    #     candidate's InferenceService (Role + RoleBinding, read by name before create, listed by label); no shadow
-    #     data comes (empty vectors) with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
+    #     candidate's InferenceService (Role + RoleBinding, watched by label); no shadow data comes (empty vectors)
+    #     with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
     _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
         "strategy": "Shadow", "shadow": {"holdSeconds": 40, "minCompared": 1}}}})
     rbac = client.RbacAuthorizationV1Api(admin)
@@ -223,7 +225,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
             ns, label_selector="arbiter.dev/component=shadow-caller").items]
 
     eventually(lambda: shadow_grant() == ["credit-limit-shadow"] or None, 120, "the shadow grant created")
-    for plural in ("roles", "rolebindings"):  # the grant's label removed mid-phase: read back by name, relabelled
+    for plural in ("roles", "rolebindings"):  # the grant's component label removed mid-phase: put back
         _relabelled(admin, ns, "rbac.authorization.k8s.io", "v1", plural, "arbiter.dev/component=shadow-caller")
     eventually(lambda: rolled_back() and not shadow_grant(), 120, "the shadow phase rolled back, its grant deleted")
 
