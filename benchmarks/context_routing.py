@@ -5,7 +5,7 @@
 Processes on loopback: the stable version's decision server (`arbiter-runtime serve`, v1) and the pinned version's
 (v2), each in front of its own *instant upstream* (runtime_overhead.py's: a real scored vLLM-format answer sent at
 once, so the figures are the decision servers' and not a model's), and the load generator (one raw keep-alive
-HTTP/1.1 connection per concurrent caller, closed loop, V2 infer of one row carrying `x-decision-context:
+HTTP/1.1 connection per concurrent caller, closed loop, V2 infer of one row with `x-decision-context:
 underwriting`). routing.json next to each decision.json pins that context to v2 (taken up without a restart).
 
   direct   the callers send the context straight to v2, which decides it: what the pinned version costs anyway

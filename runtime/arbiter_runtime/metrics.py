@@ -36,7 +36,7 @@
   Context routing (spec.routing; routing.py), recorded by the version that forwards:
   arbiter_routed_requests_total{model,version,to,result}
       result: forwarded (the pinned version answered; its answer went back as it was) | error (it did not answer in
-              time or at all: 503) | refused (no identity to carry: 421) | loop (the routes disagree: 508)
+              time or at all: 503) | refused (no identity to pass on: 421) | loop (the routes disagree: 508)
       a forwarded request is counted by the version that decides it, never in this version's decisions
   arbiter_routing_config_errors_total{model,version}   routing.json contents that could not be used (no routes)
 """

@@ -17,7 +17,7 @@ route, or routed to this version, is decided here.
 
 Refusals, each naming the context and the version: the pinned version does not answer in time or at all (503,
 Retry-After); a request that reached this runtime through the platform's authenticating proxy, which keeps the
-caller's token, so no identity could be carried and checked (421: call the model's in-cluster Service with a bearer
+caller's token, so no identity could be passed on and checked (421: call the model's in-cluster Service with a bearer
 token); a request that was forwarded here already and would be forwarded again (508: the versions' routing tables
 disagree for a moment after a spec change; retry). An absent or empty file, or `{}`, is "no routes"; a file that
 cannot be used is logged once per content, counted (`arbiter_routing_config_errors_total`) and read as no routes.
@@ -192,20 +192,20 @@ class ContextRouter:
         return None
 
     async def forward(self, route: Route, path: str, headers: Mapping[str, str], body: bytes,
-                      carried: bool) -> Forwarded:
-        """Send the request to the pinned version; its answer, or a refusal naming why. carried: the caller's
-        identity can be carried (a bearer token, or auth off)."""
+                      identity_passes: bool) -> Forwarded:
+        """Send the request to the pinned version; its answer, or a refusal naming why. identity_passes: the
+        caller's identity can go with the request (a bearer token, or auth off)."""
         context = f"{route.header}={route.value}"
         if headers.get(ROUTED_HEADER) is not None:
             self.metrics.routed(route.version, "loop")
             return _refusal(508, f"context {context} is pinned to version {route.version}, and this request was "
                                  f"forwarded here by {headers[ROUTED_HEADER][:64]!r}: the versions' routes disagree "
                                  "for a moment after a change of spec.routing; retry", retry=True)
-        if not carried:
+        if not identity_passes:
             self.metrics.routed(route.version, "refused")
             return _refusal(421, f"context {context} is decided by version {route.version}, and this request came "
                                  "through the platform's authenticating proxy, which keeps the caller's token: no "
-                                 "identity can be carried to that version. Call the model's in-cluster Service "
+                                 "identity can go with it to that version. Call the model's in-cluster Service "
                                  "(status.address.url) with Authorization: Bearer <token>")
         if self.in_flight >= MAX_IN_FLIGHT:
             self.metrics.routed(route.version, "error")

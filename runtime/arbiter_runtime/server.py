@@ -166,9 +166,9 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
     async def routed(request: Request, route: Any) -> Response:
         """A context pinned to another version: that version decides (routing.py); its answer goes back as it is."""
         body = await read_limited(request.headers, request.stream())
-        # The caller's identity travels as its bearer token (or nothing is checked: auth off, no caller).
-        carried = "authorization" in request.headers or current_caller() is None
-        out = await rt.routing.forward(route, request.url.path, request.headers, body, carried)
+        # The caller's identity goes with the request as its bearer token (or nothing is checked: auth off).
+        identity_passes = "authorization" in request.headers or current_caller() is None
+        out = await rt.routing.forward(route, request.url.path, request.headers, body, identity_passes)
         return Response(out.body, status_code=out.status, headers=out.headers)
 
     async def serve(request: Request, started: float, read: Any, answer: Any) -> Response:

@@ -167,7 +167,7 @@ class ContextRoute(_Model):
 class RoutingSpec(_Model):
     contexts: list[ContextRoute] = Field(
         default_factory=list, max_length=32,
-        description="Contexts pinned to a version: a request whose header carries the value is decided by that "
+        description="Contexts pinned to a version: a request whose header has the value is decided by that "
         "version, whatever spec.promote says; other requests (other values, no header) by the active version.",
         json_schema_extra=_rules(_cel(
             "self.all(c, self.exists_one(d, d.header.lowerAscii() == c.header.lowerAscii() && d.value == c.value))",

@@ -70,7 +70,7 @@ def judge_bucket(audit: AuditSpec, state: BucketState | None) -> AuditVerdict:
     if state.default_mode and (weaker or shorter):
         return AuditVerdict("False", RETENTION_SHORTER, f"bucket {audit.s3.bucket}'s default retention is "
                             f"{state.default_mode} for {state.default_days} days, less than the {asked}: raise the "
-                            "bucket's default retention or remove it (each record object carries its own lock)")
+                            "bucket's default retention or remove it (each record object has its own lock)")
     return AuditVerdict("True", BUCKET_READY, f"records go to stdout and {where}, each object locked in {ret.mode} "
                         f"mode for {ret.days} days (bucket object lock on)")
 

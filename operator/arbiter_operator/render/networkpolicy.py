@@ -37,7 +37,7 @@ def networkpolicy_name(dm_name: str) -> str:
 
 
 def predictor_selector(dm: DecisionModel) -> dict[str, str]:
-    """The labels every predictor pod of this DecisionModel carries (render/inferenceservice.py's pod labels)."""
+    """The labels every predictor pod of this DecisionModel bears (render/inferenceservice.py's pod labels)."""
     return {LABEL_DM: dm.metadata.name, LABEL_COMPONENT: "predictor"}
 
 

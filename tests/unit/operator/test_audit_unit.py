@@ -68,7 +68,7 @@ SPEC = AuditSpec.model_validate(AUDIT)
     (BucketState("Enabled", True, "GOVERNANCE", 3000), "False", "RetentionShorterThanAsked"),  # weaker mode
     (BucketState("Enabled", True, "COMPLIANCE", 365), "False", "RetentionShorterThanAsked"),  # fewer days
     (BucketState("Enabled", True, "COMPLIANCE", 2557), "True", "BucketReady"),
-    (BucketState("Enabled", True), "True", "BucketReady"),  # no default: every object carries its own lock
+    (BucketState("Enabled", True), "True", "BucketReady"),  # no default: every object has its own lock
 ])
 def test_the_verdict_names_what_is_missing(state, status, reason):
     verdict = judge_bucket(SPEC, state)

@@ -1,6 +1,6 @@
 """spec.routing through the real planner: a pinned version is deployed and kept warm whatever the promotion of the
 default does (never retired while pinned, never given Route or Service traffic by it); every live version's
-ConfigMap carries the same routes (a live file: no pod restarts when they change); unpinned, the version goes the
+ConfigMap holds the same routes (a live file: no pod restarts when they change); unpinned, the version goes the
 way any other does."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_a_pinned_version_stays_warm_through_a_promotion_of_the_default():
     assert service["spec"]["selector"]["arbiter.dev/version"] == "1.1.0"  # the default moved on
     route = _by_kind(d, "Route")["credit-limit"]["spec"]
     assert route["to"]["name"] == "credit-limit--1-1-0-predictor" and "alternateBackends" not in route
-    # Both versions carry the routes; the pinned one decides its own context (each runtime drops routes to itself).
+    # Both versions hold the routes; the pinned one decides its own context (each runtime drops routes to itself).
     expected = {"routes": [{"header": "x-decision-context", "value": "underwriting", "version": "1.0.0",
                             "url": "http://credit-limit--1-0-0-predictor.team.svc.cluster.local",
                             "timeoutMs": d.dm().spec.decision.deadlineMs + 5000}]}

@@ -1,7 +1,7 @@
 """Context routing between real decision servers on loopback: a pinned context is decided (audited, counted) by its
 version and only by it; the forwarding version records no decision; unknown contexts and requests without the header
 are decided where they land; a hostile or absent pinned version is a 503 naming it, never a 500 or a hang; a request
-whose token the platform's proxy kept is refused by name (no identity could be carried); routing.json is re-read
+whose token the platform's proxy kept is refused by name (no identity could be passed on); routing.json is re-read
 live and anything hostile in it means "no routes"."""
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def test_a_pinned_version_at_its_worst_is_a_503_naming_it(standin, make_runtime,
                 assert r.status_code == 503, (mode, r.status_code, r.text)
                 assert "v2" in r.json()["error"] and f"x-decision-context={mode}" in r.json()["error"]
                 assert time.monotonic() - started < 3
-            # What is carried: the caller's credentials and the request's own headers, and where it came from.
+            # What is passed on: the caller's credentials and the request's own headers, and where it came from.
             r = c.post("/v1/decisions", json=DOC, headers={"x-decision-context": "ok", "authorization": "Bearer t0k",
                                                            "cookie": "session=1", "x-other": "no"})
             seen = r.json()["seen"]
@@ -144,7 +144,7 @@ def test_a_pinned_version_at_its_worst_is_a_503_naming_it(standin, make_runtime,
         assert routed(stable, "v2", "error") == 4 and routed(stable, "v2", "loop") == 1
 
 
-def test_without_a_token_to_carry_the_request_is_refused_by_name(standin, make_runtime, tmp_path):
+def test_without_a_token_to_pass_on_the_request_is_refused_by_name(standin, make_runtime, tmp_path):
     # Through the platform's proxy: the caller's name in X-Remote-User from loopback, its token kept by the proxy.
     env = {"ARBITER_AUTH": "true", "ARBITER_AUTH_API_URL": "http://127.0.0.1:9", "ARBITER_AUTH_NAMESPACE": "team",
            "ARBITER_AUTH_INFERENCESERVICE": "credit--v1", "ARBITER_AUTH_PROXY_HEADERS": "true"}
