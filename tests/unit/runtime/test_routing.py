@@ -109,7 +109,7 @@ class Hostile(http.server.BaseHTTPRequestHandler):
         elif mode == "huge":
             answer(self, 200, b"[" + b"0," * (9 * 1024 * 1024) + b"0]")
         elif mode == "reset":
-            self.connection.close()
+            self.close_connection = True  # hangs up without an answer
         else:
             answer(self, 200, json.dumps({"seen": {k.lower(): v for k, v in self.headers.items()}}).encode())
 
