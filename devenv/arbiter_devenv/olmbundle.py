@@ -157,6 +157,8 @@ def deployment_spec(chart: pathlib.Path, images: Images = DEFAULT_IMAGES) -> dic
     labels = {NAME_LABEL: RELEASE, "app.kubernetes.io/component": "operator"}
     spec["selector"] = {"matchLabels": labels}
     spec["template"]["metadata"]["labels"] = dict(labels)  # a copy: no YAML anchors in the CSV
+    for spread in spec["template"]["spec"].get("topologySpreadConstraints") or []:
+        spread["labelSelector"] = {"matchLabels": dict(labels)}  # the replicas spread over nodes select OLM's labels
     container = spec["template"]["spec"]["containers"][0]
     # The OperatorGroup decides the namespaces: OLM writes them on the pod as an annotation.
     container["env"].insert(1, {"name": "ARBITER_NAMESPACES", "valueFrom": {"fieldRef": {

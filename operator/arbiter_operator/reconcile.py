@@ -11,9 +11,9 @@ One clock: `now` is read once, before observing, and passed to every step that n
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ from .kube.client import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.audit import AuditVerdicts, observe_audit
 from .observe.children import observe_children, podmonitor_served, prometheusrule_served
+from .observe.kserve import DeploymentModes
 from .observe.requester import observe_request
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
@@ -85,6 +86,8 @@ class Reconciler:
         # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
         self.podmonitor_api: bool | None = None
         self.prometheusrule_api: bool | None = None  # the same for PrometheusRules (the model's alerts)
+        # The name KServe gives its plain-Deployment mode, learnt from what its webhook kept (observe/kserve.py).
+        self.deployment_modes = DeploymentModes()
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
@@ -120,6 +123,8 @@ class Reconciler:
         obs = await observe_children(self.client, dm, bool(self.podmonitor_api), self.runtime_image,
                                      prometheusrule_api=bool(self.prometheusrule_api),
                                      metrics_reader_secret=self.metrics_reader_secret)
+        obs = replace(obs, kserve_deployment_mode=self.deployment_modes.mode_for(
+            obs.of_kind("InferenceService").values()))
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
         obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
         # (the audit bucket before the plan: a version whose required audit is not ready is not promoted)
@@ -134,7 +139,7 @@ class Reconciler:
             # A promotion starts in this pass: who asked (managedFields, Argo CD's revision) goes into its status and,
             # when it ends, its history record. Read only now, so a converged pass still makes no request.
             request = await observe_request(self.client, dm, self.argocd_namespace)
-            p = make_plan(dm, dataclasses.replace(obs, promotion_request=request), now)
+            p = make_plan(dm, replace(obs, promotion_request=request), now)
         # apply
         writes, conflicts = await apply_plan(self.client, raw, dm, p, dict(obs.children), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);

@@ -9,6 +9,7 @@ from typing import Any
 from ..api.conditions import Condition
 from ..api.conditions import Event as Event  # re-exported: the planner's events
 from ..api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
+from ..api.names import RAW_DEPLOYMENT
 from ..api.promotion import AnalysisRun
 from ..promotion.model import PromotionRequest
 
@@ -65,6 +66,9 @@ class Observations:
     # Who asked for the promotion a pass starts (observe/requester.py): read only when a first plan of the pass
     # starts one (Plan.needs_request), then the pass plans again with it.
     promotion_request: PromotionRequest | None = None
+    # The name KServe accepts for its plain-Deployment mode (observe/kserve.py): `RawDeployment` until KServe's
+    # webhook has answered with `Standard`.
+    kserve_deployment_mode: str = RAW_DEPLOYMENT
 
     def of_kind(self, kind: str) -> dict[str, dict[str, Any]]:
         """The observed children of one kind, by name."""
