@@ -223,33 +223,61 @@ class Cluster:
               seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) of DecisionModels from `resource_version` for at most `seconds`: one DecisionModel
         (a field selector on its name), a namespace's, or all. Ends when the apiserver ends the watch."""
-        kw: dict[str, Any] = {"timeout_seconds": seconds, "allow_watch_bookmarks": False}
-        if resource_version:
-            kw["resource_version"] = resource_version
-        if name:
-            kw["field_selector"] = f"metadata.name={name}"
         if all_namespaces:
             fn: Callable[..., Any] = self.api.list_cluster_custom_object
             args: tuple[Any, ...] = (GROUP, VERSION, PLURAL)
         else:
             fn, args = self.api.list_namespaced_custom_object, (GROUP, VERSION, self.namespace, PLURAL)
+        selector = f"metadata.name={name}" if name else None
+        for kind, obj in self.stream("decisionmodels", fn, args, resource_version, seconds, selector):
+            yield kind, checked(obj, "a watched decisionmodel")
+
+    def stream(self, what: str, fn: Callable[..., Any], args: tuple[Any, ...], resource_version: str = "",
+               seconds: int = 300, field_selector: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """A watch of any list call: (ADDED|MODIFIED|DELETED, object); an ERROR event ends it with a CliError."""
+        kw: dict[str, Any] = {"timeout_seconds": seconds, "allow_watch_bookmarks": False}
+        if resource_version:
+            kw["resource_version"] = resource_version
+        if field_selector:
+            kw["field_selector"] = field_selector
         # The watch's read timeout: a little longer than the apiserver's own end of the watch.
         kw["_request_timeout"] = (self.timeout or 30, seconds + 30)
         stream = watch.Watch().stream(fn, *args, **kw)
         try:
             while True:
                 try:
-                    event = self.call("cannot watch decisionmodels", next, stream)
+                    event = self.call(f"cannot watch {what}", next, stream)
                 except StopIteration:
                     return
                 obj = event.get("object") if isinstance(event, dict) else None
                 kind = str(event.get("type") or "") if isinstance(event, dict) else ""
                 if kind == "ERROR":
-                    raise CliError(f"the watch of decisionmodels ended: {(obj or {}).get('message', obj)}", EXIT_API)
+                    raise CliError(f"the watch of {what} ended: {(obj or {}).get('message', obj)}", EXIT_API)
                 if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
-                    yield kind, checked(obj, "a watched decisionmodel")
+                    yield kind, obj
         finally:
             stream.close()
+
+    def list_events(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """The Events of a namespace (or of all) and the list's resourceVersion."""
+        if namespace is None:
+            found = self.call("cannot list events in all namespaces", self.core.list_event_for_all_namespaces,
+                              _preload_content=False)
+        else:
+            found = self.call(f"cannot list events in namespace {namespace}", self.core.list_namespaced_event,
+                              namespace, _preload_content=False)
+        doc = _json(found)
+        return _items(doc), str(((doc or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+    def watch_events(self, namespace: str | None, resource_version: str,
+                     seconds: int = 300) -> Iterator[tuple[str, dict[str, Any]]]:
+        if namespace is None:
+            fn: Callable[..., Any] = self.core.list_event_for_all_namespaces
+            args: tuple[Any, ...] = ()
+        else:
+            fn, args = self.core.list_namespaced_event, (namespace,)
+        # The generated client would build V1Event objects; the raw dicts are what the pages read.
+        yield from self.stream("events", _raw(fn), args, resource_version, seconds)
 
     # -- what diagnose and the dashboard read besides ---------------------------------------------------------------
     def events(self, namespace: str, names: Sequence[str]) -> list[dict[str, Any]]:
@@ -280,6 +308,17 @@ class Cluster:
         resp = self.call(what, self.api_client.call_api, path, "GET", auth_settings=["BearerToken"],
                          _preload_content=False, _return_http_data_only=True)
         return bytes(resp.data)
+
+
+def _raw(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A generated client's list call that hands the watch its raw JSON lines (kubernetes.watch decodes them to dicts
+    when the call has no return type to deserialize into)."""
+
+    def call(*args: Any, **kw: Any) -> Any:
+        return fn(*args, **kw)
+
+    call.__doc__ = ":return: object"  # kubernetes.watch reads the return type from the docstring
+    return call
 
 
 def _json(resp: Any) -> Any:
