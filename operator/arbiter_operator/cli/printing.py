@@ -7,7 +7,9 @@ from typing import Any, TextIO
 
 
 def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+    conds = (obj.get("status") or {}).get("conditions")
+    return next((c for c in conds if isinstance(c, dict) and c.get("type") == type_), None) \
+        if isinstance(conds, list) else None
 
 
 def _traffic(obj: dict[str, Any]) -> str:
@@ -102,9 +104,10 @@ def condition_status(obj: dict[str, Any], type_: str) -> tuple[str, str]:
 def summary(obj: dict[str, Any]) -> dict[str, Any]:
     """What `list` shows of one DecisionModel (and -o json/yaml gives per item)."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    promo = status.get("promotion") or {}
+    promo: dict[str, Any] = status["promotion"] if isinstance(status.get("promotion"), dict) else {}
     ready, reason = condition_status(obj, "Ready")
     weight = promo.get("weight") if promo.get("candidate") and promo.get("phase") in ("Progressing", "Paused") else None
+    weight = weight if isinstance(weight, (int, float)) and not isinstance(weight, bool) else None
     return {"namespace": meta.get("namespace"), "name": meta.get("name"), "phase": promo.get("phase") or "Idle",
             "active": status.get("activeVersion") or promo.get("stable"), "candidate": promo.get("candidate"),
             "weight": weight, "ready": ready, "reason": reason}

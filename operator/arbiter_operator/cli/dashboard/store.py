@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..shapes import cleaned
+
 Key = tuple[str, str]  # (namespace, name)
 MAX_POINTS = 500  # timeline points kept per model
 MAX_EVENTS = 20  # Events kept per model
@@ -101,8 +103,9 @@ class Store:
             self._drop(key)
             self._bump()
 
-    def _put(self, obj: dict[str, Any], at: float) -> Key:
-        meta = obj.get("metadata") or {}
+    def _put(self, raw: dict[str, Any], at: float) -> Key:
+        obj = cleaned(raw)
+        meta = obj["metadata"]
         key = (str(meta.get("namespace")), str(meta.get("name")))
         self.models[key] = obj
         point = point_of(obj, at)

@@ -9,10 +9,12 @@ finding carries both.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..shapes import cleaned
 from .evidence import Evidence, VersionMetrics
 
 # What counts as a problem: a share of decisions at or above this, or any event of a kind that should never happen.
@@ -212,6 +214,8 @@ def describe_event(e: dict[str, Any]) -> str:
 def diagnose(ev: Evidence, reasons: Sequence[dict[str, str]]) -> Diagnosis:
     from .metric_rules import metric_findings
 
+    if ev.dm is not None:
+        ev = dataclasses.replace(ev, dm=cleaned(ev.dm))
     findings = cluster_findings(ev, reasons) if ev.dm is not None else []
     findings += pod_findings(ev.pods or [])
     settings = Settings.of(ev.dm)
