@@ -135,7 +135,10 @@ def cluster_findings(ev: Evidence, reasons: Sequence[dict[str, str]]) -> list[Fi
                          ("Registered", 30), ("TokenCost", 10)):
         cond = conds.get(type_)
         bad = cond is not None and (cond.get("status") == "True") == (type_ == "Stalled")
-        if bad and cond is not None and not (type_ == "Stalled" and cond.get("reason") == failure):
+        explained = (type_ == "Stalled" and cond is not None and cond.get("reason") == failure) or (
+            type_ == "Exposed" and cond is not None and cond.get("reason") == "NoReadyBackend"
+            and (conds.get("Serving") or {}).get("status") == "False")  # Serving's finding says why
+        if bad and cond is not None and not explained:
             out.append(_condition_finding(cond, score, reasons))
     if promo.get("phase") in ("Failed", "RollingBack") and failure:
         out.append(_promotion_failure(promo, conds.get("Stalled"), reasons))
