@@ -103,6 +103,9 @@ class Behaviour:
     max_num_seqs: int | None = None
     kv_per_seq: float | None = None
     max_model_len: int | None = None
+    # A trained model's answer, step by step: [(code, {label: probability}), ...]. At a code position the step's code
+    # is written, at a label position its distribution holds (a distribution above is the same at every step).
+    plan: list | None = None
 
 
 @dataclass
@@ -112,6 +115,9 @@ class StandinState:
     default: Behaviour = field(default_factory=Behaviour)
     queued: list[Behaviour] = field(default_factory=list)
     reject_structured: bool = False  # a diffusion model: 400 on structured_outputs / seed
+    # In-process only: the case (the user message) -> a plan (Behaviour.plan), a "model" whose answers follow rules
+    # (the local run's example model, arbiter_devenv.example_model); None: no plan, or the behaviour's.
+    planner: Any = None
     requests: list[dict] = field(default_factory=list)  # last requests, for tests to inspect
     completions: int = 0
     # The whole words of the vocabulary (labels, codes): the "model" prefers them over the pieces that spell them,
@@ -181,11 +187,18 @@ class Generator:
 
     def constrained(self, pattern: str | None, key: str, max_tokens: int, greedy: bool, rng: random.Random,
                     dist: dict[str, float] | None, want: list[int] | None, top_n: int | None,
-                    spread: float = 3.0):
-        """Token-by-token decoding under a regex, as a grammar backend masks logits. Returns text, entries, finish."""
+                    spread: float = 3.0, plan: list | None = None):
+        """Token-by-token decoding under a regex, as a grammar backend masks logits. Returns text, entries, finish.
+        With a plan, the step (the labels written so far) picks the code to write and the labels' distribution."""
         text = ""
         entries = []
+        plan_labels = frozenset(label for _, step in plan or [] for label in step)
+        written = 0  # labels written so far: the step the plan is at
         for position in range(max_tokens):
+            boost = None
+            if plan:
+                code, dist = plan[min(written, len(plan) - 1)]
+                boost = self.s.text_to_id.get(code)
             if pattern is None:
                 allowed, complete = tuple(i for i, _ in self._tokens), position > 0 and _unit(key, text) < 0.02
             else:
@@ -202,6 +215,8 @@ class Generator:
                     logits[tid] = -(spread if word else 3.0) * _unit(key, text, tid) \
                         - (0.0 if dist is None else 6.0) - (0.0 if word else max(0.0, spread - 3.0)) \
                         + (4.0 if tok in self._whole else 0.0) + (3.0 if word else 0.0)
+            if boost in logits:
+                logits[boost] += 12.0  # the model writes the step's code
             if complete:
                 logits[self.s.eos_id] = 5.0 if not allowed else -1.0
             if not logits:  # dead end: a regex the vocabulary cannot finish
@@ -223,6 +238,7 @@ class Generator:
             if chosen == self.s.eos_id:
                 return text, entries, "stop"
             text += self.s.id_to_text[chosen]
+            written += self.s.id_to_text[chosen] in plan_labels
         return text, entries, "length"
 
     def _lp(self, tid: int, logprobs: dict[int, float]) -> float:
@@ -474,8 +490,9 @@ def build_app(state: StandinState) -> Starlette:
                 content, entries, finish = "maybe\n", [gen._one(state.text_to_id.get(c, 1), {})
                                                        | {"top_logprobs": []} for c in "maybe\n"], "stop"
             else:
+                plan = state.planner(messages) if state.planner is not None else behaviour.plan
                 content, entries, finish = gen.constrained(pattern, key, max_tokens, greedy, rng, dist, want, top_n,
-                                                           behaviour.spread)
+                                                           behaviour.spread, plan)
             completion_tokens = len(entries)
         prompt_tokens = len(state.tokenizer.encode(prompt, add_special_tokens=False).ids)
         state.completions += 1
@@ -569,10 +586,10 @@ class StandinServer:
     """Runs the stand-in in a background thread (tests); `stop()` makes it 'down'."""
 
     def __init__(self, words=DEFAULT_WORDS, served_model_name: str = "standin", port: int | None = None,
-                 behaviour: Behaviour | None = None, reject_structured: bool = False):
+                 behaviour: Behaviour | None = None, reject_structured: bool = False, planner: Any = None):
         self.state = StandinState(tokenizer=build_tokenizer(words), served_model_name=served_model_name,
                                   default=behaviour or Behaviour(), reject_structured=reject_structured,
-                                  words=frozenset(words))
+                                  words=frozenset(words), planner=planner)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self._server = None

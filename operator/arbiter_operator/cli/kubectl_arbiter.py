@@ -203,6 +203,9 @@ def _metrics_flags(s: argparse.ArgumentParser) -> None:
                         "bearer token; default $ARBITER_PROMETHEUS_URL")
     s.add_argument("--window", type=_duration, default=600.0, metavar="DURATION",
                    help="how far back rates and quantiles look in Prometheus (default 10m)")
+    s.add_argument("--metrics-token", default=os.environ.get("ARBITER_METRICS_TOKEN"), metavar="TOKEN",
+                   help="bearer token for Prometheus and the decision servers' metrics (default "
+                        "$ARBITER_METRICS_TOKEN, else the kubeconfig's token)")
 
 
 COMMANDS: dict[str, Callable[[Cluster, argparse.Namespace, TextIO], int]] = {

@@ -41,10 +41,10 @@ class Dashboard:
     """The store, the threads that fill it and the HTTP server that shows it."""
 
     def __init__(self, cluster: Cluster, all_namespaces: bool, prometheus: str | None, window_s: float,
-                 address: str = "127.0.0.1", port: int = 0) -> None:
+                 address: str = "127.0.0.1", port: int = 0, metrics_token: str | None = None) -> None:
         self.cluster, self.all_namespaces, self.window_s = cluster, all_namespaces, window_s
-        self.prometheus = Prometheus(prometheus, cluster.bearer_token(), cluster.timeout or 10.0) \
-            if prometheus else None
+        token = metrics_token or cluster.bearer_token()
+        self.prometheus = Prometheus(prometheus, token, cluster.timeout or 10.0) if prometheus else None
         self.store = Store()
         self.stopping = threading.Event()
         self.http = ThreadingHTTPServer((address, port), _handler(self))
@@ -222,7 +222,8 @@ def _handler(dash: Dashboard) -> type[BaseHTTPRequestHandler]:
 
 
 def run(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
-    dash = Dashboard(cluster, args.all_namespaces, args.prometheus, args.window, args.address, args.port).start()
+    dash = Dashboard(cluster, args.all_namespaces, args.prometheus, args.window, args.address, args.port,
+                     args.metrics_token).start()
     scope = "all namespaces" if args.all_namespaces else f"namespace {cluster.namespace}"
     print(f"Arbiter dashboard for {scope} at {dash.url} (read-only, as your kubeconfig user; Ctrl-C stops it)",
           file=out, flush=True)

@@ -55,7 +55,8 @@ def as_dict(d: Diagnosis) -> dict[str, Any]:
 
 
 def run(cluster: Cluster, args: argparse.Namespace, out: TextIO) -> int:
-    evidence = gather(cluster, args.name, list(args.metrics_url or []), args.prometheus, args.window)
+    evidence = gather(cluster, args.name, list(args.metrics_url or []), args.prometheus, args.window,
+                      args.metrics_token)
     result = diagnose(evidence, reason_table())
     if args.output == "json":
         print(json.dumps(as_dict(result), indent=2), file=out)

@@ -79,7 +79,7 @@ def read_prometheus(ev: Evidence, url: str, token: str | None, versions: list[st
 
 
 def gather(cluster: Cluster, name: str, metrics_urls: list[str], prometheus: str | None,
-           window_s: float) -> Evidence:
+           window_s: float, metrics_token: str | None = None) -> Evidence:
     ev = Evidence(cluster.namespace, name)
     ev.dm = cluster.get(name)  # without the object there is nothing to diagnose: its errors are the command's
     ev.read.append(f"decisionmodel {cluster.namespace}/{name}")
@@ -94,7 +94,7 @@ def gather(cluster: Cluster, name: str, metrics_urls: list[str], prometheus: str
     except CliError as exc:
         ev.unreadable.append(f"predictor pods: {exc}")
     timeout = cluster.timeout or 10.0
-    token = cluster.bearer_token()
+    token = metrics_token or cluster.bearer_token()
     if metrics_urls:
         read_servers(ev, metrics_urls, token, timeout)
     if prometheus:
