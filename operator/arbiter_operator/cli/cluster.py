@@ -303,12 +303,6 @@ class Cluster:
                           "inferenceservices", label_selector=f"arbiter.dev/decision-model={model}")
         return _items(found)
 
-    def raw_get(self, path: str, what: str) -> bytes:
-        """GET a path of the apiserver (a pod's proxy) with the user's credentials; the body as bytes."""
-        resp = self.call(what, self.api_client.call_api, path, "GET", auth_settings=["BearerToken"],
-                         _preload_content=False, _return_http_data_only=True)
-        return bytes(resp.data)
-
 
 def _raw(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A generated client's list call that hands the watch its raw JSON lines (kubernetes.watch decodes them to dicts

@@ -5,6 +5,7 @@ the HTTP threads read; `changed` wakes the pages' live-update streams."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass, field
@@ -133,8 +134,10 @@ class Store:
 
     def set_metrics(self, key: Key, metrics: ModelMetrics) -> None:
         with self._lock:
+            old = self.metrics.get(key)
             self.metrics[key] = metrics
-            self._bump()
+            if old is None or dataclasses.replace(old, at=metrics.at) != metrics:
+                self._bump()  # the page changes only when the numbers do
 
     def set_problem(self, source: str, problem: str | None) -> None:
         with self._lock:

@@ -106,7 +106,7 @@ def test_events_are_kept_per_model_by_their_object():
     assert "BackOff" in text and "crash" in text
 
 
-def test_the_overview_of_200_models_renders_in_milliseconds():
+def test_the_overview_of_200_models_renders_at_once():
     store, _ = rollback_store()
     base = store.snapshot(KEY)["model"]
     for i in range(200):
@@ -114,9 +114,9 @@ def test_the_overview_of_200_models_renders_in_milliseconds():
         body["metadata"]["name"] = f"model-{i:03d}"
         store.put(body, time.time())
     started = time.perf_counter()
-    page = Elements(overview(store.snapshot(), time.time()))
-    elapsed = time.perf_counter() - started
-    assert len(page.having("tr")) == 202  # the header, credit-limit and the 200
+    html = overview(store.snapshot(), time.time())
+    elapsed = time.perf_counter() - started  # a few ms (benchmarks/dashboard_page.py); loose for a loaded machine
+    assert len(Elements(html).having("tr")) == 202  # the header, credit-limit and the 200
     assert elapsed < 0.5, elapsed
 
 
