@@ -105,6 +105,25 @@ def _print_decision(say: Callable[[str], None], body: dict[str, Any]) -> None:
         say(f"  step {step['step']}: {step['reasoningCode']:<16} -> {step.get('label', '?'):<9} ({probs})")
 
 
+def _standin(decision: dict[str, Any], say: Callable[[str], None]) -> Any:
+    """The vLLM stand-in for this decision.json: the example's model for the example, else a confident one."""
+    from arbiter_devenv.vllm_standin import Behaviour, StandinServer
+
+    labels = decision["labels"]
+    ours = tuple(labels) == example_model.LABELS and set(decision["reasoningCodes"]) >= example_model.CODES
+    standin = StandinServer(
+        words=list(labels) + list(decision["reasoningCodes"]),
+        served_model_name=decision["upstream"]["servedModelName"],
+        behaviour=Behaviour(distribution={labels[0]: STANDIN_CONFIDENCE,
+                                          **{lab: (1 - STANDIN_CONFIDENCE) / (len(labels) - 1) for lab in labels[1:]}}),
+        planner=example_model.plan if ours else None,
+    ).start()
+    if ours:
+        say("the stand-in answers as the example's model would: its credit policy, step by step "
+            "(devenv/arbiter_devenv/example_model.py)")
+    return standin
+
+
 def run(api: Any, control_plane: Any | None, namespace: str, dm_name: str, workdir: pathlib.Path,
         say: Callable[[str], None]) -> tuple[list[Any], str | None]:
     """Start the stand-in and the runtime, print one decision and the curl; return what must be stopped and the
@@ -114,7 +133,7 @@ def run(api: Any, control_plane: Any | None, namespace: str, dm_name: str, workd
         return [], None
     from kubernetes import client
 
-    from arbiter_devenv.vllm_standin import Behaviour, StandinServer, free_port
+    from arbiter_devenv.vllm_standin import free_port
 
     custom = client.CustomObjectsApi(api)
     dm = custom.get_namespaced_custom_object("arbiter.dev", "v1alpha1", namespace, "decisionmodels", dm_name)
@@ -130,20 +149,8 @@ def run(api: Any, control_plane: Any | None, namespace: str, dm_name: str, workd
         f"{configmap_name(dm_name, version)}, in front of the vLLM stand-in (no GPU here: a CPU double of "
         "`vllm serve` speaking its wire format, not a model)")
 
-    stoppables: list[Any] = []
-    labels = decision["labels"]
-    ours = tuple(labels) == example_model.LABELS and set(decision["reasoningCodes"]) >= example_model.CODES
-    standin = StandinServer(
-        words=list(labels) + list(decision["reasoningCodes"]),
-        served_model_name=decision["upstream"]["servedModelName"],
-        behaviour=Behaviour(distribution={labels[0]: STANDIN_CONFIDENCE,
-                                          **{lab: (1 - STANDIN_CONFIDENCE) / (len(labels) - 1) for lab in labels[1:]}}),
-        planner=example_model.plan if ours else None,
-    ).start()
-    stoppables.append(standin)
-    if ours:
-        say("the stand-in answers as the example's model would: its credit policy, step by step "
-            "(devenv/arbiter_devenv/example_model.py)")
+    stoppables: list[Any] = [_standin(decision, say)]
+    standin = stoppables[0]
 
     port = free_port()
     env = {**os.environ, "ARBITER_AUTH": env_isvc.get("ARBITER_AUTH", "false"), "PYTHONUNBUFFERED": "1"}

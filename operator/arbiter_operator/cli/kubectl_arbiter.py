@@ -142,6 +142,15 @@ def parser() -> argparse.ArgumentParser:
     def add(name: str, help: str, cluster: bool = True) -> argparse.ArgumentParser:
         return sub.add_parser(name, parents=[common] if cluster else [], help=help, description=help)
 
+    _promotion_commands(add)
+    _asking_commands(add)
+    s = add("completion", "print a shell completion script: source <(kubectl-arbiter completion bash)", cluster=False)
+    s.add_argument("shell", choices=["bash", "zsh"])
+    return p
+
+
+def _promotion_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """status, list, promote, approve, abort, retry, history."""
     s = add("status", "phase, traffic, last analysis and conditions; --watch to follow, --timeout to wait")
     s.add_argument("name")
     _output(s)
@@ -171,6 +180,10 @@ def parser() -> argparse.ArgumentParser:
     s = add("history", "the last promotions with outcome and duration")
     s.add_argument("name")
     _output(s)
+
+
+def _asking_commands(add: Callable[..., argparse.ArgumentParser]) -> None:
+    """diagnose, dashboard, lint."""
     s = add("diagnose", "why a model is not Ready or decides badly: a ranked verdict with evidence and the fix")
     s.add_argument("name")
     _output(s)
@@ -192,9 +205,6 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--namespace", "-n", dest="lint_namespace", default=None,
                    help="namespace the manifests are for, when they do not say (host name limits depend on it)")
     s.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    s = add("completion", "print a shell completion script: source <(kubectl-arbiter completion bash)", cluster=False)
-    s.add_argument("shell", choices=["bash", "zsh"])
-    return p
 
 
 def _metrics_flags(s: argparse.ArgumentParser) -> None:
