@@ -23,6 +23,7 @@ LOW_CONFIDENCE_SHARE = 0.05
 KV_CACHE_FULL = 0.9
 INPUT_NEAR_LIMIT = 0.9  # a prompt within this share of maxModelLen leaves no room for the answer
 PROBLEM_SCORE = 20  # findings at or above it are problems (diagnose exits non-zero)
+IDLE_VERSION_SCORE = 60  # the most a version that takes no traffic now scores (below a failed promotion's 80)
 
 
 @dataclass
@@ -224,7 +225,16 @@ def diagnose(ev: Evidence, reasons: Sequence[dict[str, str]]) -> Diagnosis:
     settings = Settings.of(ev.dm)
     weights = traffic(ev.dm)
     for version, m in sorted(ev.metrics.items()):
-        findings += metric_findings(m, settings, weights.get(version))
+        found = metric_findings(m, settings, weights.get(version))
+        if weights and not weights.get(version):
+            # No traffic on it now (a rolled-back candidate): its numbers explain what happened, they hurt nobody.
+            for f in found:
+                f.score = min(f.score, IDLE_VERSION_SCORE)
+                f.verdict += " (it takes no traffic now)"
+            promotion = next((f for f in findings if f.version == version and f.score >= 80), None)
+            if promotion is not None:
+                promotion.evidence += [f"its own numbers: [{f.code}] {f.verdict}" for f in found]
+        findings += found
     findings += event_findings(ev.events or [], {f.code for f in findings})
     findings.sort(key=lambda f: -f.score)
     if not [f for f in findings if f.score >= PROBLEM_SCORE]:

@@ -4,6 +4,8 @@ promotion, pods, Events) ranks above a share of decisions; hostile status shapes
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from arbiter_operator.cli.diagnose.command import reason_table
 from arbiter_operator.cli.diagnose.evidence import Evidence, VersionMetrics, from_pages, highest_filled, quantile
@@ -102,6 +104,17 @@ def test_a_rolled_back_promotion_names_the_failing_gate_and_the_operator_s_advic
     assert any(e.startswith("gate p95LatencyMs: 400") for e in top.evidence)
     assert any("kubectl arbiter retry" in f for f in top.fix)
     assert any("By gate" in f for f in top.fix)  # the row of docs/operations.md
+
+
+def test_a_rolled_back_candidate_s_own_numbers_explain_the_rollback_below_it():
+    d, _ = failing_canary()
+    d.reconcile(1)
+    ev = Evidence("team", "credit-limit", dm=d.body)
+    ev.metrics["1.1.0"] = dataclasses.replace(CAUSES["UpstreamErrors"], version="1.1.0")
+    found = diagnose(ev, reason_table()).findings
+    assert [f.code for f in found[:2]] == ["AnalysisFailed", "UpstreamErrors"]
+    assert found[1].score <= 60 and "takes no traffic now" in found[1].verdict
+    assert any("its own numbers: [UpstreamErrors]" in e for e in found[0].evidence)
 
 
 def test_not_serving_ranks_above_everything_with_the_reason_table_s_fix():
