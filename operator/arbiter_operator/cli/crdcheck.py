@@ -185,7 +185,7 @@ def _array(value: list[Any], node: dict[str, Any], path: str) -> list[FieldError
                                  blocking=True))
     if "minItems" in node and len(value) < node["minItems"]:
         errors.append(FieldError(name, "Invalid value", f"{name} in body should have at least {node['minItems']} "
-                                 "items", value))
+                                 "items", len(value)))  # the apiserver prints the count, not the list
     if isinstance(node.get("items"), dict):
         for i, item in enumerate(value):
             errors += validate(item, node["items"], f"{path}[{i}]")
