@@ -73,7 +73,7 @@ def test_watch_redraws_when_the_promotion_moves(control_plane, namespace, objs):
         watching.wait(10)
     text = "".join(lines)
     assert text.index("Phase:       Idle") < text.index("--- ") < text.index("Phase:       Progressing"), text
-    assert "Candidate:   1.1.0 (step 1/1, 10%)" in text
+    assert "Candidate:   1.1.0 (step 1/" in text and "Traffic:     1.0.0 90%, 1.1.0 10%" in text
 
 
 def test_timeout_while_still_moving_is_exit_10(control_plane, namespace, objs):
