@@ -77,8 +77,7 @@ def wait_for_status(e: DecisionE2E, timeout: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def promote_to_v2(e: DecisionE2E) -> None:
-    e.patch_promote(version=V2)
+def candidate_ready(e: DecisionE2E) -> None:
     e.wait(lambda: V2 in e.isvcs(), "candidate deployed")
     e.set_state(V2, "ready")
 
@@ -87,9 +86,9 @@ def test_status_timeout_exits_0_once_promoted(e2e):
     e = e2e
     stable_on_v1(e, **fast_canary(analysis=ANALYSIS, steps=[{"weight": 10, "holdSeconds": 6}],
                                   rollbackWindowSeconds=0))
+    e.patch_promote(version=V2)  # what a pipeline does (a commit, `kubectl arbiter promote`), then it waits
     waiting = wait_for_status(e, "150s")
-    time.sleep(1)  # the wait reads the model before the spec changes: it follows the promotion through
-    promote_to_v2(e)
+    candidate_ready(e)
     out, err = waiting.communicate(timeout=180)
     assert waiting.returncode == 0, (out, err)
     assert "1.1.0 is promoted and Ready" in out
@@ -101,9 +100,10 @@ def test_a_rollback_fails_the_wait_shows_on_the_dashboard_and_is_diagnosed(e2e, 
     stable_on_v1(e, candidate="fallback", **fast_canary(analysis=ANALYSIS, steps=[{"weight": 10, "holdSeconds": 10}]))
     dash = Dashboard(Cluster(str(e.cp.kubeconfig), namespace=e.ns), False, e.stack.url, 60.0).start()
     try:
+        e.wait(lambda: (e.ns, e.name) in dash.store.snapshot()["models"], "the dashboard has listed the model")
+        e.patch_promote(version=V2)
         waiting = wait_for_status(e, "150s")
-        time.sleep(1)
-        promote_to_v2(e)
+        candidate_ready(e)
         out, err = waiting.communicate(timeout=180)
         assert waiting.returncode == 9, (out, err)
         assert "Stalled: AnalysisFailed" in err and "fallback rate" in err
@@ -128,9 +128,13 @@ def check_dashboard(browser, dash: Dashboard, e: DecisionE2E, tmp_path: Path) ->
     browser.find_element(By.CSS_SELECTOR, "details summary").click()
     steps = browser.find_element(By.CSS_SELECTOR, "table.timeline-data").text
     assert "1.0.0 90%, 1.1.0 10%" in steps and "1.0.0 100%" in steps, steps
-    failing = browser.find_elements(By.CSS_SELECTOR, "tr.gate.fail")
-    assert [row.get_attribute("data-gate") for row in failing] == ["fallbackRate"]
-    assert "✗ Fail" in failing[0].text
+    gates = {row.get_attribute("data-gate"): row for row in browser.find_elements(By.CSS_SELECTOR, "tr.gate")}
+    judged = {c["name"]: c["verdict"] for c in e.promotion()["lastAnalysis"]["checks"]}
+    assert judged["fallbackRate"] == "Fail" and set(gates) == set(judged)
+    for name, row in gates.items():  # highlighted exactly where the operator's analysis failed the gate
+        failed = judged[name] == "Fail"
+        assert ("fail" in row.get_attribute("class").split()) == failed and ("✗ Fail" in row.text) == failed, name
+    failing = [gates["fallbackRate"]]
     assert "upstream_error 100.0%" in browser.find_element(By.CSS_SELECTOR, "tr[data-version='1.1.0']").text
     shot = tmp_path / "dashboard-rollback.png"
     browser.execute_script("window.scrollTo(0, 0)")

@@ -98,12 +98,21 @@ def _timeline_points(line: list[Point], metrics: ModelMetrics | None) -> list[tu
     return [(t, "history", earlier[t]) for t in sorted(earlier)] + points
 
 
+def _start(points: list[tuple[float, str, dict[str, float]]], now: float) -> float:
+    """Where the timeline's axis begins: at the first point, a little before it; after a long quiet spell (over an
+    hour in the first phase), ten minutes before the first change, the quiet phase drawn from the left edge."""
+    first = points[0][0]
+    if len(points) > 1 and now - first > 3600:
+        first = max(first, points[1][0] - 600)
+    return first - max(5.0, 0.05 * (now - first))
+
+
 def _timeline_section(key: Key, snap: dict[str, Any], now: float) -> str:
     points = _timeline_points(snap["timeline"], snap["metrics"])
     if not points:
         return ""
     versions = _versions(points)
-    start = min(points[0][0], now - 600)
+    start = _start(points, now)
     svg = timeline(points, versions, start, now, f"Promotion timeline of {key[1]}: phases and traffic per version")
     legend = "".join(f'<li><span class="swatch" style="background:{colour(i)}"></span>{escape(v)}</li>'
                      for i, v in enumerate(versions))
@@ -153,10 +162,12 @@ def _decisions_section(metrics: ModelMetrics | None, labels: list[str], promethe
     if metrics.error:
         return title + f"<p class=\"error\">{escape(metrics.error)}</p></section>"
     versions = sorted(set(metrics.rate) | set(metrics.mix) | set(metrics.latency))
+    # The spec's labels in their order, then any other label a version answered (one colour per label throughout).
+    labels = labels + sorted({n for mix in metrics.mix.values() for n in mix} - set(labels))
     rows = []
     for v in versions:
         mix = metrics.mix.get(v, {})
-        names = labels or sorted(mix)
+        names = labels
         shares = ", ".join(f"{n} {100 * mix.get(n, 0):.1f}%" for n in names)
         fallbacks = ", ".join(f"{r} {100 * s:.1f}%" for r, s in sorted(metrics.fallbacks.get(v, {}).items()) if s)
         p50, p99 = metrics.latency.get(v, (None, None))
