@@ -26,7 +26,7 @@ def test_local_run_brings_the_example_to_ready_and_exits_cleanly() -> None:
     # and asks for a small limit, so every step approves with a code that says why, surer at each step.
     steps = [line.split("step ", 1)[1] for line in out.splitlines() if "  step " in line]
     assert [s.split()[1:4] for s in steps] == [["INCOME_OK", "->", "approved"]] * 3, steps
-    approved = [float(s.split("approved ")[1].split(",")[0]) for s in steps]
+    approved = [float(s.split("(approved ")[1].split(",")[0]) for s in steps]
     assert approved == sorted(approved) and len(set(approved)) == 3, steps
     # The address to call, not the Route's empty status.url, and what to try next.
     assert "url None" not in out and "answers at http://127.0.0.1:" in out
