@@ -194,15 +194,22 @@ def pod_findings(pods: Sequence[dict[str, Any]]) -> list[Finding]:
     return out
 
 
-def event_findings(events: Sequence[dict[str, Any]], explained: set[str]) -> list[Finding]:
-    """Warning Events whose reason no other finding names (one finding per reason, newest message)."""
+# A controller's write that lost a race with another writer: it reads again and retries (KServe says so in a Warning).
+TRANSIENT = ("the object has been modified; please apply your changes to the latest version",)
+
+
+def event_findings(events: Sequence[dict[str, Any]], explained: set[str], ready: bool) -> list[Finding]:
+    """Warning Events whose reason no other finding names (one finding per reason, newest message); a model that is
+    Ready has them as notes, and a lost write race (retried by its controller) is no finding at all."""
     latest: dict[str, dict[str, Any]] = {}
     for e in events:
+        if any(words in str(e.get("message") or "") for words in TRANSIENT):
+            continue
         if e.get("type") == "Warning" and e.get("reason") and e["reason"] not in explained:
             latest[str(e["reason"])] = e
     return [Finding(f"Event{reason}" if not reason.startswith("Event") else reason,
                     f"Warning Event {reason} on {(e.get('involvedObject') or {}).get('kind')} "
-                    f"{(e.get('involvedObject') or {}).get('name')}", 25,
+                    f"{(e.get('involvedObject') or {}).get('name')}", 10 if ready else 25,
                     [f"{e.get('count') or 1}x: {str(e.get('message') or '')[:300]}"],
                     ["`oc describe` the object it names; the Event's message says what failed"])
             for reason, e in latest.items()]
@@ -235,7 +242,9 @@ def diagnose(ev: Evidence, reasons: Sequence[dict[str, str]]) -> Diagnosis:
             if promotion is not None:
                 promotion.evidence += [f"its own numbers: [{f.code}] {f.verdict}" for f in found]
         findings += found
-    findings += event_findings(ev.events or [], {f.code for f in findings})
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in ((ev.dm or {}).get("status") or {}).get("conditions") or [])
+    findings += event_findings(ev.events or [], {f.code for f in findings}, ready)
     findings.sort(key=lambda f: -f.score)
     if not [f for f in findings if f.score >= PROBLEM_SCORE]:
         findings.append(Finding("NoProblemFound", "nothing wrong in what could be read", 0,

@@ -144,8 +144,21 @@ def test_pods_killed_for_memory_and_warning_events_are_findings():
                                                                                      "exitCode": 137}}}]}}]
     ev.events = [{"type": "Warning", "reason": "FailedScheduling", "message": "0/4 nodes: Insufficient gpu",
                   "involvedObject": {"kind": "Pod", "name": "credit-limit--1-0-0-predictor-x"}}]
-    codes = [f.code for f in diagnose(ev, reason_table()).findings]
-    assert codes[0] == "OOMKilled" and "EventFailedScheduling" in codes
+    found = {f.code: f for f in diagnose(ev, reason_table()).findings}
+    assert next(iter(found)) == "OOMKilled" and found["EventFailedScheduling"].score == 10  # Ready: a note
+
+
+def test_warning_events_are_problems_while_not_ready_and_lost_write_races_are_none():
+    body = dm()
+    body["status"]["conditions"][0].update(status="False", reason="NotReady")
+    ev = Evidence("team", "credit-limit", dm=body)
+    ev.events = [{"type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container",
+                  "involvedObject": {"kind": "Pod", "name": "credit-limit--1-0-0-predictor-x"}},
+                 {"type": "Warning", "reason": "UpdateFailed", "message": 'Operation cannot be fulfilled on x "y": the '
+                  "object has been modified; please apply your changes to the latest version and try again",
+                  "involvedObject": {"kind": "InferenceService", "name": "credit-limit--1-0-0"}}]
+    found = {f.code: f for f in diagnose(ev, reason_table()).findings}
+    assert found["EventBackOff"].score >= 20 and "EventUpdateFailed" not in found
 
 
 def runtime_page(**counts) -> str:
