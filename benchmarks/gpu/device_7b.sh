@@ -1,15 +1,16 @@
 #!/bin/bash
-# The 7B-class scored-format benchmark (bench_7b.py) and the fixture retrain, step by step, for a GPU machine without
-# network access that takes at most 64 MiB of staged files per command and keeps its scratch space ($ARBITER_GPU_WORK)
-# only between the commands of one run (docs/gpu.md). Run from the
-# repo root; DEV and WHL name the folders the vLLM staging (docs/gpu.md) and stage-wheels.sh filled (default .dev and .whl).
-#   stage1  carry DEV/c0 DEV/da    stash part 1; start training the fixture model (compact + lines + JSON answers)
-#   stage2  carry DEV/c1 DEV/db    stash part 2
-#   stage3  carry DEV/c2 DEV/dc    stash part 3
-#   start   carry DEV/c3 WHL       unpack vLLM; wait for the fixture; build the 7B model; start vLLM through the
-#                                  runtime's entrypoint + the lines decision server (they stay up)
-#   bench                          the benchmark (bench-7b.json)
-#   fixture                        the trained fixture model served instead: agreement through both formats
+# The 7B-class scored-format benchmark (bench_7b.py) and the fixture retrain, step by step, for a GPU host without
+# network access that receives the staged files in parts and keeps its scratch space ($ARBITER_GPU_WORK) between the
+# steps of one run (benchmarks/gpu/README.md). Run from the repo root; DEV and WHL name the folders the vLLM staging
+# and stage-wheels.sh filled (default .dev and .whl).
+#   step     staged files it reads   what it does
+#   stage1   DEV/c0 DEV/da           stash part 1; start training the fixture model (compact + lines + JSON answers)
+#   stage2   DEV/c1 DEV/db           stash part 2
+#   stage3   DEV/c2 DEV/dc           stash part 3
+#   start    DEV/c3 WHL              unpack vLLM; wait for the fixture; build the 7B model; start vLLM through the
+#                                    runtime's entrypoint + the lines decision server (they stay up)
+#   bench                            the benchmark (bench-7b.json)
+#   fixture                          the trained fixture model served instead: agreement through both formats
 # With network access and vLLM 0.26.0 installed: `bash benchmarks/gpu/device_7b.sh local` does it all.
 set -u
 step=${1:?usage: device_7b.sh stage1|stage2|stage3|start|bench|fixture|local}

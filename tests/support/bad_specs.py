@@ -98,4 +98,8 @@ CASES = {
     "structured-outputs-dotted": (set_field("spec.serving.vllm.extraArgs", ["--structured_outputs_config.backend=x"]),
                                   "--structured-outputs-config is set by the operator"),
     "one-label": (set_field("spec.decision.labels", ["approved"]), "spec.decision.labels: Invalid value"),
+    "sequential-settings-without-the-mode": (set_field("spec.promote.analysis", {"sequential": {"lookSeconds": 2}}),
+                                             "spec.promote.analysis.sequential is read only with analysis.mode"),
+    "sequential-with-failure-limit": (set_field("spec.promote.analysis", {"mode": "Sequential", "failureLimit": 2}),
+                                      "spec.promote.analysis.failureLimit must be 0 with analysis.mode: Sequential"),
 }
