@@ -104,7 +104,7 @@ def _start(points: list[tuple[float, str, dict[str, float]]], now: float) -> flo
     first = points[0][0]
     if len(points) > 1 and now - first > 3600:
         first = max(first, points[1][0] - 600)
-    return first - max(5.0, 0.05 * (now - first))
+    return first - max(0.5, 0.05 * (now - first))
 
 
 def _timeline_section(key: Key, snap: dict[str, Any], now: float) -> str:
