@@ -37,6 +37,9 @@ def fallback_reserve_s(deadline_s: float) -> float:
     return min(0.1 * deadline_s, 0.025)
 
 
+# The words of vLLM's 400 answer to a prompt that leaves no room for max_tokens within --max-model-len.
+CONTEXT_LENGTH_REFUSAL = b"maximum context length"
+
 class DeadlineReserve:
     """How much of deadlineMs the model gets, learnt from how late deadline fallbacks actually land.
 
@@ -263,7 +266,10 @@ class Decider:
             raise UpstreamFailure("http_5xx" if status >= 500 else "http_4xx", f"upstream answered {status}",
                                   retryable=True)
         if status != 200:
-            raise UpstreamFailure("http_4xx", f"upstream answered {status}: {content[:200]!r}", retryable=False)
+            # vLLM's refusal of a prompt longer than --max-model-len leaves (its 400 says "maximum context length"):
+            # counted apart, because its fix is the spec's maxModelLen or the inputs, not the request's shape.
+            kind = "context_length" if status == 400 and CONTEXT_LENGTH_REFUSAL in bytes(content[:2048]) else "http_4xx"
+            raise UpstreamFailure(kind, f"upstream answered {status}: {content[:200]!r}", retryable=False)
         try:
             return loads(content)
         except (ValueError, RecursionError):

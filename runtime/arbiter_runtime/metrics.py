@@ -18,7 +18,9 @@
   arbiter_fallbacks_total{model,version,reason}        reason: upstream_down | upstream_error | deadline |
                                                         invalid | low_confidence
   arbiter_upstream_errors_total{model,version,kind}    kind: connect | timeout | http_5xx | http_4xx | protocol |
-                                                        too_large (an answer over the bound of its max_tokens)
+                                                        too_large (an answer over the bound of its max_tokens) |
+                                                        context_length (vLLM refused a prompt longer than its
+                                                        --max-model-len leaves room for)
   arbiter_upstream_up{model,version}                   1 while the upstream answers /health, else 0
   arbiter_audit_queue_depth{model,version}             audit records reserved or waiting for the writer
   arbiter_audit_refused_total{model,version}           requests refused (503) because the audit queue was full

@@ -44,6 +44,13 @@ BEHAVIOURS (what the stand-in upstream of one version does; the decision server 
                    low_confidence, the model's decision flagged (lowConfidencePolicy flag)
     approve_all    confidently approves every case: the decision mix shifts to 100% approve
     slow           healthy, each completion delayed by `delay_s` (misbehave("slow", delay_s=0.3))
+    truncated      stops every answer at max_tokens (finish_reason length): rejected answers of kind length, the rules
+                   decide (fallbackReason invalid)
+    saturated      vLLM's engine full: 2 sequences at a time (max-num-seqs 2), each holding 60% of the KV cache, 0.25 s
+                   each; concurrent callers wait (vllm:num_requests_waiting, queue time) and the second sequence of
+                   each pair preempts (vllm:num_preemptions_total)
+    long_inputs    --max-model-len 64: every prompt is longer, vLLM answers 400 "maximum context length" and the rules
+                   decide (upstream error kind context_length)
 
 Every process writes its audit records to `<workdir>/<version>/audit.jsonl` and its log to `runtime.log`.
 """
@@ -82,6 +89,9 @@ BEHAVIOURS: dict[str, dict[str, Any] | None] = {
     "low_confidence": {**HEALTHY, "distribution": {"approve": 1 / 3, "deny": 1 / 3, "review": 1 / 3}},
     "approve_all": {**HEALTHY, "distribution": {"approve": 0.96, "deny": 0.02, "review": 0.02}},
     "slow": {**HEALTHY, "delay_s": 0.3},
+    "truncated": {**HEALTHY, "mode": "truncated"},
+    "saturated": {**HEALTHY, "max_num_seqs": 2, "kv_per_seq": 0.6, "delay_s": 0.25},
+    "long_inputs": {**HEALTHY, "max_model_len": 64},
 }
 
 

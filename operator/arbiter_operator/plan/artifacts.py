@@ -283,6 +283,12 @@ def _fit_problem(lang: Mapping[str, Any], archs: list[str], ask: ServingAsk) -> 
     return None
 
 
+def config_fit(config: Mapping[str, Any], ask: ServingAsk) -> tuple[str, str] | None:
+    """(reason, message) when a model's config.json does not fit the serving settings, else None: the check the
+    operator makes on storage, for a config.json at hand (`kubectl arbiter lint --model-config`)."""
+    return _fit_problem(_language_config(config), [str(a) for a in config.get("architectures") or []], ask)
+
+
 def not_checkable(uri: str) -> ArtifactReport:
     scheme = parse_storage_uri(uri)[0]
     what = "a PersistentVolumeClaim is mounted only into the predictor pod" if scheme == "pvc" else (
