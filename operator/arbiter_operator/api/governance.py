@@ -149,10 +149,11 @@ RESERVED_HEADERS = ("authorization", "content-type", "content-length", "content-
 
 class ContextRoute(_Model):
     header: Annotated[str, StringConstraints(min_length=1, max_length=64)] = Field(
-        "x-decision-context", pattern=r"^[A-Za-z0-9][A-Za-z0-9-]*$",
-        description="The request header that names the context (case-insensitive).",
+        "x-decision-context", pattern=r"^[a-z0-9][a-z0-9-]*$",
+        description="The request header that names the context, in lower case as HTTP/2 writes it (requests may "
+        "spell it in any case).",
         json_schema_extra=_rules(_cel(
-            "!(self.lowerAscii() in " + str(list(RESERVED_HEADERS)).replace("'", '"') + ")",
+            "!(self in " + str(list(RESERVED_HEADERS)).replace("'", '"') + ")",
             "spec.routing.contexts[].header cannot be one of " + ", ".join(RESERVED_HEADERS)
             + ": the runtime reads those for the request itself",
         )),
@@ -170,7 +171,7 @@ class RoutingSpec(_Model):
         description="Contexts pinned to a version: a request whose header has the value is decided by that "
         "version, whatever spec.promote says; other requests (other values, no header) by the active version.",
         json_schema_extra=_rules(_cel(
-            "self.all(c, self.exists_one(d, d.header.lowerAscii() == c.header.lowerAscii() && d.value == c.value))",
+            "self.all(c, self.exists_one(d, d.header == c.header && d.value == c.value))",
             "spec.routing.contexts: each header and value may be pinned once",
         )),
     )

@@ -23,7 +23,7 @@ def test_a_pinned_context_keeps_deciding_on_its_version_through_a_promotion_of_t
     for v in (V1, V2):
         g.start_runtime(v)
     g.create(spec={"access": {"serviceAccounts": [{"name": "pricing-app"}]},
-                   "routing": {"contexts": [{"header": "X-Decision-Context", "value": "underwriting",
+                   "routing": {"contexts": [{"header": "x-decision-context", "value": "underwriting",
                                              "version": V1}]}},
              rollbackWindowSeconds=0)
     g.set_fate(V1, "ready")

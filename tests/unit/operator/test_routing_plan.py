@@ -11,7 +11,7 @@ from arbiter_operator.promotion import PromotionInputs, VersionObservation, adva
 from arbiter_operator.promotion.model import PromotionHold
 from support.plannerdrive import T0, Driver, two_versions
 
-CONTEXTS = [{"header": "X-Decision-Context", "value": "underwriting", "version": "1.0.0"}]
+CONTEXTS = [{"header": "x-decision-context", "value": "underwriting", "version": "1.0.0"}]
 
 
 def _by_kind(d: Driver, kind: str) -> dict[str, dict]:
