@@ -78,7 +78,9 @@ def parse_routing(raw: Any, own_version: str) -> dict[str, dict[str, Route]]:
         raise RoutingConfigError("routing.json must be a JSON object (or {} for no routes)")
     unknown = sorted(set(raw) - {"routes"})
     if unknown:
-        raise RoutingConfigError(f"unknown keys {unknown}; the one key is 'routes'")
+        shown = ", ".join(repr(str(k)[:24]) for k in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3
+                                                                       else "")
+        raise RoutingConfigError(f"unknown keys {shown}; the one key is 'routes'")
     routes = raw.get("routes", [])
     if not isinstance(routes, list) or len(routes) > MAX_ROUTES:
         raise RoutingConfigError(f"routes: must be a list of at most {MAX_ROUTES} objects")
