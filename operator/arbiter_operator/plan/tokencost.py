@@ -5,8 +5,9 @@ the time per token. In scored mode the model writes, per step, a reasoning code 
 end in the `lines` format) and then the end of sequence. With every label and code one token of the tokenizer
 (also right after one another) a K-step decision costs 2K tokens in the compact format: the runtime ends generation
 on the last label, sparing the forced end of sequence; otherwise the end of sequence is written too, and a name the
-tokenizer splits into n tokens costs n-1 more per step it is written in. A label must be one token where it is written (the runtime reads its probability from
-that token's log-probability and refuses a model whose labels are not), a code may be several tokens at a cost.
+tokenizer splits into n tokens costs n-1 more per step it is written in. A label must be one token where it is
+written (the runtime reads its probability from that token's log-probability and refuses a model whose labels are
+not), a code may be several tokens at a cost.
 
 Pure: the tokenizer text and the effective decision settings in, a `TokenCost` out. The count mirrors the
 runtime's own check (arbiter_runtime.tokens.resolve): a label is counted after each code and the joiner.
