@@ -12,11 +12,15 @@
 #   bench1                         bf16 measured; restart as fp8; fp8 measured
 #   bench2                         restart as fp8-kv; measured; restart as the better FP8 arm with n-gram
 #                                  speculative decoding; measured; stop; the table of every arm and the agreement
+#   scale   carry DEV/c3 WHL       (after stage1-3, on a machine of several GPUs) unpack; build the 7B model; one
+#                                  replica per GPU; 1, 2, 4, 8 replicas measured (scale_gpus.py)
+#   tp2                            replicas 0 and 1 give way to one replica of tensor parallel 2; measured; table
 # With network access and vLLM 0.26.0 installed: `bash benchmarks/gpu/device_7b.sh local` does it all.
 #   standin                        without a GPU: start, bench1 and bench2 against the vLLM stand-in (no vLLM, no
 #                                  model, no training: the scripts' plumbing only; docs/gpu.md)
+#   standin-scale                  without a GPU: scale and tp2 with GPUS (default 2) stand-in replicas
 set -u
-step=${1:?usage: device_7b.sh stage1|stage2|stage3|start|bench1|bench2|local|standin}
+step=${1:?usage: device_7b.sh stage1|stage2|stage3|start|bench1|bench2|scale|tp2|local|standin|standin-scale}
 DEV=${DEV:-.dev}; WHL=${WHL:-.whl}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_USE_FLASHINFER_SAMPLER=0
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
@@ -108,6 +112,23 @@ case $step in
     agreement; serve_7b
     $B7 start --arm bf16 --wait "${START_WAIT:-400}" 2>&1 | tee "$RESULTS/start.log" || exit 1
     bash "$0" bench1 && bash "$0" bench2 ;;
+  scale)
+    t0=$(date +%s); [ -d $SITE/vllm ] || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"
+    [ -d $BIG ] || $B7 build --tokenizer-dir $FIXTURE --out $BIG 2>&1 | tail -3 | tee "$RESULTS/build-7b.log"
+    serve_7b; stamp "replicas up"
+    $py benchmarks/gpu/scale_gpus.py replicas --gpus "${GPUS:-$(nvidia-smi -L | wc -l)}" --arm "${SCALE_ARM:-fp8}" \
+      --out "$RESULTS" 2>&1 | tee "$RESULTS/scale.log" | grep -v '^{' ;;
+  tp2)
+    stamp "tp2"; $py benchmarks/gpu/scale_gpus.py tp2 --arm "${SCALE_ARM:-fp8}" --out "$RESULTS" 2>&1 |
+      tee -a "$RESULTS/scale.log" | grep -v '^{'
+    $py benchmarks/gpu/scale_gpus.py report --out "$RESULTS" ;;
+  standin-scale)
+    export ARBITER_GPU_STANDIN=1 PYTHONPATH=$PWD/operator:$PWD/runtime:$PWD/devenv
+    [ "$ARBITER_GPU_MODEL_DIR" = /mnt/models ] && export ARBITER_GPU_MODEL_DIR=$WORK/standin-7b
+    mkdir -p "$ARBITER_GPU_MODEL_DIR"
+    $py benchmarks/gpu/scale_gpus.py replicas --gpus "${GPUS:-2}" --arm "${SCALE_ARM:-fp8}" --out "$RESULTS" \
+      --wait 120 2>&1 | tee "$RESULTS/scale.log" | grep -v '^{' || exit 1
+    bash "$0" tp2 ;;
   standin)  # the plumbing: the stand-in plays vLLM (it writes its tokenizer into the model directories)
     export ARBITER_GPU_STANDIN=1 PYTHONPATH=$PWD/operator:$PWD/runtime:$PWD/devenv
     [ "$ARBITER_GPU_MODEL_DIR" = /mnt/models ] && export ARBITER_GPU_MODEL_DIR=$WORK/standin-7b

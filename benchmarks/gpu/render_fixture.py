@@ -6,6 +6,7 @@ Writes, for tensor parallel 1 and 2 and each answer format (scored compact, the 
   vllm-args-tp1.json, vllm-args-tp2.json     `vllm serve` arguments (arbiter_operator.render.vllm_args)
   vllm-args-tp1-fp8.json, -fp8-kv.json       the same for a version with quantization: fp8 (and kvCacheDtype: fp8),
   vllm-args-tp1-fp8[-kv]-ngram.json          and with n-gram speculative decoding in extraArgs (bench_7b.py's arms);
+  vllm-args-tp2-fp8.json                     FP8 at tensor parallel 2 (scale_gpus.py);
                                              each DecisionModel must pass the operator's own checks
   decision-scored.json, decision-scored-lines.json, decision-generated.json
                                              decision.json (arbiter_operator.render.decision_config)
@@ -51,6 +52,8 @@ def render() -> dict[str, object]:
         dm = DecisionModel.model_validate(uw.decision_model(version_vllm=own, extra_args=extra))
         assert not spec_problems(dm), spec_problems(dm)  # what the operator would refuse is no arm
         files[f"vllm-args-tp1-{name}.json"] = vllm_args(dm, dm.spec.versions[0])
+    dm = DecisionModel.model_validate(uw.decision_model(gpus=2, version_vllm=fp8))
+    files["vllm-args-tp2-fp8.json"] = vllm_args(dm, dm.spec.versions[0])  # scale_gpus.py: TP2 of the FP8 arm
     prompts = {}
     for name, mode, fmt in (("scored", "scored", "compact"), ("scored-lines", "scored", "lines"),
                             ("generated", "generated", "compact")):
