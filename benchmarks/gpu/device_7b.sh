@@ -59,10 +59,12 @@ serve_7b() {  # the 7B model where the rendered arguments serve from
 
 agreement() {  # the fixture, bf16 and FP8 side by side; the 7B model builds meanwhile unless it exists
   stamp "fixture bf16 and fp8 up"
-  $AG up --fixture-dir $FIXTURE 2>&1 | tee "$RESULTS/agree-up.log"
+  $AG up --fixture-dir $FIXTURE --wait "${FIXTURE_WAIT:-150}" > "$RESULTS/agree-up.log" 2>&1; up=$?
+  cat "$RESULTS/agree-up.log"
   [ -d $BIG ] || [ "${ARBITER_GPU_STANDIN:-}" = 1 ] || { $B7 build --tokenizer-dir $FIXTURE --out $BIG ${LAYERS:+--layers $LAYERS} > $WORK/build-7b.log 2>&1 & }
-  stamp "agreement"
-  $AG agree --n "${N:-1000}" --out "$RESULTS" 2>&1 | tee "$RESULTS/agree.log"
+  if [ $up = 0 ]; then
+    stamp "agreement"; $AG agree --n "${N:-1000}" --out "$RESULTS" 2>&1 | tee "$RESULTS/agree.log"
+  fi
   wait; [ -f $WORK/build-7b.log ] && tail -3 $WORK/build-7b.log | tee "$RESULTS/build-7b.log"
 }
 
@@ -73,7 +75,7 @@ measure() {  # the running arm
 
 switch() {
   stamp "switch to $1"
-  $B7 switch --arm "$1" --out "$RESULTS" --wait "${START_WAIT:-400}" 2>&1 | tee -a "$RESULTS/start.log" | tail -40
+  $B7 switch --arm "$1" --out "$RESULTS" --wait "${START_WAIT:-200}" 2>&1 | tee -a "$RESULTS/start.log" | tail -40
 }
 
 case $step in
@@ -94,7 +96,7 @@ case $step in
     wait_fixture; tail -4 $WORK/train.log
     agreement
     serve_7b; stamp "7B bf16 up"
-    $B7 start --arm bf16 --wait "${START_WAIT:-400}" 2>&1 | tee "$RESULTS/start.log"
+    $B7 start --arm bf16 --wait "${START_WAIT:-200}" 2>&1 | tee "$RESULTS/start.log"
     grep -iE "vllm.*version|backend|Available KV|graph|quantiz" $ARBITER_GPU_STATE/supervisor.log | head -12 ;;
   bench1)
     measure; switch fp8; measure
@@ -110,7 +112,7 @@ case $step in
     export PYTHONPATH=$PWD/operator:$PWD/runtime:$PWD/devenv
     mkdir -p $WORK/stash; wait_fixture
     agreement; serve_7b
-    $B7 start --arm bf16 --wait "${START_WAIT:-400}" 2>&1 | tee "$RESULTS/start.log" || exit 1
+    $B7 start --arm bf16 --wait "${START_WAIT:-200}" 2>&1 | tee "$RESULTS/start.log" || exit 1
     bash "$0" bench1 && bash "$0" bench2 ;;
   scale)
     t0=$(date +%s); [ -d $SITE/vllm ] || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"

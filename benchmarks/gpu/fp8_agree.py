@@ -102,6 +102,8 @@ def main(argv=None) -> int:
             up(args.fixture_dir, args.wait)
         elif args.step == "agree":
             result = asyncio.run(agree(args.n))
+            if not result["compared"]:
+                raise RuntimeError(f"no applicant was decided by the model on both: {json.dumps(result)[:2000]}")
             if args.out:
                 args.out.mkdir(parents=True, exist_ok=True)
                 (args.out / "agree-fp8.json").write_text(json.dumps(result, indent=2))
