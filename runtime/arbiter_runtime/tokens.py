@@ -137,6 +137,8 @@ async def _codes_single_after_labels(source: TokenSource, label_ids: dict[str, i
 
 
 def describe(tokens: LabelTokens) -> str:
-    return json.dumps({"labelTokenIds": tokens.label_ids, "source": tokens.source})
+    # endsOnLastLabel: whether the compact answer asks for exactly 2K tokens (decide.ScoredMode), said at start-up.
+    return json.dumps({"labelTokenIds": tokens.label_ids, "source": tokens.source,
+                       "endsOnLastLabel": tokens.single_token_steps})
 
 
