@@ -97,7 +97,7 @@ case $step in
     agreement
     serve_7b; stamp "7B bf16 up"
     $B7 start --arm bf16 --wait "${START_WAIT:-200}" 2>&1 | tee "$RESULTS/start.log"
-    grep -iE "vllm.*version|backend|Available KV|graph|quantiz" $ARBITER_GPU_STATE/supervisor.log | head -12 ;;
+    grep -iE "vllm.*version|backend|Available KV|graph|quantiz|label tokens resolved" $ARBITER_GPU_STATE/supervisor.log | head -12 ;;
   bench1)
     measure; switch fp8; measure
     $B7 report --out "$RESULTS" > /dev/null ;;
