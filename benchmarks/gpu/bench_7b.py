@@ -215,7 +215,7 @@ async def _requests(model_dir: str):
     return apps, bodies, mode, TrajectoryChecker(cfg), tokens
 
 
-def _judge(cell: dict, run: loadgen.Run, target: str, mode, checker, schema) -> None:
+def _judge(cell: dict, run: loadgen.Run, target: str, load: list, mode, checker, schema) -> None:
     """Validity, tokens per decision and the finish reasons of the answers; the runtime's own time per decision."""
     from arbiter_runtime.trajectory import TrajectoryInvalid
 
@@ -228,7 +228,7 @@ def _judge(cell: dict, run: loadgen.Run, target: str, mode, checker, schema) -> 
             reason = str(((body.get("choices") or [{}])[0]).get("finish_reason"))
             finish[reason] = finish.get(reason, 0) + 1
             try:
-                trajectory = mode.parse(body)
+                trajectory = mode.parse(body, load[r.index % len(load)]["max_tokens"])  # what it asked for
                 checker.check(trajectory)
             except (TrajectoryInvalid, KeyError, TypeError, ValueError):
                 continue
@@ -271,7 +271,7 @@ async def bench(arm: str, out: Path | None) -> dict:
             after = await vllm_counters.read(stack.VLLM_URL)
             cell = {"arm": arm, "target": target, "concurrency": conc, **run.stats(),
                     "vllm": vllm_counters.cell(before, after)}
-            _judge(cell, run, target, mode, checker, schema)
+            _judge(cell, run, target, load, mode, checker, schema)
             cells.append(cell)
             print(json.dumps(cell), flush=True)
     result = {"arm": arm, "vllm_args": arm_args(arm), "max_tokens": bodies[0]["max_tokens"],

@@ -116,6 +116,8 @@ class ScoredMode:
         bound = cfg.upstream.max_tokens or self.format.max_tokens
         exact = self.format.exact_tokens if tokens.single_token_steps and not cfg.upstream.max_tokens else None
         max_tokens = exact or bound
+        self.max_tokens = max_tokens  # what request() asks for
+        self.exact = exact
         self.roomy: int | None = bound if exact else None
         system = f"{cfg.instructions or DEFAULT_INSTRUCTIONS}\n{self.format.describe}"
         self._system = {"role": "system", "content": system}
@@ -140,10 +142,15 @@ class ScoredMode:
         body["seed"] = seed
         return body
 
-    def parse(self, response: dict[str, Any]) -> dict[str, Any]:
+    def parse(self, response: dict[str, Any], max_tokens: int | None = None) -> dict[str, Any]:
+        """`max_tokens`: what the request asked for. finish_reason `length` is read only when that was the exact
+        count and the answer is exactly that many tokens forming K whole steps: generation ended on the last label,
+        and the regex allows nothing after it but the end of sequence. Any other `length` is a cut answer."""
         choice = check_choice(response, want_logprobs=True)
         content = choice["message"].get("content")
         cut = choice.get("finish_reason") == "length"
+        if cut and (self.exact is None or max_tokens != self.exact):
+            raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
         if not isinstance(content, str):
             raise TrajectoryInvalid("length" if cut else "format", "the answer has no text content")
         # The text itself stays out of error messages: they land in audit records, and an unconstrained model may
@@ -155,11 +162,12 @@ class ScoredMode:
                 raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: "
                                                   "length)") from None
             raise
-        # finish_reason `length` with K whole steps: generation ended on the last label (max_tokens = the exact
-        # count); the regex allows nothing after them but the end of sequence, so the answer is complete.
         entries = (choice.get("logprobs") or {}).get("content")
         if not isinstance(entries, list):
             raise TrajectoryInvalid("logprobs", "the answer carries no logprobs (request asked for logprobs: true)")
+        if cut and len(entries) != self.exact:
+            raise TrajectoryInvalid("length", f"finish_reason length after {len(entries)} tokens, not the "
+                                              f"{self.exact} asked for")
         labels = self.cfg.labels
         steps = []
         # Walk the tokens by byte offset to the position where each step's label starts.
@@ -216,6 +224,7 @@ class GeneratedMode:
         self._system = {"role": "system", "content": system}
         self._base: dict[str, Any] = {"model": cfg.upstream.served_model_name,
                                       "max_tokens": cfg.upstream.max_tokens or 1024}
+        self.max_tokens: int = self._base["max_tokens"]
         self.max_answer_bytes = answer_bound(self._base["max_tokens"])
         if not cfg.diffusion:
             # Diffusion models in vLLM 0.26 reject structured outputs, seed and temperature != 1.0.
@@ -229,8 +238,9 @@ class GeneratedMode:
             body["seed"] = seed
         return body
 
-    def parse(self, response: dict[str, Any]) -> Any:
-        """The answer's JSON document, whatever its shape: TrajectoryChecker.check says whether it is a trajectory."""
+    def parse(self, response: dict[str, Any], max_tokens: int | None = None) -> Any:
+        """The answer's JSON document, whatever its shape: TrajectoryChecker.check says whether it is a trajectory.
+        (`max_tokens` as ScoredMode.parse takes it: a `length` answer is never read here.)"""
         choice = check_choice(response, want_logprobs=False)
         if choice.get("finish_reason") == "length":
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
@@ -312,7 +322,7 @@ class Decider:
             finally:
                 out.upstream_s += time.perf_counter() - t0
             try:
-                trajectory = self.mode.parse(response)
+                trajectory = self.mode.parse(response, body.get("max_tokens"))
                 self.checker.check(trajectory)
             except WireError as wrong:
                 self.metrics.upstream_error("protocol")

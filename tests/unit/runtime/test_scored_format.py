@@ -190,9 +190,9 @@ def test_a_hostile_compact_answer_is_rejected_or_read_back_exactly(response):
     choice = response["choices"][0]
     content = choice["message"]["content"]
     steps = trajectory["steps"]
-    # Accepted: the answer was exactly K code+label pairs (whole, whether it ended with the end of sequence or at
-    # max_tokens on its last label), and every step has finite probabilities that sum to 1 over all labels, the
-    # chosen label among them.
+    # Accepted: the answer was exactly K code+label pairs, finished (the bound was asked for: a `length` answer is
+    # cut), and every step has finite probabilities that sum to 1 over all labels, the chosen label among them.
+    assert choice["finish_reason"] != "length"
     assert content == "".join(s["reasoningCode"] + s["label"] for s in steps)
     assert [s["step"] for s in steps] == [1, 2, 3]
     for s in steps:
@@ -211,22 +211,28 @@ def _answer(tokens: list[str], finish: str) -> dict:
                          "logprobs": {"content": entries}}]}
 
 
+EXACT = ScoredMode(COMPACT, LabelTokens(label_ids=LABEL_IDS, code_ids={c: [200 + i] for i, c in enumerate(CODES)},
+                                         source="test", single_token_steps=True))
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(CODES), st.sampled_from(LABELS)), min_size=3, max_size=3),
-       st.integers(min_value=0, max_value=6), st.booleans())
-def test_an_answer_stopped_at_max_tokens_is_read_only_when_whole(pairs, cut, spelt):
+       st.integers(min_value=0, max_value=6), st.booleans(), st.sampled_from([6, 7, EXACT.roomy, None]))
+def test_an_answer_stopped_at_max_tokens_is_read_only_when_whole(pairs, cut, spelt, asked):
     """max_tokens = 2K ends generation on the last label (finish_reason length); a model that spells a name in
-    pieces is cut short there. Only the whole answer is read; a cut one is a `length` violation, never a decision."""
+    pieces is cut short there. Only the whole answer of exactly the 2K tokens asked for is read; a cut one, or a
+    `length` under any other max_tokens, is a `length` violation, never a decision."""
+    assert EXACT.request("{}", 1)["max_tokens"] == 6
     tokens = [t for code, label in pairs for t in ((code[:3], code[3:]) if spelt else (code,)) + (label,)]
     response = _answer(tokens[:cut] if cut < 6 else tokens[:6], "length")
-    whole = not spelt and cut == 6
-    if whole:
-        steps = MODE.parse(response)["steps"]
+    if not spelt and cut == 6 and asked == 6:
+        steps = EXACT.parse(response, asked)["steps"]
         assert [(s["reasoningCode"], s["label"]) for s in steps] == pairs
         return
-    with pytest.raises(TrajectoryInvalid) as err:
-        MODE.parse(response)
-    assert err.value.kind == "length"
+    for mode in (EXACT, MODE):
+        with pytest.raises(TrajectoryInvalid) as err:
+            mode.parse(response, asked)
+        assert err.value.kind == "length"
 
 
 class _Hostile:
