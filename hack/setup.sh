@@ -32,11 +32,16 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 stamp=.venv/.arbiter-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devenv/pyproject.toml -nt "$stamp" ]; then
-  log "installing the project, its test extras and the development environment (devenv/) into .venv"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devenv/pyproject.toml -nt "$stamp" ] \
+   || [ requirements/dev.txt -nt "$stamp" ] || [ requirements/build.txt -nt "$stamp" ]; then
+  log "installing the locked dependencies (requirements/), the project and the development environment (devenv/)"
   .venv/bin/python -m pip install -q --upgrade pip
-  # devenv/ is its own distribution (arbiter-devenv): importable here, never in the operator wheel or an image.
-  .venv/bin/python -m pip install -q -e '.[test]' -e ./devenv
+  # Every version and file hash comes from the lock (hack/lock.sh): the operator's, the runtime's, the plugin's, the
+  # tests' and the build backend's, the same versions the images and the release install.
+  .venv/bin/python -m pip install -q --require-hashes -r requirements/dev.txt -r requirements/build.txt
+  # The checkout itself, editable, with the locked build backend and nothing resolved again. devenv/ is its own
+  # distribution (arbiter-devenv): importable here, never in the operator wheel or an image.
+  .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e '.[test]' -e ./devenv
   touch "$stamp"
 fi
 

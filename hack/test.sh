@@ -12,8 +12,9 @@ bash hack/setup.sh
 log() { printf '[test] %s\n' "$*" >&2; }
 
 # Lint and types (settings in pyproject.toml) run side by side with the build of the tools only the suite needs
-# (OLM's operators and opm, for the OLM install test; Argo CD, for the GitOps tests; the local run does without
-# them): the checkers are single-threaded, the Go build takes what is left. A finding still fails the run before any
+# (OLM's operators and opm, for the OLM install test; Argo CD, for the GitOps tests; KServe's 0.15 line, for the test
+# of OpenShift AI 2.x's KServe; the local run does without them): the checkers are single-threaded, the Go build takes
+# what is left. A finding still fails the run before any
 # server starts.
 lint_dir=$(mktemp -d)
 trap 'rm -rf "$lint_dir"' EXIT
@@ -30,8 +31,8 @@ for i in "${!checks[@]}"; do
   .venv/bin/${checks[$i]} >"$lint_dir/$i.log" 2>&1 &
   pids+=($!)
 done
-log "tools build olm olm-catalog opm argocd"
-.venv/bin/python -m arbiter_devenv.tools build olm olm-catalog opm argocd
+log "tools build olm olm-catalog opm argocd kserve-controller-0.15"
+.venv/bin/python -m arbiter_devenv.tools build olm olm-catalog opm argocd kserve-controller-0.15
 failed=0
 for i in "${!checks[@]}"; do
   if ! wait "${pids[$i]}"; then

@@ -1,15 +1,15 @@
 #!/bin/bash
-# The GPU run, step by step, for a GPU machine without network access that takes the repository and at most 64 MiB of
-# staged files per command and keeps its scratch space ($ARBITER_GPU_WORK) only between commands of one run (see
-# docs/gpu.md). From the repo root, after vLLM 0.26.0 was staged into .dev/ (docs/gpu.md) and
-# `benchmarks/gpu/stage-wheels.sh` filled .whl/:
-#   stage1  carry .dev/c0 .dev/da        stash part 1; start training the model fixture in the background
-#   stage2  carry .dev/c1 .dev/db        stash part 2
-#   stage3  carry .dev/c2 .dev/dc        stash part 3
-#   phase1  carry .dev/c3 .whl           unpack vLLM, install wheels, wait for the model; TP1 checks + benchmark
-#   phase2  (nothing to carry)           fallback/hand-back (vLLM killed, back as TP2); TP2 checks + benchmark
-#   gen     carry .dev/c3 .whl           (after stage1-3) generated-mode checks + benchmark only, TP1
-#   diag    carry .dev/c3 .whl .dev/model   (after stage1-3 without training) generated_diag.py on a carried model
+# The GPU run, step by step, for a GPU host without network access that receives the staged files in parts and keeps
+# its scratch space ($ARBITER_GPU_WORK) between the steps of one run (benchmarks/gpu/README.md). From the repo root,
+# after vLLM 0.26.0 was staged into .dev/ and `benchmarks/gpu/stage-wheels.sh` filled .whl/:
+#   step    staged files it reads    what it does
+#   stage1  .dev/c0 .dev/da          stash part 1; start training the model fixture in the background
+#   stage2  .dev/c1 .dev/db          stash part 2
+#   stage3  .dev/c2 .dev/dc          stash part 3
+#   phase1  .dev/c3 .whl             unpack vLLM, install wheels, wait for the model; TP1 checks + benchmark
+#   phase2  (none)                   fallback/hand-back (vLLM killed, back as TP2); TP2 checks + benchmark
+#   gen     .dev/c3 .whl             (after stage1-3) generated-mode checks + benchmark only, TP1
+#   diag    .dev/c3 .whl .dev/model  (after stage1-3 without training) generated_diag.py on a model built earlier
 # On any GPU machine with network access and vLLM 0.26.0 installed, `bash benchmarks/gpu/device.sh local` does it
 # all in one go (build, phase1, phase2).
 set -u
@@ -67,7 +67,7 @@ case $step in
     use_site
     $py benchmarks/gpu/device_run.py phase2 --out "$RESULTS" 2>&1 | tee "$RESULTS/phase2.log"
     tar czf "$RESULTS/logs.tar.gz" -C $WORK/arbiter-gpu . 2>/dev/null ;;
-  diag)  # generated-mode diagnosis on a fresh machine: carry .dev/c3 .whl .dev/model (model.tar.gz of phase1)
+  diag)  # generated-mode diagnosis on a fresh host: reads .dev/c3 .whl .dev/model (model.tar.gz of phase1)
     t0=$(date +%s)
     cp .dev/c3 $WORK/stash/ && cat $WORK/stash/c? > $WORK/v.tar.xz && mkdir -p $SITE &&
       $py -c "import tarfile; tarfile.open('$WORK/v.tar.xz').extractall('$SITE')" &&

@@ -1,20 +1,21 @@
 #!/bin/bash
-# The 7B-class benchmark (bench_7b.py: bf16 against FP8, vLLM alone against through the runtime) and the FP8
-# agreement on the trained fixture (fp8_agree.py), step by step, for a GPU machine without network access that takes
-# at most 64 MiB of staged files per command and keeps its scratch space ($ARBITER_GPU_WORK) only between the
-# commands of one run (docs/gpu.md). Run from the repo root; DEV and WHL name the folders the vLLM staging
-# (docs/gpu.md) and stage-wheels.sh filled (default .dev and .whl).
-#   stage1  carry DEV/c0 DEV/da    stash part 1; start training the fixture model (compact + lines + JSON answers)
-#   stage2  carry DEV/c1 DEV/db    stash part 2
-#   stage3  carry DEV/c2 DEV/dc    stash part 3; a one-layer smoke build of the 7B model
-#   start   carry DEV/c3 WHL       unpack vLLM; the fixture served bf16 and FP8 side by side: agreement (the 7B
-#                                  model builds meanwhile); then the 7B model's bf16 arm starts (it stays up)
-#   bench1                         bf16 measured; restart as fp8; fp8 measured
-#   bench2                         restart as fp8-kv; measured; restart as the better FP8 arm with n-gram
-#                                  speculative decoding; measured; stop; the table of every arm and the agreement
-#   scale   carry DEV/c3 WHL       (after stage1-3, on a machine of several GPUs) unpack; build the 7B model; one
-#                                  replica per GPU; 1, 2, 4, 8 replicas measured (scale_gpus.py)
-#   tp2                            replicas 0 and 1 give way to one replica of tensor parallel 2; measured; table
+# The 7B-class benchmark (bench_7b.py: bf16 against FP8, vLLM alone against through the runtime), the FP8 agreement
+# on the trained fixture (fp8_agree.py) and throughput over GPUs (scale_gpus.py), step by step, for a GPU host
+# without network access that receives the staged files in parts and keeps its scratch space ($ARBITER_GPU_WORK)
+# between the steps of one run (benchmarks/gpu/README.md). Run from the repo root; DEV and WHL name the folders the
+# vLLM staging and stage-wheels.sh filled (default .dev and .whl).
+#   step     staged files it reads   what it does
+#   stage1   DEV/c0 DEV/da           stash part 1; start training the fixture model (compact + lines + JSON answers)
+#   stage2   DEV/c1 DEV/db           stash part 2
+#   stage3   DEV/c2 DEV/dc           stash part 3; a one-layer smoke build of the 7B model
+#   start    DEV/c3 WHL              unpack vLLM; the fixture served bf16 and FP8 side by side: agreement (the 7B
+#                                    model builds meanwhile); then the 7B model's bf16 arm starts (it stays up)
+#   bench1                           bf16 measured; restart as fp8; fp8 measured
+#   bench2                           restart as fp8-kv; measured; restart as the better FP8 arm with n-gram
+#                                    speculative decoding; measured; stop; the table of every arm and the agreement
+#   scale    DEV/c3 WHL              (after stage1-3, on a host of several GPUs) unpack; build the 7B model; one
+#                                    replica per GPU; 1, 2, 4, 8 replicas measured (scale_gpus.py)
+#   tp2                              replicas 0 and 1 give way to one replica of tensor parallel 2; measured; table
 # With network access and vLLM 0.26.0 installed: `bash benchmarks/gpu/device_7b.sh local` does it all.
 #   standin                        without a GPU: start, bench1 and bench2 against the vLLM stand-in (no vLLM, no
 #                                  model, no training: the scripts' plumbing only; docs/gpu.md)
@@ -92,7 +93,7 @@ case $step in
     $B7 build --tokenizer-dir $FIXTURE --out $WORK/smoke --layers 1 2>&1 | tail -3
     rm -rf $WORK/smoke ;;
   start)
-    t0=$(date +%s); [ -d $SITE/vllm ] || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"
+    t0=$(date +%s); [ -d $SITE/vllm ] || $py -c "import vllm" 2>/dev/null || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"
     wait_fixture; tail -4 $WORK/train.log
     agreement
     serve_7b; stamp "7B bf16 up"
@@ -115,7 +116,7 @@ case $step in
     $B7 start --arm bf16 --wait "${START_WAIT:-200}" 2>&1 | tee "$RESULTS/start.log" || exit 1
     bash "$0" bench1 && bash "$0" bench2 ;;
   scale)
-    t0=$(date +%s); [ -d $SITE/vllm ] || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"
+    t0=$(date +%s); [ -d $SITE/vllm ] || $py -c "import vllm" 2>/dev/null || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"
     [ -d $BIG ] || $B7 build --tokenizer-dir $FIXTURE --out $BIG 2>&1 | tail -3 | tee "$RESULTS/build-7b.log"
     serve_7b; stamp "replicas up"
     $py benchmarks/gpu/scale_gpus.py replicas --gpus "${GPUS:-$(nvidia-smi -L | wc -l)}" --arm "${SCALE_ARM:-fp8}" \

@@ -32,7 +32,8 @@ for p in (HERE, ROOT / "operator", ROOT / "runtime"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-# NVLink multicast stays off on the shared GPU hosts (see docs/gpu.md).
+# NVLink multicast (NCCL NVLS, torch symmetric memory, NVSHMEM) stays off: GPU hosts partitioned between
+# tenants may not allow it, and the figures do not depend on it (benchmarks/gpu/README.md).
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1",
             "VLLM_USE_FLASHINFER_SAMPLER": "0"}
 

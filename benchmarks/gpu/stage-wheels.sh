@@ -1,6 +1,6 @@
 #!/bin/bash
-# Stage, in .whl/ (git-ignored), the wheels the decision server needs on the GPU machine beyond what its image and
-# the vLLM staging (docs/gpu.md: starlette, uvicorn, jsonschema, pydantic, httpx's friends...) bring:
+# Stage, in .whl/ (git-ignored), the wheels the decision server needs on the GPU host beyond what its image and
+# the vLLM staging (benchmarks/gpu/README.md: starlette, uvicorn, jsonschema, pydantic, httpx's friends...) bring:
 # cel-python (the rules fallback) and its compiled dependencies, orjson and fastjsonschema (the hot path uses them
 # where installed). aiohttp, httpx, prometheus-client, tokenizers and pyyaml are on the image. One version of each package only: two copies of
 # one package stop the install there.

@@ -1,6 +1,6 @@
 """Argo CD on the local cluster, for the GitOps tests: Redis (Debian's ``redis-server``), Argo CD's repo server and
 application controller (the multicall binary built from hack/tools/argocd), Argo CD's CRDs from its Go module, the
-``argocd`` namespace with ``argocd-cm`` carrying the DecisionModel health check the way users install it, and a Git
+``argocd`` namespace with ``argocd-cm`` holding the DecisionModel health check the way users install it, and a Git
 repository served from the local file system (``file://`` URLs, which Argo CD's repo server reads with plain git).
 
     with ArgoCD(cluster) as argo:                       # cluster: LocalCluster (or anything with .api_client())

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import _procs
 from .controlplane import ControlPlane, serve_until_interrupted
-from .kserve import KServeController
+from .kserve import KSERVE_0_17, KServeController, KServeLine
 from .kwok import DEFAULT_POOLS, Kwok, NodePool, add_pool, set_fate
 from .tools import ensure_tool
 
@@ -55,13 +55,16 @@ def wait_default_service_account(api_client: Any, namespace: str, timeout: float
 
 
 class LocalCluster:
-    """See the module docstring. ``kserve=False`` leaves KServe out (nodes and workloads only)."""
+    """See the module docstring. ``kserve=False`` leaves KServe out (nodes and workloads only); ``kserve_line`` picks
+    another KServe release (``arbiter_devenv.kserve.KSERVE_0_15``)."""
 
     def __init__(self, *, pools: Sequence[NodePool] = DEFAULT_POOLS, kserve: bool = True,
-                 workdir: os.PathLike[str] | str | None = None, extra_apiserver_args: tuple[str, ...] = ()) -> None:
+                 workdir: os.PathLike[str] | str | None = None, extra_apiserver_args: tuple[str, ...] = (),
+                 kserve_line: KServeLine = KSERVE_0_17) -> None:
         self.control_plane = ControlPlane(workdir=workdir, extra_apiserver_args=extra_apiserver_args)
         self.pools = list(pools)
         self.with_kserve = kserve
+        self.kserve_line = kserve_line
         self._kcm: Any = None
         self._scheduler: Any = None
         self.kwok: Kwok | None = None
@@ -115,7 +118,7 @@ class LocalCluster:
 
     def start(self) -> LocalCluster:
         # Build (or find cached) every binary first, so a cold build is not mistaken for a slow start.
-        kserve = ["kserve-controller"] if self.with_kserve else []
+        kserve = [self.kserve_line.tool] if self.with_kserve else []
         for tool in ("kube-controller-manager", "kube-scheduler", "kwok", *kserve):
             ensure_tool(tool)
         _procs.register(self, self.stop)
@@ -177,7 +180,8 @@ class LocalCluster:
                 self.timings["kwok"] = time.monotonic() - started
                 if self.with_kserve:
                     started = time.monotonic()
-                    self.kserve = KServeController(self.workdir).start(self.control_plane, api, kcfg[USERS["kserve"]])
+                    self.kserve = KServeController(self.workdir, self.kserve_line).start(
+                        self.control_plane, api, kcfg[USERS["kserve"]])
                     self.timings["kserve"] = time.monotonic() - started
                 self._check()
                 started = time.monotonic()

@@ -19,7 +19,7 @@ Panel types: only `row`, `graph`, `singlestat` and `table`. The console does not
 load. So every panel here is a type both render, and the tests hold the set.
 
 The console reads those panel types in Grafana's legacy (pre-schema-16) panel format, which the SDK's models (the
-current schema) do not carry: the column width `span` (1-12; the SDK's `gridPos` is ignored there), a graph's unit
+current schema) do not have: the column width `span` (1-12; the SDK's `gridPos` is ignored there), a graph's unit
 from `yaxes[0].format`, its `legend.show` and `stack`, a single stat's `format`, `decimals` and `valueName`, a table's
 columns from `styles` (it refuses a table without them) and a row's `showTitle`. `LEGACY_KEYS` are exactly those; they
 are added to the SDK's JSON from the same specification the SDK's fields come from (a graph's unit goes to both
@@ -28,7 +28,7 @@ round-trips through the SDK's types (tests/unit/dashboards). Units stay within w
 (`CONSOLE_UNITS`): percentages are ratios (`percentunit`), rates are plain numbers with "/s" in the title.
 
 Series and labels (docs/operations.md, "Dashboards"): runtime and vLLM series are selected and grouped by the target
-labels every predictor pod's series carry (`namespace`, `arbiter_dev_decision_model`, `arbiter_dev_version`, `pod`):
+labels every predictor pod's series bear (`namespace`, `arbiter_dev_decision_model`, `arbiter_dev_version`, `pod`):
 the runtime's own `model` label is the served model's name (`spec.model.name`), not the DecisionModel's, and vLLM's
 series have no `model`/`version` labels at all. Operator series name their DecisionModel with
 `decisionmodel_namespace` and `decisionmodel` (their `namespace` is the operator's, set by the scrape).

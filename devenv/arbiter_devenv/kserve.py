@@ -1,4 +1,5 @@
-"""The real KServe v0.17.0 controller manager (``github.com/kserve/kserve/cmd/manager``) next to a local control plane.
+"""The real KServe controller manager (``github.com/kserve/kserve/cmd/manager``) next to a local control plane: v0.17.0
+by default, or another line (``KSERVE_0_15``: the 0.15 line behind OpenShift AI 2.x) for the tests that compare them.
 
 What ``KServeController.start`` does, in order:
 1. installs the KServe CRDs of the module its controllers use (``config/crd/full``, subfolders included; kustomize
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 import os
 import pathlib
@@ -28,7 +30,8 @@ from . import _procs
 from ._procs import free_port
 from .crds import GoModuleFiles, install_crds
 
-__all__ = ["KSERVE_MODULE", "STORAGE_INITIALIZER_IMAGE", "KServeController", "kserve_crd_paths", "openshift_ai_config"]
+__all__ = ["KSERVE_0_15", "KSERVE_0_17", "KSERVE_MODULE", "STORAGE_INITIALIZER_IMAGE", "KServeController", "KServeLine",
+           "kserve_crd_paths", "openshift_ai_config"]
 
 KSERVE_MODULE = GoModuleFiles("github.com/kserve/kserve", "v0.17.0", ("config/crd/full/kustomization.yaml",))
 NAMESPACE = "kserve"
@@ -37,8 +40,23 @@ CONFIGMAP = "inferenceservice-config"
 STORAGE_INITIALIZER_IMAGE = "quay.io/opendatahub/kserve-storage-initializer:v0.17"
 
 
-def _module_dir() -> pathlib.Path:
-    return KSERVE_MODULE.download()
+@dataclasses.dataclass(frozen=True)
+class KServeLine:
+    """One KServe release: the tool that builds its manager (hack/tools/<tool>) and the module its CRDs,
+    ConfigMap and webhook manifests come from (the same version)."""
+
+    tool: str
+    module: GoModuleFiles
+
+
+KSERVE_0_17 = KServeLine("kserve-controller", KSERVE_MODULE)
+# The 0.15 line: OpenShift AI 2.x's KServe is a fork of v0.15.2 (docs/install.md, "Supported versions").
+KSERVE_0_15 = KServeLine("kserve-controller-0.15", GoModuleFiles("github.com/kserve/kserve", "v0.15.2",
+                                                                 ("config/crd/full/kustomization.yaml",)))
+
+
+def _module_dir(line: KServeLine = KSERVE_0_17) -> pathlib.Path:
+    return line.module.download()
 
 
 # The LLMInferenceService CRDs belong to KServe's separate llmisvc controller (cmd/llmisvc), which the local cluster
@@ -48,10 +66,10 @@ def _module_dir() -> pathlib.Path:
 _NOT_SERVED = ("llmisvc",)
 
 
-def kserve_crd_paths() -> list[pathlib.Path]:
+def kserve_crd_paths(line: KServeLine = KSERVE_0_17) -> list[pathlib.Path]:
     """Every CRD file under config/crd/full that the manager's controllers use (kustomize patches, kustomization
     files and the llmisvc controller's CRDs excluded)."""
-    root = _module_dir() / "config" / "crd" / "full"
+    root = _module_dir(line) / "config" / "crd" / "full"
     return sorted(p for p in root.rglob("*.yaml")
                   if p.name.startswith("serving.kserve.io_") and not set(p.relative_to(root).parts) & set(_NOT_SERVED))
 
@@ -74,10 +92,10 @@ def openshift_ai_config(stock: dict[str, str]) -> dict[str, str]:
     return data
 
 
-def _configmap() -> dict[str, Any]:
+def _configmap(line: KServeLine = KSERVE_0_17) -> dict[str, Any]:
     import yaml
 
-    stock = yaml.safe_load((_module_dir() / "config" / "configmap" / "inferenceservice.yaml").read_text())
+    stock = yaml.safe_load((_module_dir(line) / "config" / "configmap" / "inferenceservice.yaml").read_text())
     data = {k: v for k, v in stock["data"].items() if not k.startswith("_")}  # "_example" is documentation
     return {
         "apiVersion": "v1",
@@ -87,11 +105,12 @@ def _configmap() -> dict[str, Any]:
     }
 
 
-def webhook_configurations(port: int, ca_pem: bytes) -> list[dict[str, Any]]:
+def webhook_configurations(port: int, ca_pem: bytes, line: KServeLine = KSERVE_0_17) -> list[dict[str, Any]]:
     """KServe's webhook configurations with the in-cluster Service replaced by a URL on 127.0.0.1."""
     import yaml
 
-    docs = [d for d in yaml.safe_load_all((_module_dir() / "config" / "webhook" / "manifests.yaml").read_text()) if d]
+    manifests = _module_dir(line) / "config" / "webhook" / "manifests.yaml"
+    docs = [d for d in yaml.safe_load_all(manifests.read_text()) if d]
     bundle = base64.b64encode(ca_pem).decode()
     out = []
     for doc in docs:
@@ -108,8 +127,9 @@ def webhook_configurations(port: int, ca_pem: bytes) -> list[dict[str, Any]]:
 class KServeController:
     """Start with ``start(control_plane, api_client)``; ``stop()`` stops the process and removes the webhooks."""
 
-    def __init__(self, workdir: pathlib.Path) -> None:
+    def __init__(self, workdir: pathlib.Path, line: KServeLine = KSERVE_0_17) -> None:
         self.workdir = workdir
+        self.line = line
         self.webhook_port = 0
         self._proc: Any = None
         self._api: Any = None
@@ -123,7 +143,7 @@ class KServeController:
         """CRDs, namespace and ConfigMap: what the controller reads at start-up."""
         from kubernetes import client
 
-        install_crds(api_client, kserve_crd_paths(), timeout=120.0)
+        install_crds(api_client, kserve_crd_paths(self.line), timeout=120.0)
         core = client.CoreV1Api(api_client)
         try:
             core.create_namespace({"metadata": {"name": NAMESPACE,
@@ -131,7 +151,7 @@ class KServeController:
         except client.ApiException as exc:
             if exc.status != 409:
                 raise
-        body = _configmap()
+        body = _configmap(self.line)
         try:
             core.create_namespaced_config_map(NAMESPACE, body)
         except client.ApiException as exc:
@@ -143,7 +163,7 @@ class KServeController:
               timeout: float = 120.0) -> KServeController:
         from .tools import ensure_tool
 
-        binary = ensure_tool("kserve-controller")
+        binary = ensure_tool(self.line.tool)
         self._api = api_client
         self.install(api_client)
         tmp = self.workdir / "kserve-tmp"
@@ -187,7 +207,7 @@ class KServeController:
         from kubernetes import client
 
         adm = client.AdmissionregistrationV1Api(self._api)
-        for doc in webhook_configurations(self.webhook_port, ca_pem):
+        for doc in webhook_configurations(self.webhook_port, ca_pem, self.line):
             name = doc["metadata"]["name"]
             if doc["kind"] == "MutatingWebhookConfiguration":
                 create, delete = adm.create_mutating_webhook_configuration, adm.delete_mutating_webhook_configuration

@@ -65,7 +65,7 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 
 @dataclasses.dataclass(frozen=True)
 class NodePool:
-    """``count`` identical nodes ``<name>-0`` .. ``<name>-<count-1>``; GPU nodes carry GPU Feature Discovery labels."""
+    """``count`` identical nodes ``<name>-0`` .. ``<name>-<count-1>``; GPU nodes bear GPU Feature Discovery labels."""
 
     name: str
     count: int

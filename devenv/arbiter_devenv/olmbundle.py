@@ -1,4 +1,5 @@
-"""`python -m arbiter_devenv.olmbundle [--check]`: the OLM bundle and file-based catalog, generated.
+"""`python -m arbiter_devenv.olmbundle [--check] [--operator-image REF] [--runtime-image REF] [--bundle-image REF]
+[--out DIR]`: the OLM bundle and file-based catalog, generated.
 
 One source of truth, three outputs: the chart (Helm), `bundle/` (OLM's registry+v1 bundle: a ClusterServiceVersion,
 the CRD, the metrics Service, the metrics-reader ClusterRole, the alerts' PrometheusRule,
@@ -13,6 +14,11 @@ metadata/annotations.yaml), `bundle.Dockerfile`, and
   ARBITER_NAMESPACES ("" is all namespaces), the operator's own namespace list;
 - `alm-examples` are the files in examples/.
 `--check` exits 1 when a generated file differs from what is committed (tests/cluster/olm runs it).
+
+The committed files name the chart's default images. A team builds for its own registry with the image flags (a tag,
+or a digest: `registry/org/arbiter-operator@sha256:...`) and `--out`, never by editing the generated files;
+`hack/release.sh` does exactly that. `features.operators.openshift.io/disconnected` is true only when the operator and
+runtime images are both given by digest.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from __future__ import annotations
 import argparse
 import base64
 import copy
+import dataclasses
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -52,6 +60,52 @@ FEATURES = {
     "cni": "false",
     "csi": "false",
 }
+
+
+# A reference as OCI distribution spells it: [registry[:port]/]path[:tag] or ...@sha256:<64 hex>.
+_REFERENCE = re.compile(
+    r"^(?P<repository>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRef:
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    def __str__(self) -> str:
+        return f"{self.repository}@{self.digest}" if self.digest else f"{self.repository}:{self.tag}"
+
+
+def parse_image(ref: str) -> ImageRef:
+    """An image reference with a tag or a digest (a digest wins); anything else is refused with the reason."""
+    m = _REFERENCE.match(ref)
+    if not m or not (m.group("tag") or m.group("digest")):
+        raise ValueError(f"{ref!r} is not an image reference with a tag or a digest "
+                         "(registry/org/name:tag or registry/org/name@sha256:<64 hex digits>)")
+    return ImageRef(m.group("repository"), None if m.group("digest") else m.group("tag"), m.group("digest"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Images:
+    """The images a bundle names. None: the chart's default operator image, and the bundle image
+    `BUNDLE_IMAGE_REPO:v<version>`."""
+
+    operator: ImageRef | None = None
+    runtime: str = models.DEFAULT_RUNTIME_IMAGE
+    bundle: str | None = None
+
+    def chart_values(self) -> dict[str, Any]:
+        """The chart's values that make it render these images."""
+        if self.operator is None:
+            return {}
+        image = {"repository": self.operator.repository, "tag": self.operator.tag or "",
+                 "digest": self.operator.digest or ""}
+        return {"image": image, "runtime": {"image": self.runtime}}
+
+
+DEFAULT_IMAGES = Images()
 
 
 def _helm_template(chart: pathlib.Path, values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -97,18 +151,20 @@ def _chart_meta(chart: pathlib.Path) -> dict[str, Any]:
 OLM_VALUES: dict[str, Any] = {"webhook": {"certificates": "olm"}}
 
 
-def deployment_spec(chart: pathlib.Path) -> dict[str, Any]:
-    dep = _one(_helm_template(chart, OLM_VALUES), "Deployment")
+def deployment_spec(chart: pathlib.Path, images: Images = DEFAULT_IMAGES) -> dict[str, Any]:
+    dep = _one(_helm_template(chart, {**OLM_VALUES, **images.chart_values()}), "Deployment")
     spec = copy.deepcopy(dep["spec"])
     labels = {NAME_LABEL: RELEASE, "app.kubernetes.io/component": "operator"}
     spec["selector"] = {"matchLabels": labels}
     spec["template"]["metadata"]["labels"] = dict(labels)  # a copy: no YAML anchors in the CSV
+    for spread in spec["template"]["spec"].get("topologySpreadConstraints") or []:
+        spread["labelSelector"] = {"matchLabels": dict(labels)}  # the replicas spread over nodes select OLM's labels
     container = spec["template"]["spec"]["containers"][0]
     # The OperatorGroup decides the namespaces: OLM writes them on the pod as an annotation.
     container["env"].insert(1, {"name": "ARBITER_NAMESPACES", "valueFrom": {"fieldRef": {
         "fieldPath": "metadata.annotations['olm.targetNamespaces']"}}})
     container["env"] = [e for e in container["env"] if e["name"] != "ARBITER_RUNTIME_IMAGE"] + [
-        {"name": "ARBITER_RUNTIME_IMAGE", "value": models.DEFAULT_RUNTIME_IMAGE}]
+        {"name": "ARBITER_RUNTIME_IMAGE", "value": images.runtime}]
     return spec
 
 
@@ -165,7 +221,8 @@ against Prometheus, rolled back by itself when it fails.
 
 **Watched namespaces** follow the OperatorGroup: own namespace, a list of namespaces, or all namespaces.
 
-`kubectl arbiter status NAME` (pip install arbiter-operator) shows a promotion's phase, traffic and last analysis.
+`kubectl arbiter status NAME` (the release's kubectl-arbiter archive, or krew) shows a promotion's phase, traffic and
+last analysis.
 """
 
 
@@ -194,13 +251,13 @@ def webhook_definitions(chart: pathlib.Path) -> list[dict[str, Any]]:
     }]
 
 
-def csv(root: pathlib.Path) -> dict[str, Any]:
+def csv(root: pathlib.Path, given: Images = DEFAULT_IMAGES) -> dict[str, Any]:
     chart = root / "helm" / "arbiter"
     meta = _chart_meta(chart)
     version = meta["appVersion"]
-    spec = deployment_spec(chart)
+    spec = deployment_spec(chart, given)
     operator_image = spec["template"]["spec"]["containers"][0]["image"]
-    images = [{"name": "operator", "image": operator_image}, {"name": "runtime", "image": models.DEFAULT_RUNTIME_IMAGE}]
+    images = [{"name": "operator", "image": operator_image}, {"name": "runtime", "image": given.runtime}]
     namespaced_rules, cluster_rules = chart_rbac(chart)
     crd = yaml.safe_load((root / "crds" / f"{models.GROUP}_{models.PLURAL}.yaml").read_text())
     account = RELEASE
@@ -308,9 +365,9 @@ def _yaml(doc: Any) -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=120)
 
 
-def render(root: pathlib.Path) -> dict[str, str]:
+def render(root: pathlib.Path, images: Images = DEFAULT_IMAGES) -> dict[str, str]:
     """Relative path -> file content, for every generated file."""
-    the_csv = csv(root)
+    the_csv = csv(root, images)
     version = the_csv["spec"]["version"]
     crd_text = (root / "crds" / f"{models.GROUP}_{models.PLURAL}.yaml").read_text()
     service = metrics_service(root)
@@ -329,7 +386,7 @@ def render(root: pathlib.Path) -> dict[str, str]:
         "# Generated by `python -m arbiter_devenv.olmbundle`. Do not edit.\n"
         "# The OLM bundle image: podman build -f bundle.Dockerfile -t <registry>/arbiter-operator-bundle:vX .\n"
         f"FROM scratch\n\n{labels}\nCOPY bundle/manifests /manifests/\nCOPY bundle/metadata /metadata/\n")
-    bundle_image = f"{BUNDLE_IMAGE_REPO}:v{version}"
+    bundle_image = images.bundle or f"{BUNDLE_IMAGE_REPO}:v{version}"
     objects = [the_csv, yaml.safe_load(crd_text), service, reader, alerts]
     catalog = [
         {"schema": "olm.package", "name": PACKAGE, "defaultChannel": CHANNEL,
@@ -351,12 +408,32 @@ def render(root: pathlib.Path) -> dict[str, str]:
     return files
 
 
+def images_from(operator: str | None, runtime: str | None, bundle: str | None) -> Images:
+    """Images from the command line's references (each checked: a tag or a digest); None keeps the default."""
+    if runtime is not None:
+        parse_image(runtime)
+    if bundle is not None:
+        parse_image(bundle)
+    if operator is None and runtime is not None:
+        raise ValueError("--runtime-image needs --operator-image: the bundle names both or neither")
+    return Images(operator=parse_image(operator) if operator else None,
+                  runtime=runtime or models.DEFAULT_RUNTIME_IMAGE, bundle=bundle)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a committed file differs from the sources")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a generated file differs from the sources")
+    parser.add_argument("--operator-image", help="the operator image (a tag or a digest); default: the chart's")
+    parser.add_argument("--runtime-image", help="the runtime image the operator deploys (a tag or a digest)")
+    parser.add_argument("--bundle-image", help=f"the bundle image the catalog names; default {BUNDLE_IMAGE_REPO}:vX")
+    parser.add_argument("--out", type=pathlib.Path, help="write under this folder instead of the repository")
     args = parser.parse_args(argv)
+    try:
+        images = images_from(args.operator_image, args.runtime_image, args.bundle_image)
+    except ValueError as exc:
+        parser.error(str(exc))
     root = repo_root()
-    return write_or_check(render(root), args.check, "python -m arbiter_devenv.olmbundle", root)
+    return write_or_check(render(root, images), args.check, "python -m arbiter_devenv.olmbundle", args.out or root)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The operator's validating admission webhook: what the operator refuses a DecisionModel for and the CRD's CEL cannot
 express (vLLM flags in every spelling, schemas that are not JSON Schema or that no decision satisfies, fallback rules
 that are not CEL, the KServe host-name limit of the request's namespace, a decision.json the runtime would refuse or
-that no ConfigMap can carry) is refused at `oc apply`, in the apiserver's answer, instead of minutes later in the
+that no ConfigMap can hold) is refused at `oc apply`, in the apiserver's answer, instead of minutes later in the
 status. The same function judges both (plan.validate.spec_problems), so the webhook never refuses what the reconcile
 would take, nor the reverse.
 
@@ -12,7 +12,7 @@ mounts, re-read when they rotate). What Arbiter adds is the decoding in front of
 (answered 500, measured) and kopf's diff of old and new recurses once per level. Here the body is read up to
 MAX_REVIEW_BYTES, decoded by orjson (no recursion; it refuses more than 1,024 levels), an AdmissionReview that is not
 one is answered 400 naming what is missing, and an object nested deeper than MAX_OBJECT_DEPTH is refused with the
-same message the reconcile's status would carry, before kopf's machinery walks it.
+same message the reconcile's status would give, before kopf's machinery walks it.
 
 Failure policy (the chart's ValidatingWebhookConfiguration): Ignore, with a 5 s timeout. While no operator pod
 answers (an upgrade, an outage) a team's `oc apply` and Argo CD's sync still go through, and the reconcile refuses

@@ -159,10 +159,15 @@ async def _write_children(client: KubeClient, dm: DecisionModel, children: list[
 
 async def _delete_unwanted(client: KubeClient, dm: DecisionModel, deletions: list[tuple[str, str, str]],
                            live_children: dict[tuple[str, str], dict[str, Any]], out: _Outcome) -> None:
-    """The children no longer wanted, deleted by uid (never an object that took the name since)."""
+    """The children no longer wanted, deleted by uid (never an object that took the name since). One already being
+    deleted is not asked again: what keeps it is a finalizer of another controller (OpenShift AI's registry
+    controller holds a retired version's InferenceService until it has written its record), which no request of ours
+    hurries, and a converged pass makes no request."""
     ns = dm.metadata.namespace
     for api_version, kind, name in deletions:
         live = live_children.get((kind, name)) or {}
+        if (live.get("metadata") or {}).get("deletionTimestamp"):
+            continue
         try:
             await client.adelete(api_version, kind, ns, name, uid=(live.get("metadata") or {}).get("uid"))
         except NotLeader:

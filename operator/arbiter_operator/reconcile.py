@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from .apply import apply_plan
 from .kube.client import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
 from .observe.children import observe_children, podmonitor_served, prometheusrule_served
+from .observe.kserve import DeploymentModes
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
 from .refuse import invalid_message, refuse, undecodable_message
@@ -77,6 +79,8 @@ class Reconciler:
         # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
         self.podmonitor_api: bool | None = None
         self.prometheusrule_api: bool | None = None  # the same for PrometheusRules (the model's alerts)
+        # The name KServe gives its plain-Deployment mode, learnt from what its webhook kept (observe/kserve.py).
+        self.deployment_modes = DeploymentModes()
 
     async def reconcile(self, namespace: str, name: str) -> float | None:
         """Returns seconds until the next reconcile the plan asks for (None: only on change)."""
@@ -112,6 +116,8 @@ class Reconciler:
         obs = await observe_children(self.client, dm, bool(self.podmonitor_api), self.runtime_image,
                                      prometheusrule_api=bool(self.prometheusrule_api),
                                      metrics_reader_secret=self.metrics_reader_secret)
+        obs = replace(obs, kserve_deployment_mode=self.deployment_modes.mode_for(
+            obs.of_kind("InferenceService").values()))
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
         obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
         if self.prometheus is not None:

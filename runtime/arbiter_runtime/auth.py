@@ -1,7 +1,7 @@
 """Bearer-token authentication and authorization for the decision server, checked by the cluster itself.
 
 With `ARBITER_AUTH=true` (the operator renders it from `spec.exposure.auth`) every request except the kubelet's
-health probes must carry `Authorization: Bearer <token>`. The runtime asks the API server:
+health probes must send `Authorization: Bearer <token>`. The runtime asks the API server:
 
 1. a TokenReview: is this token valid, and whose is it?
 2. a SubjectAccessReview: may that user `get` this version's InferenceService? This is the check OpenShift AI's

@@ -34,7 +34,7 @@ HEALTH_BODY_BYTES = 64 * 1024
 
 
 def answer_bound(max_tokens: int, logprob_entries: int = 0) -> int:
-    """The most bytes a chat completion of at most `max_tokens` tokens can take, each token carrying
+    """The most bytes a chat completion of at most `max_tokens` tokens can take, each token bearing
     `logprob_entries` log-probability entries (token, logprob, bytes; scored mode: the chosen one + the labels)."""
     per_entry = 128 + TOKEN_BYTES * (ESCAPED + 4)  # keys and a logprob; the token escaped; "bytes": [255, ...]
     return ENVELOPE_BYTES + max_tokens * (TOKEN_BYTES * ESCAPED + logprob_entries * per_entry)

@@ -7,10 +7,16 @@ from the PodMonitor, like the runtime's own, so the promotion analysis and SREs 
 (`vllm:kv_cache_usage_perc`), queue time (`vllm:request_queue_time_seconds`), time to first token and end-to-end
 latency per version. Only `vllm:` families pass: vLLM's process and Python collectors would clash with nothing here,
 but they say nothing about serving and double the scrape.
+
+`model_name` is the InferenceService's name (the pod's ARBITER_AUTH_INFERENCESERVICE, set for every version) rather
+than vLLM's served model name, which is the DecisionModel's model for every version: OpenShift AI's metrics page for a
+deployment (odh-model-controller's vLLM queries) selects `model_name` = the InferenceService, and one version's series
+stay apart from another's in any query that ignores the pod labels.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -22,18 +28,29 @@ from .upstream import AnswerTooLarge, read_capped
 MAX_BYTES = 8 * 1024 * 1024
 TIMEOUT_S = 3.0
 PREFIX = "vllm:"
+# A `model_name="..."` label in a sample's label set: the value is a quoted string with \\, \" and \n escapes.
+_MODEL_NAME = re.compile(r'([{,]\s*model_name\s*=\s*)"(?:[^"\\]|\\.)*"')
 
 
-def only_vllm(text: str) -> str:
-    """The lines of a Prometheus text exposition that belong to `vllm:` families (samples, HELP and TYPE)."""
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def only_vllm(text: str, model_name: str = "") -> str:
+    """The lines of a Prometheus text exposition that belong to `vllm:` families (samples, HELP and TYPE); with
+    `model_name`, each sample's `model_name` label says it instead of vLLM's served model name."""
     out = []
-    for line in text.splitlines():
-        if line.startswith(PREFIX) or ((line.startswith(("# HELP ", "# TYPE "))) and line[7:].startswith(PREFIX)):
+    label = f'"{_escaped(model_name)}"'
+    # Lines end at "\n" alone, as Prometheus reads them (a label value may hold a raw "\r", which splitlines cuts).
+    for line in text.split("\n"):
+        if line.startswith(PREFIX):
+            out.append(_MODEL_NAME.sub(lambda m: m.group(1) + label, line) if model_name else line)
+        elif line.startswith(("# HELP ", "# TYPE ")) and line[7:].startswith(PREFIX):
             out.append(line)
     return "\n".join(out) + ("\n" if out else "")
 
 
-async def scrape(upstream_root: str) -> tuple[int, str]:
+async def scrape(upstream_root: str, model_name: str = "") -> tuple[int, str]:
     """(200, filtered text) or (503, why)."""
     try:
         timeout = aiohttp.ClientTimeout(total=TIMEOUT_S)
@@ -46,12 +63,14 @@ async def scrape(upstream_root: str) -> tuple[int, str]:
         return 503, f"vLLM's /metrics is larger than {MAX_BYTES} bytes\n"
     except (aiohttp.ClientError, OSError, TimeoutError) as exc:
         return 503, f"vLLM's /metrics is unreachable ({type(exc).__name__})\n"
-    return 200, only_vllm(body.decode("utf-8", errors="replace"))
+    return 200, only_vllm(body.decode("utf-8", errors="replace"), model_name)
 
 
-def endpoint(upstream_root: str) -> Callable[[Request], Awaitable[Response]]:
+def endpoint(upstream_root: str, model_name: str = "") -> Callable[[Request], Awaitable[Response]]:
+    """model_name: the InferenceService's name, put in each series' `model_name` label (empty: vLLM's own)."""
+
     async def vllm_metrics(_: Request) -> Response:
-        status, text = await scrape(upstream_root)
+        status, text = await scrape(upstream_root, model_name)
         return PlainTextResponse(text, status_code=status, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return vllm_metrics

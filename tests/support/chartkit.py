@@ -111,6 +111,7 @@ VALUES_SETS: dict[str, dict[str, Any]] = {
         "imagePullSecrets": [{"name": "pull"}],
         "prometheus": {
             "url": "https://thanos-querier.openshift-monitoring.svc:9091",
+            "tenancy": False,  # the web port, with a cluster-monitoring-view token from a Secret
             "tokenSecret": {"name": "prometheus-token", "key": "token"},
             "caConfigMap": {"name": "service-ca", "key": "service-ca.crt"},
         },

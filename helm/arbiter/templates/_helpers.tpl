@@ -129,6 +129,13 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: ["modelregistry.opendatahub.io"]
   resources: ["modelregistries"]
   verbs: ["get"]
+{{- if .Values.prometheus.tenancy }}
+# Not a request the operator makes: what Thanos Querier's tenancy port (kube-rbac-proxy) asks the apiserver before it
+# answers the promotion analysis's queries about a namespace with the operator's token (a GET: verb get).
+- apiGroups: ["metrics.k8s.io"]
+  resources: ["pods"]
+  verbs: ["get"]
+{{- end }}
 {{- end -}}
 
 {{/* Cluster-scoped grants, by a ClusterRole in both modes: reading namespaces; the metrics filter's reviews. */}}

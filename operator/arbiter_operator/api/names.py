@@ -45,9 +45,19 @@ APPROVE_ANNOTATION: Final = "arbiter.dev/approve"
 LABEL_REGISTERED_MODEL_ID: Final = "modelregistry.opendatahub.io/registered-model-id"
 LABEL_MODEL_VERSION_ID: Final = "modelregistry.opendatahub.io/model-version-id"
 LABEL_REGISTRY_NAME: Final = "modelregistry.opendatahub.io/name"
+LABEL_REGISTRY_NAMESPACE: Final = "modelregistry.opendatahub.io/namespace"
+ANN_REGISTRY_URL: Final = "modelregistry.opendatahub.io/url"
+# odh-model-controller's finalizer on InferenceServices that carry the registry labels (docs/registry.md).
+REGISTRY_ISVC_FINALIZER: Final = "modelregistry.opendatahub.io/finalizer"
 
 # KServe's label on the predictor Deployment and its pods.
 ISVC_LABEL: Final = "serving.kserve.io/inferenceservice"
+# KServe's deployment mode annotation, and the two names its lines give the plain-Deployment mode: `RawDeployment`
+# (every line; KServe 0.16+ keeps it as a legacy name and its defaulting webhook rewrites it) and `Standard` (0.16+
+# only; the 0.15 line behind OpenShift AI 2.x and Open Data Hub up to 3.3 falls back to its default mode for it).
+ANN_DEPLOYMENT_MODE: Final = "serving.kserve.io/deploymentMode"
+RAW_DEPLOYMENT: Final = "RawDeployment"
+STANDARD: Final = "Standard"
 
 # Other APIs the operator reads or writes.
 CORE_API: Final = "v1"

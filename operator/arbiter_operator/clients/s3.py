@@ -29,7 +29,7 @@ a whole request has a deadline (a server trickling bytes cannot hold a check), r
 request never goes to another host), and an answer that is not S3's XML is `StorageUnreachable`, not a crash.
 
 Credentials never reach a log, an event, a status or an exception message: `S3Credentials.__repr__` hides them and
-errors carry only the S3 error code, bucket and key.
+errors hold only the S3 error code, bucket and key.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class S3Storage:
 
     @property
     def _where(self) -> str:
-        """The endpoint for messages, without any user:password@ it may carry."""
+        """The endpoint for messages, without any user:password@ it may hold."""
         if not self._creds.endpoint_url:
             return "AWS"
         try:
@@ -188,7 +188,7 @@ class S3Storage:
                 # No cookies kept: S3 sets none, and a hostile server could fill a jar.
                 cookie_jar=aiohttp.DummyCookieJar(),
                 # The proxy comes from HTTPS_PROXY / NO_PROXY (_proxy), as botocore honoured them; aiohttp's
-                # trust_env would also send ~/.netrc credentials, which a signed request must not carry.
+                # trust_env would also send ~/.netrc credentials, which a signed request must not send.
                 trust_env=False,
             )
         return self._client

@@ -9,7 +9,7 @@ is recognised (`is_echo`) so it does not queue another reconcile.
 
 `CachedKubeClient` wraps the REST client. A `get` of a cached kind is answered from here when the object is held, and
 (but for DecisionModels, which are watched unfiltered, so a miss is an answer) from the apiserver when it is not
-(the watches of children hold only objects that carry the operator's label, so a
+(the watches of children hold only objects that bear the operator's label, so a
 miss may be another owner's object or a CA bundle ConfigMap: only the apiserver can say). A `list` of a cached kind
 is answered from here when its selector pins the label the watch filters on. Writes and Secrets always go to the
 apiserver.
@@ -281,7 +281,7 @@ class CachedKubeClient:
                   own_child: bool = False) -> tuple[bool, dict[str, Any] | None]:
         """(whether the cache answers a GET, its answer). A miss is an absence for a kind watched unfiltered
         (DecisionModels: the cache holds every one) and, with `own_child`, for every cached kind (the operator's own
-        children all carry the label its watches filter on)."""
+        children all bear the label its watches filter on)."""
         held = self.cache.get(api_version, kind, namespace, name)
         if held is not None:
             return True, held
@@ -314,7 +314,7 @@ class CachedKubeClient:
 
     async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """Like `aget`, but a miss of a cached kind is an answer (None), not a read: for the operator's own children,
-        which all carry the label the watch filters on."""
+        which all bear the label the watch filters on."""
         answered, held = self._answered(api_version, kind, namespace, name, own_child=True)
         return held if answered else await self.inner.aget(api_version, kind, namespace, name)
 

@@ -64,7 +64,7 @@ class Kind:
 
 TABLE: tuple[Kind, ...] = (
     Kind(API_VERSION, KIND, PLURAL, watched=True, echoing=True),
-    # The children the operator applies: all carry its label.
+    # The children the operator applies: all bear its label.
     Kind(ISVC_API, "InferenceService", "inferenceservices", watched=True, label=LABEL_DM),
     Kind(SERVINGRUNTIME_API, "ServingRuntime", "servingruntimes", watched=True, label=LABEL_DM, echoing=True),
     Kind(ROUTE_API, "Route", "routes", watched=True, label=LABEL_DM, echoing=True),

@@ -32,7 +32,7 @@ class Resource:
     kind: str
     plural: str
     label: str | None  # the label every object of the watch carries (a server-side `labelSelector=<label>`)
-    namespaced: bool = True  # False: a cluster-scoped kind (Namespaces), whose objects carry no namespace
+    namespaced: bool = True  # False: a cluster-scoped kind (Namespaces), whose objects have no namespace
     selector: str | None = None  # a further label selector, left to the server (a shard's `team=risk`)
     field_selector: str | None = None  # e.g. `metadata.name=NS`: one object, which a Role grants by resourceNames
     names: re.Pattern[str] | None = None  # what a well-formed object's name matches, beyond its length
@@ -96,8 +96,8 @@ def namespaces(field_selector: str | None = None, selector: str | None = None) -
 
 def object_of(resource: Resource, namespace: str | None, obj: Any, deleted: bool = False) -> dict[str, Any] | None:
     """`obj` as a well-formed object of `resource` in the watch's scope, apiVersion and kind filled in (list items of
-    built-in kinds carry neither); None where it is not one (pure but for filling in those two fields). A deletion
-    need not carry the label: an object whose label was removed leaves the selection as DELETED."""
+    built-in kinds have neither); None where it is not one (pure but for filling in those two fields). A deletion
+    need not bear the label: an object whose label was removed leaves the selection as DELETED."""
     if not isinstance(obj, dict):
         return None
     meta = obj.get("metadata")

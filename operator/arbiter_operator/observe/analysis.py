@@ -23,17 +23,21 @@ log = logging.getLogger("arbiter.promotion")
 
 
 class InstantQuerier(Protocol):
-    async def query(self, promql: str, at: datetime | None = None) -> list[tuple[dict[str, str], float]]: ...
+    async def query(self, promql: str, at: datetime | None = None,
+                    namespace: str | None = None) -> list[tuple[dict[str, str], float]]: ...
 
 
-async def run_analysis(prometheus_client: InstantQuerier, query: AnalysisQuery) -> AnalysisRun:
+async def run_analysis(prometheus_client: InstantQuerier, query: AnalysisQuery,
+                       namespace: str | None = None) -> AnalysisRun:
     """Run the query's PromQL at `query.at` and judge the numbers. Never raises for Prometheus trouble:
-    an unreachable or failing Prometheus gives an Inconclusive run (which never passes a step)."""
+    an unreachable or failing Prometheus gives an Inconclusive run (which never passes a step).
+    namespace: the DecisionModel's, whose series the PromQL reads (Thanos Querier's tenancy port answers for it)."""
     names = list(query.queries) + list(query.vectors)
     promql = {**query.queries, **{n: v.promql for n, v in query.vectors.items()}}
+    where = {"namespace": namespace} if namespace else {}
     # Concurrently: the analysis sits between the end of a hold and the Route switch.
     results = await asyncio.gather(
-        *(prometheus_client.query(promql[n], at=query.at) for n in names), return_exceptions=True
+        *(prometheus_client.query(promql[n], at=query.at, **where) for n in names), return_exceptions=True
     )
     values: dict[str, Any] = {}
     for name, result in zip(names, results, strict=True):
@@ -118,7 +122,7 @@ async def observe_promotion_analysis(
     )
     if query is None:
         return obs
-    run = await run_analysis(prometheus, query)
+    run = await run_analysis(prometheus, query, dm.metadata.namespace)
     log.info(
         "%s/%s analysis of %s %s (%s): %s: %s",
         dm.metadata.namespace,

@@ -146,7 +146,7 @@ async def observe_children(client: KubeClient, dm: DecisionModel, podmonitor_api
         ns_labels = {}
     isvcs = {name: o for (kind, name), o in children.items() if kind == "InferenceService"}
     deployments, pods, workloads = await _observe_workloads(client, ns, isvcs)
-    # KServe's predictor Services carry the InferenceService's labels (ours among them): the watch cache holds them.
+    # KServe's predictor Services bear the InferenceService's labels (ours among them): the watch cache holds them.
     services = {f"{n}-predictor": s for n in sorted(isvcs)
                 if (s := await client.aheld(CORE_API, "Service", ns, f"{n}-predictor")) is not None}
     return Observations(

@@ -92,6 +92,7 @@ def _version_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan
         dm=dm, version=version, configmap=cm, namespace_labels=obs.namespace_labels,
         registry_ids=obs.registry_ids.get(version.name), diffusion=art.diffusion,
         runtime_image=runtime_image(dm, isvc, obs.default_runtime_image), storage_key=art.storage_key,
+        deployment_mode=obs.kserve_deployment_mode,
     ))
     return [cm, isvc_manifest]
 

@@ -9,6 +9,7 @@ from typing import Any
 from ..api.conditions import Condition
 from ..api.conditions import Event as Event  # re-exported: the planner's events
 from ..api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
+from ..api.names import RAW_DEPLOYMENT
 from ..api.promotion import AnalysisRun
 
 
@@ -61,6 +62,9 @@ class Observations:
     # KServe's predictor Services (`<isvc>-predictor`), keyed by Service name, where seen: whether the Route's target
     # port is there (plan/exposure.py).
     predictor_services: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    # The name KServe accepts for its plain-Deployment mode (observe/kserve.py): `RawDeployment` until KServe's
+    # webhook has answered with `Standard`.
+    kserve_deployment_mode: str = RAW_DEPLOYMENT
 
     def of_kind(self, kind: str) -> dict[str, dict[str, Any]]:
         """The observed children of one kind, by name."""

@@ -149,7 +149,7 @@ def size_problems(dm: DecisionModel) -> list[str]:
         except DecisionJsonError as exc:  # what the CRD's rules cannot see, e.g. across a version's overrides
             problems.append(f"spec.versions[{version.name}]: the runtime would refuse its decision.json: {exc}")
             continue
-        # The very text the ConfigMap will carry (made once per content, so rendering it next costs nothing).
+        # The very text the ConfigMap will hold (made once per content, so rendering it next costs nothing).
         size = len(readable_json(config).encode()) + len(CONFIG_FILE)
         if size > CONFIGMAP_MAX_BYTES:
             problems.append(

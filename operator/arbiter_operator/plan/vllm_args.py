@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from ..api.vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, VLLM_SHORT_ALIASES
 
-# Flags a config file could carry unseen: refused outright.
+# Flags a config file could set unseen: refused outright.
 OPAQUE_FLAGS = {"--config": "--config loads flags from a file the operator cannot check; put the flags in extraArgs"}
 
 

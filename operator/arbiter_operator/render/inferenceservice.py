@@ -1,4 +1,4 @@
-"""One InferenceService per live version (KServe RawDeployment, vLLM through the Arbiter runtime)."""
+"""One InferenceService per live version (KServe's plain-Deployment mode, vLLM through the Arbiter runtime)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, effective_vllm, isvc_name
-from ..api.names import LABEL_MODEL_VERSION_ID, LABEL_REGISTERED_MODEL_ID, LABEL_REGISTRY_NAME
+from ..api.names import (
+    ANN_DEPLOYMENT_MODE,
+    ANN_REGISTRY_URL,
+    LABEL_MODEL_VERSION_ID,
+    LABEL_REGISTERED_MODEL_ID,
+    LABEL_REGISTRY_NAME,
+    LABEL_REGISTRY_NAMESPACE,
+    RAW_DEPLOYMENT,
+)
 from .common import (
     ANN_CONFIG_CHECKSUM,
     CONFIG_DIR,
@@ -23,11 +31,14 @@ from .common import (
     runtime_name,
 )
 from .mesh import namespace_injected, sidecar_settings
+from .service import stable_service_url
 from .servingruntime import MODEL_FORMAT
 
 ENABLE_AUTH = "security.opendatahub.io/enable-auth"
 # OpenShift AI's dashboard lists (and the Model Registry's deployments view links) only InferenceServices with it.
 DASHBOARD = "opendatahub.io/dashboard"
+# The dashboard shows it in a deployment's details, beside the endpoints it lists: KServe's per-version address.
+DESCRIPTION = "openshift.io/description"
 SHM_SIZE = "4Gi"  # NCCL's shared-memory transport between tensor-parallel ranks
 
 
@@ -129,6 +140,8 @@ class PredictorInputs:
     diffusion: bool = False  # a diffusion model (plan/artifacts.py): vLLM gets no seed and no structured outputs
     runtime_image: str | None = None  # the image this version runs (the planner pins it); None: the ServingRuntime's
     storage_key: str | None = None  # the storage-config entry the artifact check read with
+    # The plain-Deployment mode's name this KServe accepts (observe/kserve.py): RawDeployment or Standard.
+    deployment_mode: str = RAW_DEPLOYMENT
 
 
 def render_inferenceservice(inputs: PredictorInputs) -> dict[str, Any]:
@@ -153,7 +166,7 @@ def render_inferenceservice(inputs: PredictorInputs) -> dict[str, Any]:
         predictor["nodeSelector"] = {GPU_PRODUCT_LABEL: s.gpuProduct}
     if s.nodes > 1:
         predictor["workerSpec"] = _worker_spec(dm, resources, volumes, mounts)
-    annotations = _annotations(dm, version, storage)
+    annotations = _annotations(dm, version, storage, inputs.deployment_mode) | _registry_annotations(inputs)
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
@@ -186,17 +199,34 @@ def _labels(inputs: PredictorInputs) -> dict[str, str]:
             labels[LABEL_MODEL_VERSION_ID] = registry_ids["modelVersionId"]
         reg = dm.spec.registry
         if labels.get(LABEL_MODEL_VERSION_ID) and reg is not None and reg.modelRegistryRef is not None:
-            # the registry the dashboard's deployments view shows
+            # The registry the dashboard's deployments view shows, and the one odh-model-controller writes its
+            # deployment records to: without the namespace it looks in the platform's default registries namespace.
             labels[LABEL_REGISTRY_NAME] = reg.modelRegistryRef.name
+            labels[LABEL_REGISTRY_NAMESPACE] = reg.modelRegistryRef.namespace or dm.metadata.namespace
     return labels
 
 
-def _annotations(dm: DecisionModel, version: ModelVersion, storage: Mapping[str, Any]) -> dict[str, str]:
+def _registry_annotations(inputs: PredictorInputs) -> dict[str, str]:
+    """With a registry given by URL, odh-model-controller's deployment records go to that registry: without the
+    annotation it would pick the one registry Service of the platform's registries namespace, which may not be the
+    registry whose ids the labels carry (docs/registry.md, "Beside odh-model-controller")."""
+    reg = inputs.dm.spec.registry
+    if reg is None or reg.url is None or not (inputs.registry_ids or {}).get("modelVersionId"):
+        return {}
+    return {ANN_REGISTRY_URL: reg.url}
+
+
+def _annotations(dm: DecisionModel, version: ModelVersion, storage: Mapping[str, Any],
+                 deployment_mode: str) -> dict[str, str]:
     annotations = {
-        "serving.kserve.io/deploymentMode": "Standard",  # KServe 0.17 rewrites the legacy "RawDeployment" to this
+        # A plain Deployment, under the name this KServe accepts: a name it does not know gets its default mode.
+        ANN_DEPLOYMENT_MODE: deployment_mode,
         # Replicas are fixed by spec.serving.replicas: no HPA (GPU pods do not scale on CPU).
         "serving.kserve.io/autoscalerClass": "none",
         "openshift.io/display-name": f"{dm.metadata.name} {version.name}",
+        DESCRIPTION: (f"Version {version.name} of the decision model {dm.metadata.name}. Callers use the stable "
+                      f"address, which follows promotions: the Route {dm.metadata.name} or "
+                      f"{stable_service_url(dm)} in the cluster. The endpoints listed here reach this version alone."),
     }
     if dm.spec.exposure.auth:
         annotations[ENABLE_AUTH] = "true"

@@ -1,6 +1,6 @@
 """The Route, named after the DecisionModel.
 
-Never after an InferenceService: OpenShift AI's controller deletes Routes that carry an InferenceService's name.
+Never after an InferenceService: OpenShift AI's controller deletes Routes that bear an InferenceService's name.
 Traffic moves between versions by weights (`to` + `alternateBackends`), which is what promotion steps change.
 """
 

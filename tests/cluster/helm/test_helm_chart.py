@@ -205,13 +205,70 @@ def test_credentials_reach_the_operator_as_files_never_as_env() -> None:
     assert mounts["prometheus-token"]["readOnly"]
 
 
-def test_prometheus_defaults_reach_the_operator() -> None:
+def test_prometheus_settings_reach_the_operator() -> None:
     (container,) = one(render(VALUES_SETS["everything"]), "Deployment")["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["ARBITER_PROMETHEUS_URL"] == "https://thanos-querier.openshift-monitoring.svc:9091"
+    assert env["ARBITER_PROMETHEUS_TENANCY"] == "false"
     assert env["ARBITER_PROMETHEUS_CA_FILE"] == "/etc/arbiter/prometheus-ca/service-ca.crt"
     assert "--log-level=info" in container["args"]
     assert "--metrics-port=9090" in container["args"]
+
+
+@pytest.mark.parametrize("name", ["defaults", "namespaced"])
+def test_by_default_prometheus_is_the_tenancy_port_with_the_operators_own_rotated_token(name: str) -> None:
+    docs = render(VALUES_SETS[name])
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ARBITER_PROMETHEUS_URL"] == "https://thanos-querier.openshift-monitoring.svc:9092"
+    assert env["ARBITER_PROMETHEUS_TENANCY"] == "true"
+    # The token: the operator's own ServiceAccount's, projected with a bounded lifetime and renewed by the kubelet;
+    # no Secret holds it, and the operator re-reads the file on every query.
+    assert env["ARBITER_PROMETHEUS_TOKEN_FILE"] == "/var/run/secrets/arbiter/prometheus/token"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (source,) = volumes["prometheus-token"]["projected"]["sources"]
+    assert source == {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["prometheus-token"]["mountPath"] == "/var/run/secrets/arbiter/prometheus"
+    # The CA: OpenShift's service CA, which every namespace holds as openshift-service-ca.crt.
+    assert volumes["prometheus-ca"]["configMap"]["name"] == "openshift-service-ca.crt"
+    assert env["ARBITER_PROMETHEUS_CA_FILE"] == "/etc/arbiter/prometheus-ca/service-ca.crt"
+    # The tenancy port's kube-rbac-proxy asks whether the token may `get pods.metrics.k8s.io` in the namespace: the
+    # operator's role in the namespaces it serves grants that, and no cluster-wide metrics read.
+    metrics_rules = [(d["kind"], tuple(r["verbs"])) for d in docs if d["kind"] in ("Role", "ClusterRole")
+                     for r in d["rules"] if "metrics.k8s.io" in r.get("apiGroups", [])]
+    expected = ("ClusterRole", ("get",)) if name == "defaults" else ("Role", ("get",))
+    assert metrics_rules and set(metrics_rules) == {expected}
+    assert "cluster-monitoring-view" not in json.dumps(docs)
+
+
+def test_without_tenancy_the_operator_gets_no_metrics_grant() -> None:
+    docs = render({"prometheus": {"tenancy": False, "url": "http://prometheus.monitoring:9090",
+                                  "caConfigMap": {"name": ""}}})
+    assert not [r for d in docs if d["kind"] in ("Role", "ClusterRole") and d["metadata"]["name"] == "arbiter"
+                for r in d["rules"] if "metrics.k8s.io" in r.get("apiGroups", [])]
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert "ARBITER_PROMETHEUS_CA_FILE" not in env and env["ARBITER_PROMETHEUS_TENANCY"] == "false"
+
+
+def test_replicas_spread_over_nodes_by_default() -> None:
+    spec = one(render({}), "Deployment")["spec"]["template"]["spec"]
+    (spread,) = spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["maxSkew"] == 1
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"  # a one-node cluster still runs both replicas
+    assert spread["labelSelector"]["matchLabels"].items() <= spec_labels(render({})).items()
+    strict = one(render({"topologySpread": {"whenUnsatisfiable": "DoNotSchedule"}}), "Deployment")
+    assert strict["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["whenUnsatisfiable"] == "DoNotSchedule"
+    # One replica has nothing to spread; turned off, none is rendered.
+    assert "topologySpreadConstraints" not in one(render({"replicaCount": 1}), "Deployment")["spec"]["template"]["spec"]
+    off = one(render({"topologySpread": {"enabled": False}}), "Deployment")["spec"]["template"]["spec"]
+    assert "topologySpreadConstraints" not in off
+
+
+def spec_labels(docs: list[dict]) -> dict[str, str]:
+    return one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
 
 
 def test_image_by_digest_wins_over_tag() -> None:
@@ -390,6 +447,9 @@ BAD_VALUES = [
     ({"metrics": {"certificates": "secret"}}, "metrics.secret.name"),
     ({"metrics": {"auth": "yes"}}, "/metrics/auth"),
     ({"metrics": {"readerSecret": "Reader_Secret"}}, "/metrics/readerSecret"),
+    ({"prometheus": {"tenancy": "yes"}}, "/prometheus/tenancy"),
+    ({"prometheus": {"tokenExpirationSeconds": 60}}, "/prometheus/tokenExpirationSeconds"),
+    ({"topologySpread": {"whenUnsatisfiable": "Never"}}, "/topologySpread/whenUnsatisfiable"),
 ]
 
 

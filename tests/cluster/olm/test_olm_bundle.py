@@ -74,6 +74,11 @@ def test_csv_deployment_is_the_charts_with_olms_namespaces():
         assert c[key] == h[key], key
     # The chart's replicas and rollout: replicas elect a leader, so an upgrade may run old and new pods side by side.
     assert dep["strategy"] == chart_dep["spec"]["strategy"] and dep["replicas"] == chart_dep["spec"]["replicas"] == 2
+    # ... spread over nodes, by a selector that matches the pods OLM's Deployment makes (its labels, not the chart's).
+    (spread,) = ours["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"].items() <= dep["template"]["metadata"]["labels"].items()
+    assert dep["selector"]["matchLabels"].items() <= dep["template"]["metadata"]["labels"].items()
     perms = csv["spec"]["install"]["spec"]["permissions"][0]["rules"]
     leases = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
     assert leases in perms

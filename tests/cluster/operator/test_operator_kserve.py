@@ -81,8 +81,11 @@ def test_every_rendering_is_admitted_unchanged_and_stays_converged(control_plane
     dm = _model(_variant(variant), namespace)
     version = dm.spec.versions[0]
     cm = render_configmap(dm, version)
+    # Standard: the name KServe 0.17 keeps (its webhook rewrites a first write's RawDeployment, which the operator
+    # then renders: test_operator_openshift_ai.py).
     desired = [with_hash(render_servingruntime(dm)),
-               with_hash(render_inferenceservice(PredictorInputs(dm, version, cm, {"istio-injection": "enabled"})))]
+               with_hash(render_inferenceservice(PredictorInputs(dm, version, cm, {"istio-injection": "enabled"},
+                                                                 deployment_mode="Standard")))]
     for obj in desired:
         first = _apply(api, obj)  # KServe's validating webhooks would refuse it here
         # KServe's defaulting webhook may add fields, never change ours: what we sent is all still there...

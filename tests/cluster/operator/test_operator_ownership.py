@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 from arbiter_operator.api.models import isvc_name
+from arbiter_operator.kube.client import KubeError
 from arbiter_operator.render.naming import derived_names
 from hypothesis import HealthCheck, given, settings
 from hypothesis import example as hexample
@@ -118,6 +119,7 @@ def test_generated_pairs_in_one_namespace_get_separate_children(
 ):
     """Each generated pair gets its own name prefix (`p<k>`), shared by both models of the pair, so leftovers of one
     pair never meet the next while the near-collisions inside a pair stay as generated."""
+    monitoring = _monitoring_served(api)
     operator_process(namespaces=[namespace])
     custom = client.CustomObjectsApi(api)
     count = iter(range(100))
@@ -137,8 +139,8 @@ def test_generated_pairs_in_one_namespace_get_separate_children(
             dm = eventually(lambda name=name: _ready(api, namespace, name), 90, f"{name} Ready")
             uid = dm["metadata"]["uid"]
             for kind, child in derived_names(name, [version]):
-                if kind in ("PodMonitor", "Deployment"):
-                    continue  # the PodMonitor API may not be served; Deployments are KServe's business
+                if kind == "Deployment" or (kind in MONITORING_KINDS and not monitoring):
+                    continue  # Deployments are KServe's business; the monitoring kinds are made only where served
                 obj = _get_kind(api, namespace, kind, child)
                 assert obj is not None, (kind, child)
                 if kind != "Service":  # KServe's Services are owned by the InferenceService
@@ -151,6 +153,21 @@ def test_generated_pairs_in_one_namespace_get_separate_children(
     pair()
 
 
+MONITORING_KINDS = {"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules"}
+
+
+def _monitoring_served(api) -> bool:
+    """Whether this cluster serves prometheus-operator's API (the operator renders its kinds only then)."""
+    try:
+        found = raw_call(api, "GET", "/apis/monitoring.coreos.com/v1")
+    except KubeError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    served = {r.get("name") for r in found.get("resources", [])}
+    return set(MONITORING_KINDS.values()) <= served
+
+
 def _get_kind(api, ns, kind, name):
     paths = {
         "ServingRuntime": ("serving.kserve.io/v1alpha1", "servingruntimes"),
@@ -158,6 +175,7 @@ def _get_kind(api, ns, kind, name):
         "Route": ("route.openshift.io/v1", "routes"),
         "ConfigMap": ("v1", "configmaps"),
         "Service": ("v1", "services"),
+        **{k: ("monitoring.coreos.com/v1", plural) for k, plural in MONITORING_KINDS.items()},
     }
     api_version, plural = paths[kind]
     return get(api, api_version, plural, ns, name)

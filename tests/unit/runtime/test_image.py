@@ -9,11 +9,6 @@ import sys
 from support.paths import REPO
 
 PACKAGE = REPO / "runtime" / "arbiter_runtime"
-# import name -> distribution name, where they differ
-DIST = {"prometheus_client": "prometheus-client", "celpy": "cel-python", "botocore": "boto3",
-        "pydantic_core": "pydantic"}
-
-
 def _imports() -> set[str]:
     names: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
@@ -25,11 +20,13 @@ def _imports() -> set[str]:
     return {n for n in names if n not in sys.stdlib_module_names and n != "arbiter_runtime"}
 
 
-def test_every_runtime_import_is_installed_in_the_image():
+def test_the_image_installs_the_lock_and_keeps_no_list_of_its_own():
+    """The runtime's dependencies come from requirements/runtime.txt (tests/unit/packaging/test_lock.py checks that
+    it carries every package the runtime imports); the Dockerfile names no package or version itself."""
     text = (REPO / "Dockerfile.runtime").read_text()
-    installed = {m.group(1).lower() for m in re.finditer(r'"([A-Za-z0-9_.\-]+)>=', text)}
-    missing = sorted(DIST.get(n, n) for n in _imports() if DIST.get(n, n).lower() not in installed)
-    assert not missing, f"Dockerfile.runtime does not install {missing}"
+    assert "COPY requirements/runtime.txt " in text and "-r $b/missing.txt" in text
+    assert not re.search(r'"[A-Za-z0-9_.\-]+(>=|==)', text), "Dockerfile.runtime names a dependency by hand"
+    assert _imports(), "the runtime imports third-party packages: the lock must hold them"
 
 
 def test_image_runs_the_command_the_serving_runtime_names():
@@ -41,9 +38,10 @@ def test_image_runs_the_command_the_serving_runtime_names():
 
 def test_runtime_image_carries_neither_the_vllm_stand_in_nor_the_dev_environment():
     # The image copies the runtime package and nothing else of the checkout; the stand-in lives in devenv/.
-    copied = [line.split()[1] for line in (REPO / "Dockerfile.runtime").read_text().splitlines()
+    copied = [line.split()[1:-1] for line in (REPO / "Dockerfile.runtime").read_text().splitlines()
               if line.startswith("COPY ")]
-    assert copied == ["runtime/arbiter_runtime"], copied
+    assert copied == [["requirements/runtime.txt", "hack/image/lock_beside_base.py"], ["LICENSE"],
+                      ["runtime/arbiter_runtime"]], copied
     assert not [p.name for p in PACKAGE.rglob("*standin*")], "a vLLM stand-in sits in the runtime package"
     assert "arbiter_devenv" not in _imports(), "the runtime imports the development environment"
     assert (REPO / "devenv" / "arbiter_devenv" / "vllm_standin.py").is_file()

@@ -91,3 +91,28 @@ def test_a_large_exposition_is_read_whole_and_one_past_the_bound_is_refused(host
     _Hostile.body = b"vllm:x 1\n" * (MAX_BYTES // 9 + 1)
     code, text = asyncio.run(scrape(hostile))
     assert code == 503 and f"larger than {MAX_BYTES} bytes" in text
+
+
+_label_value = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=120, deadline=None)
+@given(served=_label_value, other=_label_value, isvc=st.from_regex(r"[a-z]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True),
+       order=st.booleans())
+def test_model_name_says_the_inferenceservice_and_nothing_else_changes(served, other, isvc, order):
+    """OpenShift AI's metrics page selects vLLM's series by model_name = the InferenceService's name."""
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    labels = [f'model_name="{esc(served)}"', f'engine="{esc(other)}"']
+    if order:
+        labels.reverse()
+    text = (f"# HELP vllm:num_requests_running running\n# TYPE vllm:num_requests_running gauge\n"
+            f"vllm:num_requests_running{{{','.join(labels)}}} 2.0\nother_total{{model_name=\"x\"}} 1\n")
+    out = only_vllm(text, isvc)
+    (family,) = list(text_string_to_metric_families(out))
+    (sample,) = family.samples
+    assert sample.labels == {"model_name": isvc, "engine": other} and sample.value == 2.0
+    # Without a name (an older pod spec) vLLM's own label passes unchanged.
+    (kept,) = next(iter(text_string_to_metric_families(only_vllm(text)))).samples
+    assert kept.labels["model_name"] == served
