@@ -208,8 +208,8 @@ def model_board() -> Board:
               [Target(phase_now)],
               [label("phase", "Phase"), label("strategy", "Strategy"), label("stable", "Stable"),
                label("candidate", "Candidate")], width=8, height=4),
-        table("Last analysis", "The verdict of the promotion's last analysis (Pass, Fail, NoData, Inconclusive). "
-              "Empty until a promotion has been analysed.",
+        table("Last analysis", "The verdict of the promotion's last analysis (Pass, Fail, NoData, Inconclusive, "
+              "Pending). Empty until a promotion has been analysed.",
               [Target(f"max by (verdict) (arbiter_decisionmodel_analysis{{{OP}}}) == 1")],
               [label("verdict", "Verdict")], width=4, height=4, event=True),
         stat("Canary step", "The canary step whose traffic weight holds now.",

@@ -35,6 +35,13 @@ def isvc_status(ready: bool) -> dict[str, Any]:
     return {"conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": "Loading"}]}
 
 
+def same_mix(answered: float) -> dict[str, dict[str, float]]:
+    """The decision mix of a candidate that decides like the stable version (the mix gate compares the two; without
+    both it holds the step): the same label shares on each, the stable version serving nine times as much."""
+    mix = {"approve": 0.6 * max(0.0, answered), "decline": 0.4 * max(0.0, answered)}
+    return {"labels": mix, "stable_labels": {k: 9 * v for k, v in mix.items()}}
+
+
 class Driver:
     def __init__(self, body: dict[str, Any]):
         self.body = body
@@ -62,7 +69,8 @@ class Driver:
                          sla_p95_ms=150)
         if q is None:
             return None
-        return judge(q, {"requests": requests, "errors": errors, "decision_p95": p95_s, "vllm_p95": None})
+        return judge(q, {"requests": requests, "errors": errors, "decision_p95": p95_s, "vllm_p95": None,
+                         **same_mix(requests - errors)})
 
     def observations(self, analysis: AnalysisRun | None) -> Observations:
         """What the operator observed this pass; a test that observes more (workloads, a runtime image) extends it."""

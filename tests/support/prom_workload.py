@@ -2,7 +2,9 @@
 
 No GPU or vLLM here, so this process serves synthetic traffic whose rate, latency and error share the test sets
 through `POST /control` (JSON: {"rps": 50, "latency_ms": 40, "error_rate": 0.0}). Metric names, types, labels and
-bucket boundaries are the real ones (vLLM's `vllm:e2e_request_latency_seconds` and the runtime's `arbiter_*`).
+bucket boundaries are the real ones (vLLM's `vllm:e2e_request_latency_seconds` and the runtime's `arbiter_*`). Every
+decided request gets a label from one fixed cycle (MIX), so every stand-in pod shows the same decision mix, as two
+versions that decide alike would.
 
 Run: python tests/support/prom_workload.py --port 0 --model m --version v1   (prints the port it listens on)
 """
@@ -23,6 +25,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 VLLM_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0)
 # The runtime's decision latency buckets: fine enough for SLAs of tens to hundreds of milliseconds.
 DECISION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0)
+# The labels decided requests get, in turn: 35% approve, 35% review, 30% deny.
+MIX = ("approve", "review", "deny") * 6 + ("approve", "review")
 
 
 class Workload:
@@ -49,6 +53,13 @@ class Workload:
         self.upstream_errors = Counter(
             "arbiter_upstream_errors", "Failed calls to vLLM.", ["model", "version"], registry=self.registry
         )
+        self.labels = Counter(
+            "arbiter_decision_labels", "Decisions answered, by final label.", ["model", "version", "label"],
+            registry=self.registry,
+        )
+        for label in set(MIX):  # the runtime pre-creates every configured label's series at 0
+            self.labels.labels(model, version, label)
+        self._decided = 0
         self.lock = threading.Lock()
         self.rps, self.latency_s, self.error_rate = 0.0, 0.04, 0.0
         self._carry = 0.0
@@ -76,6 +87,9 @@ class Workload:
                     self.upstream_errors.labels(self.model, self.version).inc()
                 outcome = "error" if failed else "decided"
                 self.decisions.labels(self.model, self.version, outcome, "model").inc()
+                if not failed:
+                    self.labels.labels(self.model, self.version, MIX[self._decided % len(MIX)]).inc()
+                    self._decided += 1
                 self.latency.labels(self.model, self.version).observe(self.latency_s)
                 self.vllm_e2e.labels(self.model).observe(self.latency_s * 0.8)
 

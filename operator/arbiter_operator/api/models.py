@@ -50,7 +50,13 @@ from .fields import (
     schema_depth,
 )
 from .names import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from .promotion import PromoteSpec, PromotionStatus
+from .promotion import (
+    SEQUENTIAL_FAILURE_LIMIT,
+    SEQUENTIAL_NEEDS_MODE,
+    Analysis,
+    PromoteSpec,
+    PromotionStatus,
+)
 from .registry_storage import DEFAULT_STORAGE_SECRET, LocalRef, ObjectRef, RegistrySpec, StorageSpec
 from .serving import (
     DEFAULT_METRICS_READER_SECRET,
@@ -195,6 +201,13 @@ class DecisionModelSpec(_Model):
 
 # Rules for classes defined in api/promotion.py (owned elsewhere): crdgen attaches them to the schema there.
 EXTRA_VALIDATIONS: dict[type[BaseModel], list[JsonDict]] = {
+    Analysis: [
+        # has(): the apiserver also checks the rules against the schema's default object, where no field is set.
+        _cel("!has(self.sequential) || (has(self.mode) && self.mode == 'Sequential')", SEQUENTIAL_NEEDS_MODE,
+             ".sequential"),
+        _cel("!has(self.mode) || self.mode != 'Sequential' || !has(self.failureLimit) || self.failureLimit == 0",
+             SEQUENTIAL_FAILURE_LIMIT, ".failureLimit"),
+    ],
     PromoteSpec: [
         _cel(
             "self.strategy != 'Canary' || size(self.steps) > 0",

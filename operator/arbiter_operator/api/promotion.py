@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PromotionPhase = Literal[
     "Idle",  # nothing to do: spec.promote's version is stable and alone
@@ -28,8 +28,12 @@ PromotionPhase = Literal[
 IN_PROGRESS: tuple[PromotionPhase, ...] = ("Deploying", "Waiting", "Shadowing", "Progressing", "Paused")
 STOPPING: tuple[PromotionPhase, ...] = ("RollingBack", "Aborted")
 
-AnalysisVerdict = Literal["Pass", "Fail", "NoData", "Inconclusive"]
-CheckVerdict = Literal["Pass", "Fail", "NoData"]
+# Pending: the evidence does not decide yet (a Sequential step before its maximum hold); at the end of a hold, evidence
+# that still does not decide is NoData (too little traffic), which never passes a step.
+AnalysisVerdict = Literal["Pass", "Fail", "NoData", "Inconclusive", "Pending"]
+# Pending: judged, but too few decisions (on either version) or a difference within noise: the gate holds the step.
+CheckVerdict = Literal["Pass", "Fail", "NoData", "Pending"]
+AnalysisMode = Literal["Windowed", "Sequential"]
 PromotionOutcome = Literal["Succeeded", "RolledBack", "Aborted"]
 
 # Defaults of the decision bounds when neither spec.promote.analysis nor the version's metadata.sla sets one (the
@@ -38,6 +42,9 @@ DEFAULT_MAX_FALLBACK_RATE = 0.05
 DEFAULT_MAX_SCHEMA_VIOLATION_RATE = 0.01
 DEFAULT_MAX_LOW_CONFIDENCE_RATE = 0.25
 DEFAULT_MAX_DECISION_MIX_SHIFT = 0.10
+# The most schema violations one decision can count: one per attempt, and the rendered decision.json leaves the
+# runtime's upstream.maxRetries at its default 2 (tests/unit/operator/promotion checks the two agree).
+MAX_VIOLATIONS_PER_DECISION = 3
 
 
 class _Model(BaseModel):
@@ -81,7 +88,54 @@ class FallbackReasonBounds(_Model):
     low_confidence: float | None = Field(None, ge=0, le=1, description="Confidence under the threshold.")
 
 
+class EffectSizes(_Model):
+    """Sequential mode: the largest regression against the stable version each gate tolerates. A regression larger
+    than this, once the evidence shows it, rolls the candidate back; evidence of none passes the step early."""
+
+    slowDecisionRate: float = Field(
+        0.005, gt=0, le=1,
+        description="The p95LatencyMs gate: extra share of decisions slower than the p95 bound (0.005: one more in "
+        "two hundred).",
+    )
+    errorRate: float = Field(0.005, gt=0, le=1, description="Extra share of failed decisions.")
+    fallbackRate: float = Field(
+        0.005, gt=0, le=1, description="Extra share of decisions handed to the fallback rules (also per reason)."
+    )
+    lowConfidenceRate: float = Field(0.03, gt=0, le=1, description="Extra share of low-confidence decisions.")
+    schemaViolationRate: float = Field(
+        0.01, gt=0, le=MAX_VIOLATIONS_PER_DECISION, description="Extra rejected model answers per decision."
+    )
+    decisionMixShift: float = Field(
+        0.03, gt=0, le=1, description="Largest move of any label's share of decisions, either way."
+    )
+
+
+class SequentialAnalysis(_Model):
+    """Sequential mode: every gate judged continuously on the counts since its step started, by an always-valid test
+    (docs/operations.md, "Sequential analysis")."""
+
+    falseRollbackRate: float = Field(
+        0.05, ge=0.0001, le=0.2,
+        description="Alpha: the highest probability that a promotion rolls back a candidate that regresses no gate by "
+        "more than its effect size, over all its steps and gates and any number of looks.",
+    )
+    lookSeconds: int = Field(
+        3, ge=1, le=300, description="How often the evidence is looked at (any number of looks spends the same alpha)."
+    )
+    effectSizes: EffectSizes = Field(default_factory=EffectSizes)
+
+
 class Analysis(_Model):
+    mode: AnalysisMode = Field(
+        "Windowed",
+        description="Windowed: each gate judged on the last intervalSeconds, a step passing at the end of its hold. "
+        "Sequential: each gate judged on everything since its step started with a declared false-rollback rate; a "
+        "regression rolls back as soon as the evidence shows it, and a step passes as soon as the evidence shows none "
+        "(its holdSeconds is then the longest it holds).",
+    )
+    sequential: SequentialAnalysis | None = Field(
+        None, description="Sequential mode's settings (the defaults apply when unset)."
+    )
     intervalSeconds: int = Field(
         60, ge=5, le=3600, description="Length of the metrics window read from Prometheus at the end of each step."
     )
@@ -89,9 +143,13 @@ class Analysis(_Model):
         None, gt=0, description="p95 decision latency bound in ms; defaults to the candidate version's SLA."
     )
     maxErrorRate: float = Field(0.01, ge=0, le=1, description="Highest tolerated share of failed decisions (0..1).")
-    minRequests: int = Field(50, ge=0, description="Fewest requests a step must see before its numbers count.")
+    minRequests: int = Field(
+        50, ge=0, description="Fewest requests a step must see before its numbers count (a gate comparing with the "
+        "stable version needs them from both)."
+    )
     insufficientTraffic: Literal["Wait", "Fail"] = Field(
-        "Wait", description="With fewer than minRequests: Wait (hold the step, up to the progress deadline) or Fail."
+        "Wait", description="When the hold ends without enough evidence (fewer than minRequests, or a difference "
+        "within noise): Wait (hold the step until the evidence suffices, up to the progress deadline) or Fail."
     )
     maxFallbackRate: float | None = Field(
         None, ge=0, le=1,
@@ -115,8 +173,8 @@ class Analysis(_Model):
     maxDecisionMixShift: float | None = Field(
         None, ge=0, le=1,
         description="Highest absolute difference, over all labels, between the share of decisions with that label "
-        "from the candidate and from the stable version in the same window (0..1); default 0.10. Judged only when "
-        "the stable version saw minRequests decisions too.",
+        "from the candidate and from the stable version in the same window (0..1); default 0.10. Until the stable "
+        "version saw minRequests decisions too, it holds the step.",
     )
     maxQueueTimeP95Ms: float | None = Field(
         None, gt=0, description="Optional bound on vLLM's p95 request queue time (ms); off when unset."
@@ -140,6 +198,28 @@ class Analysis(_Model):
         if dup:
             raise ValueError(f"analysis.checks names must be unique, repeated: {dup}")
         return checks
+
+    @model_validator(mode="after")
+    def _mode_settings(self) -> Analysis:
+        # The same rules as the CRD's (api/models.py EXTRA_VALIDATIONS), for objects decoded without the apiserver.
+        if self.sequential is not None and self.mode != "Sequential":
+            raise ValueError(SEQUENTIAL_NEEDS_MODE)
+        if self.mode == "Sequential" and self.failureLimit:
+            raise ValueError(SEQUENTIAL_FAILURE_LIMIT)
+        return self
+
+    def sequential_settings(self) -> SequentialAnalysis:
+        return self.sequential or SequentialAnalysis()
+
+
+SEQUENTIAL_NEEDS_MODE = (
+    "spec.promote.analysis.sequential is read only with analysis.mode: Sequential (set the mode, or remove the block)"
+)
+SEQUENTIAL_FAILURE_LIMIT = (
+    "spec.promote.analysis.failureLimit must be 0 with analysis.mode: Sequential: a sequential gate fails on all the "
+    "evidence since its step began, which the next look still holds, so a tolerated failure would only delay the "
+    "rollback"
+)
 
 
 class Shadow(_Model):
@@ -193,6 +273,25 @@ class PromoteSpec(_Model):
         return steps
 
 
+class GateEvidence(_Model):
+    """Sequential mode: what one gate's always-valid test has seen: status explains its verdict and when one comes."""
+
+    estimate: float | None = Field(None, description="The statistic: candidate minus stable (agreement: itself).")
+    lower: float | None = Field(None, description="Lower end of its always-valid interval.")
+    upper: float | None = Field(None, description="Upper end of its always-valid interval.")
+    tolerated: float = Field(description="The regression the gate tolerates (its effect size; agreement: its floor).")
+    alpha: float = Field(ge=0, le=1, description="The gate's share of falseRollbackRate in this step.")
+    decisions: float = Field(ge=0, description="Candidate decisions (or comparisons) counted since the step started.")
+    stableDecisions: float | None = Field(None, ge=0, description="The stable version's, in the same time.")
+    decisionsNeeded: float | None = Field(
+        None, ge=0, description="Candidate decisions a verdict needs at the rates seen so far; unset: none expected "
+        "(the difference is about the tolerated one)."
+    )
+    secondsToVerdict: float | None = Field(
+        None, ge=0, description="Expected seconds to that verdict at the current traffic; unset: unknown."
+    )
+
+
 class CheckResult(_Model):
     """One gate of an analysis: what was measured, against which bound, and the verdict."""
 
@@ -202,6 +301,7 @@ class CheckResult(_Model):
     direction: Literal["max", "min"] = "max"
     verdict: CheckVerdict
     message: str = ""
+    evidence: GateEvidence | None = None
 
 
 class AnalysisRun(_Model):
@@ -216,6 +316,7 @@ class AnalysisRun(_Model):
     maxErrorRate: float | None = None
     minRequests: int | None = None
     windowSeconds: int | None = None
+    mode: AnalysisMode | None = None
     checks: list[CheckResult] = Field(default_factory=list, max_length=64)
     message: str = ""
 

@@ -56,6 +56,7 @@ def print_status(obj: dict[str, Any], out: TextIO) -> None:
                 bound = "-" if c.get("bound") is None else f"{word} {_num(c.get('bound'))}"
                 print(f"  {c.get('name', '')!s:<24}{_num(c.get('value')):>12}{bound:>14}  {c.get('verdict', '')}",
                       file=out)
+            _print_evidence(checks, out)
     if promo.get("failureReason"):
         print(f"Failure:     {promo['failureReason']}: {promo.get('failureMessage', '')}", file=out)
     print("Conditions:", file=out)
@@ -67,6 +68,38 @@ def print_status(obj: dict[str, Any], out: TextIO) -> None:
     if promo.get("phase") == "Failed":
         print(f"\nTo try again: kubectl arbiter retry {meta['name']} -n {meta['namespace']}  (or change the spec)",
               file=out)
+
+
+def _print_evidence(checks: list[Any], out: TextIO) -> None:
+    """Sequential mode: each gate's statistic (candidate minus stable, in points, with its always-valid interval),
+    the regression it tolerates, the evidence so far and needed, and when a verdict should come."""
+    rows = [c for c in checks if isinstance(c, dict) and isinstance(c.get("evidence"), dict)]
+    if not rows:
+        return
+    print(f"  {'EVIDENCE':<24}{'STATISTIC':>30}{'TOLERATED':>11}{'DECISIONS':>11}{'NEEDED':>10}  VERDICT IN",
+          file=out)
+    for c in rows:
+        ev = c["evidence"]
+        stat = f"{_pts(ev.get('estimate'))} [{_pts(ev.get('lower'))}, {_pts(ev.get('upper'))}]"
+        needed, eta = ev.get("decisionsNeeded"), ev.get("secondsToVerdict")
+        when = "now" if c.get("verdict") in ("Pass", "Fail") else (
+            "not expected" if needed is None else "unknown" if not isinstance(eta, (int, float)) else f"~{eta:.0f}s")
+        print(f"  {c.get('name', '')!s:<24}{stat:>30}{_pts(ev.get('tolerated')):>11}"
+              f"{_count(ev.get('decisions')):>11}{_count(needed):>10}  {when}", file=out)
+    print("  (statistic and tolerated regression in percentage points of decisions; interval valid at every look)",
+          file=out)
+
+
+def _pts(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "n/a"
+    return f"{value * 100:+.2f}"
+
+
+def _count(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    return f"{value:,.0f}"
 
 
 def _num(value: Any) -> str:

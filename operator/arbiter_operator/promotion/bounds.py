@@ -15,6 +15,7 @@ from arbiter_operator.api.promotion import (
     DEFAULT_MAX_FALLBACK_RATE,
     DEFAULT_MAX_LOW_CONFIDENCE_RATE,
     DEFAULT_MAX_SCHEMA_VIOLATION_RATE,
+    EffectSizes,
     FallbackReasonBounds,
     PromoteSpec,
     Shadow,
@@ -74,3 +75,30 @@ def resolve_bounds(spec: PromoteSpec, shadow: bool, version: VersionBounds | Non
 def p95_bound_ms(spec: PromoteSpec, sla_p95_ms: float | None) -> float | None:
     """The p95 latency bound: spec.promote.analysis.p95LatencyMs, else the candidate's SLA; none without either."""
     return spec.analysis.p95LatencyMs if spec.analysis.p95LatencyMs is not None else sla_p95_ms
+
+
+@dataclass(frozen=True)
+class SequentialBounds:
+    """Sequential mode's settings for one analysis: the promotion's false-rollback rate, the stages (canary steps and
+    the shadow phase) that share it, each gate's tolerated regression, and what a pass needs."""
+
+    false_rollback_rate: float
+    stages: int
+    effect: EffectSizes
+    look_seconds: int
+
+    def gate_alpha(self, gates: int) -> float:
+        """One gate's share of the rate in one stage: a union bound over stages and gates, so the promotion as a
+        whole rolls back a candidate that regresses no gate beyond its effect size with at most the declared rate."""
+        return self.false_rollback_rate / (max(1, self.stages) * max(1, gates))
+
+
+def sequential_bounds(spec: PromoteSpec) -> SequentialBounds | None:
+    """The Sequential settings of spec.promote.analysis, or None in the Windowed mode."""
+    a = spec.analysis
+    if a.mode != "Sequential":
+        return None
+    seq = a.sequential_settings()
+    shadow = spec.strategy == "Shadow" or (spec.strategy == "Canary" and spec.shadow is not None)
+    steps = len(spec.steps) if spec.strategy == "Canary" else 0
+    return SequentialBounds(seq.falseRollbackRate, steps + (1 if shadow else 0), seq.effectSizes, seq.lookSeconds)

@@ -70,27 +70,53 @@ def selector(namespace: str, model: str, version: str, labels: MetricLabels = DE
     )
 
 
-def build_queries(
-    namespace: str, model: str, version: str, window_seconds: int, labels: MetricLabels = DEFAULT_LABELS,
-    bounds: DecisionBounds | None = None,
-) -> dict[str, str]:
-    """The single-number queries on the candidate's pods."""
-    sel = selector(namespace, model, version, labels)
-    w = f"[{window_seconds}s]"
-    out = {
+def _counts(sel: str, w: str) -> dict[str, str]:
+    """One version's counts in the window: decisions, and those of each kind the gates watch."""
+    return {
         "requests": f"sum(increase({DECISIONS_TOTAL}{{{sel}}}{w}))",
         "errors": f'sum(increase({DECISIONS_TOTAL}{{{sel},outcome="{ERROR_OUTCOME}"}}{w}))',
-        "decision_p95": f"histogram_quantile(0.95, sum by (le) (rate({DECISION_LATENCY_BUCKET}{{{sel}}}{w})))",
-        "vllm_p95": f"histogram_quantile(0.95, sum by (le) (rate({VLLM_E2E_LATENCY_BUCKET}{{{sel}}}{w})))",
         "fallbacks": f'sum(increase({DECISIONS_TOTAL}{{{sel},outcome="{FALLBACK_OUTCOME}"}}{w}))',
         "low_confidence": f'sum(increase({DECISIONS_TOTAL}{{{sel},outcome="{LOW_CONFIDENCE_OUTCOME}"}}{w}))',
         "schema_violations": f"sum(increase({SCHEMA_VIOLATIONS_TOTAL}{{{sel}}}{w}))",
     }
+
+
+def build_queries(
+    namespace: str, model: str, version: str, window_seconds: int, labels: MetricLabels = DEFAULT_LABELS,
+    bounds: DecisionBounds | None = None, stable: str | None = None,
+) -> dict[str, str]:
+    """The single-number queries on the candidate's pods; with `stable` (the Sequential mode), the stable version's
+    counts too, as `stable_<name>`."""
+    sel = selector(namespace, model, version, labels)
+    w = f"[{window_seconds}s]"
+    out = _counts(sel, w)
+    out["decision_p95"] = f"histogram_quantile(0.95, sum by (le) (rate({DECISION_LATENCY_BUCKET}{{{sel}}}{w})))"
+    out["vllm_p95"] = f"histogram_quantile(0.95, sum by (le) (rate({VLLM_E2E_LATENCY_BUCKET}{{{sel}}}{w})))"
     if bounds is not None and bounds.max_queue_p95_ms is not None:
         out["queue_p95"] = f"histogram_quantile(0.95, sum by (le) (rate({VLLM_QUEUE_TIME_BUCKET}{{{sel}}}{w})))"
     if bounds is not None and bounds.max_kv_cache is not None:
         out["kv_cache"] = f"max(max_over_time({VLLM_KV_CACHE_USAGE}{{{sel}}}{w}))"
+    if stable is not None:
+        ssel = selector(namespace, model, stable, labels)
+        out.update({f"stable_{name}": promql for name, promql in _counts(ssel, w).items()})
     return out
+
+
+def sequential_vectors(namespace: str, model: str, version: str, stable: str, window_seconds: int,
+                       labels: MetricLabels = DEFAULT_LABELS) -> dict[str, VectorQuery]:
+    """Sequential mode: both versions' decision latency histograms (the count of decisions slower than the p95
+    bound is read off them) and the stable version's fallback reasons."""
+    w = f"[{window_seconds}s]"
+    sel, ssel = selector(namespace, model, version, labels), selector(namespace, model, stable, labels)
+    return {
+        "latency_buckets": VectorQuery(f"sum by (le) (increase({DECISION_LATENCY_BUCKET}{{{sel}}}{w}))", ("le",)),
+        "stable_latency_buckets": VectorQuery(
+            f"sum by (le) (increase({DECISION_LATENCY_BUCKET}{{{ssel}}}{w}))", ("le",)
+        ),
+        "stable_fallback_reasons": VectorQuery(
+            f"sum by (reason) (increase({FALLBACKS_TOTAL}{{{ssel}}}{w}))", ("reason",)
+        ),
+    }
 
 
 def build_vectors(

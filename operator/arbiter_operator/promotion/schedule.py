@@ -2,8 +2,10 @@
 it reads (pure; `now` is passed in).
 
 During a step's hold an analysis runs every `intervalSeconds` so a breach rolls back early; the analysis at the end
-of the hold decides whether the step passes. The state machine wakes for these times (its requeue), and
-`analysis.analysis_due` asks whether one has come.
+of the hold decides whether the step passes. In the Sequential mode the evidence is looked at every
+`sequential.lookSeconds` over everything since the step began, and a look may pass the step before its hold (the
+longest it holds) ends. The state machine wakes for these times (its requeue), and `analysis.analysis_due` asks
+whether one has come.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ def hold_seconds(spec: PromoteSpec, status: PromotionStatus) -> int | None:
     return None
 
 
+def cadence_seconds(spec: PromoteSpec) -> int:
+    """How often a step (or shadow phase) is analysed: every interval (Windowed), every look (Sequential)."""
+    a = spec.analysis
+    return a.sequential_settings().lookSeconds if a.mode == "Sequential" else a.intervalSeconds
+
+
 def _last_for_step(status: PromotionStatus) -> AnalysisRun | None:
     last = status.lastAnalysis
     started = parse_time(status.stepStartedAt)
@@ -52,7 +60,7 @@ def next_analysis_at(spec: PromoteSpec, status: PromotionStatus | None) -> tuple
     started = parse_time(status.stepStartedAt)
     if hold is None or started is None:
         return None
-    interval = timedelta(seconds=spec.analysis.intervalSeconds)
+    interval = timedelta(seconds=cadence_seconds(spec))
     hold_end = started + timedelta(seconds=hold)
     last = _last_for_step(status)
     last_at = parse_time(last.at) if last else None
@@ -76,4 +84,6 @@ def analysis_window(spec: PromoteSpec, status: PromotionStatus, now: datetime, s
     # stepStartedAt has whole seconds (truncated), so the step began up to a second after it: one second less keeps
     # a retry started within the second its previous attempt failed from being judged on that attempt's last samples.
     elapsed = int((now - step_started).total_seconds()) - 1
-    return max(1, elapsed if shadow else min(spec.analysis.intervalSeconds, elapsed)), final
+    # The shadow phase and the Sequential mode read everything since the step began.
+    whole = shadow or spec.analysis.mode == "Sequential"
+    return max(1, elapsed if whole else min(spec.analysis.intervalSeconds, elapsed)), final

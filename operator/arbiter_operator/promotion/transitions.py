@@ -280,7 +280,7 @@ def enter_step(run: Run, index: int) -> None:
 
 def take_analysis(run: Run) -> None:
     """Act on this reconcile's analysis of the current step (or shadow phase): a failure rolls back (beyond
-    failureLimit), a final pass moves on, anything else waits."""
+    failureLimit), a final pass (or any Sequential pass) moves on, anything else waits."""
     result = run.inp.analysis
     st = run.st
     started = parse_time(st.stepStartedAt)
@@ -311,8 +311,9 @@ def take_analysis(run: Run) -> None:
         return
     if result.verdict == "Pass":
         run.set(consecutiveFailures=0)
-    if at < hold_end:
-        return  # interim analysis: only a failure acts before the hold ends
+    early = result.verdict == "Pass" and result.mode == "Sequential"  # evidence of no regression: the step is done
+    if at < hold_end and not early:
+        return  # interim analysis: only a failure acts before the hold ends (Sequential: a pass too)
     if result.verdict == "Pass":
         run.event("Normal", "AnalysisPassed", f"{where.capitalize()} passed: {result.message}")
         if shadow:
@@ -322,11 +323,11 @@ def take_analysis(run: Run) -> None:
         else:
             finish(run)
         return
-    if result.verdict == "NoData" and spec.analysis.insufficientTraffic == "Fail":
+    if result.verdict in ("NoData", "Pending") and spec.analysis.insufficientTraffic == "Fail":
         reason = SHADOW_FAILED if shadow else ANALYSIS_FAILED
         run.fail(reason, f"{where}: insufficient traffic: {result.message}")
         return
-    reason = "InsufficientTraffic" if result.verdict == "NoData" else "AnalysisInconclusive"
+    reason = "AnalysisInconclusive" if result.verdict == "Inconclusive" else "InsufficientTraffic"
     run.event("Warning", reason, f"{where.capitalize()} waits: {result.message}")
 
 

@@ -95,6 +95,10 @@ CASES = {
     "structured-outputs-dotted": (_set("spec.serving.vllm.extraArgs", ["--structured_outputs_config.backend=x"]),
                                   "--structured-outputs-config is set by the operator"),
     "one-label": (_set("spec.decision.labels", ["approved"]), "spec.decision.labels: Invalid value"),
+    "sequential-settings-without-the-mode": (_set("spec.promote.analysis", {"sequential": {"lookSeconds": 2}}),
+                                             "spec.promote.analysis.sequential is read only with analysis.mode"),
+    "sequential-with-failure-limit": (_set("spec.promote.analysis", {"mode": "Sequential", "failureLimit": 2}),
+                                      "spec.promote.analysis.failureLimit must be 0 with analysis.mode: Sequential"),
 }
 
 

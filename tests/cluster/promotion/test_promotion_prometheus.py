@@ -37,15 +37,16 @@ def stack(tmp_path_factory):
         s.stop()
 
 
-def query_for(version: str, sla_ms: float = 150.0, min_requests: int = 20, interval: int = 5) -> AnalysisQuery:
+def query_for(version: str, sla_ms: float = 150.0, min_requests: int = 20, interval: int = 5,
+              mode: str = "Windowed", since: int = 60) -> AnalysisQuery:
     spec = PromoteSpec(
         version=version,
         strategy="Canary",
         steps=[CanaryStep(weight=10, holdSeconds=0)],
-        analysis=Analysis(intervalSeconds=interval, minRequests=min_requests),
+        analysis=Analysis(intervalSeconds=interval, minRequests=min_requests, mode=mode),
     )
     now = datetime.now(UTC)
-    started = (now - timedelta(seconds=60)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    started = (now - timedelta(seconds=since)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     status = PromotionStatus(
         phase="Progressing", stable="v1", candidate=version, step=0, weight=10, stepStartedAt=started
     )
@@ -90,6 +91,36 @@ async def test_pass_fail_and_no_data_from_real_metrics(stack):
         run = await until(lambda: query_for("v2"), prom, lambda r: r.verdict != "Fail" and r.requests is not None)
         assert run.verdict == "NoData" and run.requests < 20 and "fewer than minRequests=20" in run.message
         cand.control(rps=40)
+
+
+async def test_sequential_reads_both_versions_counts_and_histograms_since_the_step_began(stack):
+    # Everything since the step began (20 s ago), both versions: the candidate is judged against the stable version's
+    # counts (here awful: 900 ms, half its decisions failing), and against its own bounds.
+    cand = stack.target(NS, MODEL, "v2")
+
+    def sequential():
+        return query_for("v2", mode="Sequential", since=20)
+
+    async with PrometheusClient(PrometheusConfig(url=stack.url)) as prom:
+        run = await until(sequential, prom, lambda r: r.verdict == "Pass")
+        assert run.mode == "Sequential" and run.windowSeconds == 19
+        rows = {c.name: c for c in run.checks}
+        errors, slow = rows["errorRate"].evidence, rows["p95LatencyMs"].evidence
+        assert errors.stableDecisions > 200 and errors.decisions > 200
+        assert errors.estimate == pytest.approx(-0.5, abs=0.05)  # 0% against the stable's 50%
+        assert slow.estimate == pytest.approx(-1.0, abs=0.01)  # none slower than 150 ms, against all of the stable's
+        assert rows["decisionMixShift"].evidence.stableDecisions > 0
+        # Better than an awful stable version is not enough: its own error rate above maxErrorRate fails it.
+        cand.control(error_rate=0.2)
+        try:
+            run = await until(sequential, prom, lambda r: r.verdict == "Fail")
+        finally:
+            cand.control(error_rate=0.0)
+        assert "above max 1.00%" in rows_of(run)["errorRate"].message
+
+
+def rows_of(run: AnalysisRun) -> dict:
+    return {c.name: c for c in run.checks}
 
 
 async def test_a_version_without_any_series_is_no_data(stack):

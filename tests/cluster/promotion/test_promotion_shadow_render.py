@@ -15,7 +15,7 @@ from arbiter_operator.promotion import analysis_due, judge
 from arbiter_operator.render.common import ANN_CONFIG_CHECKSUM
 from arbiter_operator.render.shadow_rbac import render_shadow_rbac
 from kubernetes import client
-from support.plannerdrive import Driver, two_versions
+from support.plannerdrive import Driver, same_mix, two_versions
 
 
 def children(d: Driver) -> dict[tuple[str, str], dict]:
@@ -35,7 +35,7 @@ def shadow_run(d: Driver, agree: float, disagree: float) -> AnalysisRun | None:
     if q is None:
         return None
     return judge(q, {"requests": 500, "errors": 0, "decision_p95": 0.05,
-                     "shadow_agree": {"true": agree, "false": disagree}})
+                     "shadow_agree": {"true": agree, "false": disagree}, **same_mix(500)})
 
 
 def test_shadow_json_lives_in_the_stable_configmap_only_during_the_shadow_phase():

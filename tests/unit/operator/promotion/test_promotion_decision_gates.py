@@ -126,10 +126,16 @@ def test_a_new_label_only_the_candidate_uses_counts_as_shift():
     assert mix_shift({}, {"approve": 1}) is None and mix_shift({"a": 1}, {}) is None
 
 
-def test_mix_is_not_judged_without_the_stable_versions_mix():
-    run = judge(query(), healthy(stable_labels={}, labels={"approve": 500.0}))
-    assert run.verdict == "Pass" and check(run, "decisionMixShift").verdict == "NoData"
-    assert "not judged" in check(run, "decisionMixShift").message
+def test_a_mix_the_stable_version_barely_served_holds_the_step_never_passes_it():
+    # A 95% canary step leaves the stable version a trickle: an approve-all candidate must not pass on "not judged".
+    for stable in ({}, {"approve": 3.0, "decline": 6.0}):
+        run = judge(query(), healthy(stable_labels=stable, labels={"approve": 500.0}))
+        c = check(run, "decisionMixShift")
+        assert c.verdict == "Pending" and "waits for the stable version" in c.message and "fewer than 50" in c.message
+        assert run.verdict == "NoData" and "not enough evidence" in run.message
+    # No mix series from either version at all (an exporter without them): no data, never a pass.
+    run = judge(query(), healthy(stable_labels={}, labels={}))
+    assert check(run, "decisionMixShift").verdict == "NoData" and run.verdict == "Inconclusive"
 
 
 def test_bounds_default_from_version_metadata_and_the_spec_wins():
@@ -275,15 +281,20 @@ def test_run_analysis_survives_any_prometheus_answer(answers, shadow):
         assert run.verdict == "Inconclusive" and "metrics query failed" in run.message
 
 
-def test_a_mix_shift_within_chance_for_few_decisions_is_not_a_failure():
-    # 60 vs 60 decisions: a 15-point difference is well within three standard errors (about 27 points).
+def test_a_mix_shift_above_the_bound_but_within_noise_holds_the_step_never_passes_it():
+    # 60 vs 60 decisions: a 15-point difference is well within three standard errors (about 27 points): not yet a
+    # failure, and not a pass either (the documented fail-open: an approve-all candidate at 1.2 decisions/s).
     q = query()
     run = judge(q, healthy(requests=60.0, labels={"approve": 33.0, "decline": 27.0},
                            stable_labels={"approve": 24.0, "decline": 36.0}))
     c = check(run, "decisionMixShift")
-    assert c.value == pytest.approx(0.15) and c.verdict == "Pass" and "within noise" in c.message
-    assert run.verdict == "Pass"
+    assert c.value == pytest.approx(0.15) and c.verdict == "Pending" and "within noise" in c.message
+    assert run.verdict == "NoData" and "within noise" in run.message
     # The same shares over 6000 decisions each: significant, and above the bound.
     run = judge(q, healthy(requests=6000.0, labels={"approve": 3300.0, "decline": 2700.0},
                            stable_labels={"approve": 2400.0, "decline": 3600.0}))
     assert run.verdict == "Fail" and "decision mix shift 15.00% above max 10.00% (label 'approve')" in run.message
+    # Below the bound it passes, noise or not.
+    run = judge(q, healthy(requests=60.0, labels={"approve": 27.0, "decline": 33.0},
+                           stable_labels={"approve": 24.0, "decline": 36.0}))
+    assert check(run, "decisionMixShift").verdict == "Pass" and run.verdict == "Pass"

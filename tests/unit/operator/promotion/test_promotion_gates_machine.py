@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from arbiter_operator.api.promotion import Analysis, PromotionStatus, Shadow
 from arbiter_operator.promotion import PromotionInputs, advance, analysis_due, judge
+from support.plannerdrive import same_mix
 from test_promotion_machine import CREATED, GONE, READY, Sim, canary
 
 
@@ -39,7 +40,7 @@ class GateSim(Sim):
         if q is None:
             return None
         return judge(q, {"requests": requests, "errors": 0, "decision_p95": 0.08,
-                         "shadow_agree": {"true": agree, "false": disagree},
+                         "shadow_agree": {"true": agree, "false": disagree}, **same_mix(requests),
                          "shadow_confusion": {"approve->decline": disagree} if disagree else {}})
 
     def shadowed(self, after: float, agree: float, disagree: float):

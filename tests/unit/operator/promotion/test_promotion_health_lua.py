@@ -11,7 +11,7 @@ import pytest
 from arbiter_operator.promotion import analysis_due, judge
 from support.argocd_health import health
 from support.paths import REPO
-from support.plannerdrive import Driver, candidate_ready, failing_canary, two_versions
+from support.plannerdrive import Driver, candidate_ready, failing_canary, same_mix, two_versions
 
 SNAPSHOTS = REPO / "tests" / "support" / "snapshots"
 
@@ -153,7 +153,7 @@ def test_shadow_phase_is_progressing_suspended_without_data_and_degraded_on_disa
         q = analysis_due(dm.spec.promote, dm.status.promotion, d.now, namespace="team", model=dm.metadata.name,
                          sla_p95_ms=150)
         return judge(q, {"requests": 500, "errors": 0, "decision_p95": 0.05,
-                         "shadow_agree": {"true": agree, "false": disagree}})
+                         "shadow_agree": {"true": agree, "false": disagree}, **same_mix(500)})
 
     d.now += timedelta(seconds=30)
     s = d.reconcile(0, run(10, 0))

@@ -17,6 +17,7 @@ from arbiter_operator.promotion import (
 )
 from hypothesis import given
 from hypothesis import strategies as st
+from support.plannerdrive import same_mix
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 READY = VersionObservation(exists=True, ready=True)
@@ -82,7 +83,8 @@ class Sim:
         q = analysis_due(self.spec, self.status, self.now, namespace="ns", model="m", sla_p95_ms=self.sla)
         if q is None:
             return None
-        return judge(q, {"requests": requests, "errors": errors, "decision_p95": p95_s, "vllm_p95": None})
+        return judge(q, {"requests": requests, "errors": errors, "decision_p95": p95_s, "vllm_p95": None,
+                         **same_mix(requests - errors)})
 
     def measured(self, after: float, p95_s: float = 0.08, errors: float = 0, requests: float = 500) -> PromotionPlan:
         """Let `after` seconds pass, run the analysis if one is due (with these numbers), then reconcile."""
