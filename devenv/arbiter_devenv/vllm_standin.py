@@ -49,9 +49,11 @@ EOS = "<eos>"
 DEFAULT_WORDS = ("approve", "deny", "review", "A", "R", "ok")
 
 
-def build_tokenizer(words: tuple[str, ...] | list[str] = DEFAULT_WORDS):
-    """A small BPE tokenizer: every printable ASCII character is a token, each word is one token."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+def build_tokenizer(words: tuple[str, ...] | list[str] = DEFAULT_WORDS, added: bool = False):
+    """A small BPE tokenizer: every printable ASCII character is a token, each word is one token. `added`: the words
+    are also added tokens (as fine-tuning with `tokenizer.add_tokens` makes them), so each stays one token wherever it
+    stands, e.g. right after another word; without it a word written after another may merge into other pieces."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     vocab: dict[str, int] = {EOS: 0, "<unk>": 1}
     for c in [chr(c) for c in range(32, 127)] + ["\n"]:
@@ -69,14 +71,16 @@ def build_tokenizer(words: tuple[str, ...] | list[str] = DEFAULT_WORDS):
     # Words never merge across punctuation or spaces, like most real pre-tokenizers.
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[A-Za-z0-9_]+|[^A-Za-z0-9_]"), "isolated")
     tok.decoder = decoders.Fuse()
+    if added:
+        tok.add_tokens([AddedToken(w, normalized=False, special=False) for w in words])
     return tok
 
 
-def write_model_dir(path: str | Path, words=DEFAULT_WORDS, served_name: str = "standin") -> Path:
+def write_model_dir(path: str | Path, words=DEFAULT_WORDS, served_name: str = "standin", added: bool = False) -> Path:
     """A model directory as `vllm serve DIR` would read it (tokenizer.json + config.json)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(words).save(str(path / "tokenizer.json"))
+    build_tokenizer(words, added).save(str(path / "tokenizer.json"))
     (path / "config.json").write_text(json.dumps({"architectures": ["StandinForCausalLM"], "model_type": "standin",
                                                   "_name_or_path": served_name}))
     return path
@@ -109,6 +113,50 @@ class Behaviour:
 
 
 @dataclass
+class Usage:
+    """What vLLM's /metrics counts of the completions served (the families a benchmark reads tokens and forward
+    passes from). The stand-in decodes one token per step, so each completion is one first token (time to first
+    token) and one inter-token interval per further token, as vLLM counts them without speculative decoding."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=dict)  # finish reason -> requests
+    seconds: float = 0.0  # summed time of the completions
+
+    def add(self, prompt_tokens: int, generated: int, finish: str, seconds: float) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.generation_tokens += generated
+        self.finished[finish] = self.finished.get(finish, 0) + 1
+        self.seconds += seconds
+
+    @property
+    def requests(self) -> int:
+        return sum(self.finished.values())
+
+    def exposition(self, name: str) -> str:
+        labels = f'engine="0",model_name="{name}"'
+        n, gen = self.requests, self.generation_tokens
+        per_token = self.seconds / gen if gen else 0.0
+        lines = [
+            "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{labels}}} {float(self.prompt_tokens)}",
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{labels}}} {float(gen)}",
+        ]
+        for family, count, total in (
+                ("vllm:time_to_first_token_seconds", n, per_token * n),
+                ("vllm:inter_token_latency_seconds", gen - n, per_token * (gen - n)),
+                ("vllm:e2e_request_latency_seconds", n, self.seconds),
+                ("vllm:request_generation_tokens", n, float(gen))):
+            lines += [f"# HELP {family} Histogram.", f"# TYPE {family} histogram",
+                      f'{family}_bucket{{{labels},le="+Inf"}} {float(count)}',
+                      f"{family}_count{{{labels}}} {float(count)}", f"{family}_sum{{{labels}}} {total}"]
+        return "\n".join(lines) + "\n"
+
+
+@dataclass
 class StandinState:
     tokenizer: Any
     served_model_name: str
@@ -120,6 +168,7 @@ class StandinState:
     planner: Any = None
     requests: list[dict] = field(default_factory=list)  # last requests, for tests to inspect
     completions: int = 0
+    usage: Usage = field(default_factory=Usage)
     # The whole words of the vocabulary (labels, codes): the "model" prefers them over the pieces that spell them,
     # as a model fine-tuned on its tokenizer's canonical tokens does (under a compact-format regex the pieces of a
     # code are allowed too, and each would cost a forward pass).
@@ -427,6 +476,7 @@ def build_app(state: StandinState) -> Starlette:
             state.running -= 1
 
     async def answer(body: dict, behaviour: Behaviour) -> Response:
+        started = time.perf_counter()  # after any wait for a slot: the usage counts the engine's time, not the queue's
         if behaviour.mode in ("slow",) or behaviour.delay_s:
             await asyncio.sleep(behaviour.delay_s or 1.0)
         if behaviour.mode == "failing":
@@ -499,6 +549,7 @@ def build_app(state: StandinState) -> Starlette:
         state.prompt_sizes.append(prompt_tokens)
         state.finished[finish] = state.finished.get(finish, 0) + 1
         del state.prompt_sizes[:-10000], state.queue_waits[:-10000]
+        state.usage.add(prompt_tokens, completion_tokens, finish, time.perf_counter() - started)
         choice = {
             "index": 0,
             "message": {"role": "assistant", "content": content, "refusal": None, "annotations": None,
@@ -539,6 +590,7 @@ def build_app(state: StandinState) -> Starlette:
             "# TYPE python_gc_objects_collected_total counter\n"
             'python_gc_objects_collected_total{generation="0"} 1.0\n'
             + _engine_metrics(state, name)
+            + state.usage.exposition(name)
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
@@ -586,8 +638,9 @@ class StandinServer:
     """Runs the stand-in in a background thread (tests); `stop()` makes it 'down'."""
 
     def __init__(self, words=DEFAULT_WORDS, served_model_name: str = "standin", port: int | None = None,
-                 behaviour: Behaviour | None = None, reject_structured: bool = False, planner: Any = None):
-        self.state = StandinState(tokenizer=build_tokenizer(words), served_model_name=served_model_name,
+                 behaviour: Behaviour | None = None, reject_structured: bool = False, planner: Any = None,
+                 added_tokens: bool = False):
+        self.state = StandinState(tokenizer=build_tokenizer(words, added_tokens), served_model_name=served_model_name,
                                   default=behaviour or Behaviour(), reject_structured=reject_structured,
                                   words=frozenset(words), planner=planner)
         self.port = port or free_port()
@@ -641,11 +694,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keyed-by", default="request", choices=["request", "case"],
                    help="case: answers depend on the case alone, so two versions of a model agree")
     p.add_argument("--diffusion", action="store_true", help="reject structured_outputs and seed (400)")
+    p.add_argument("--added-tokens", action="store_true",
+                   help="the words are added tokens: one token wherever they stand (a fine-tuned tokenizer)")
     args = p.parse_args(argv)
     words = tuple(w for w in args.words.split(",") if w)
     if args.model_dir:
-        write_model_dir(args.model_dir, words, args.served_model_name)
-    state = StandinState(tokenizer=build_tokenizer(words), served_model_name=args.served_model_name,
+        write_model_dir(args.model_dir, words, args.served_model_name, args.added_tokens)
+    state = StandinState(tokenizer=build_tokenizer(words, args.added_tokens), served_model_name=args.served_model_name,
                          default=Behaviour(args.behaviour, args.delay_s, keyed_by=args.keyed_by),
                          reject_structured=args.diffusion,
                          words=frozenset(words))

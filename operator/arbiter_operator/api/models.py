@@ -78,7 +78,9 @@ from .serving import (
     Resources,
     ServingSpec,
     Toleration,
+    VersionVllm,
     VllmSettings,
+    effective_vllm,
 )
 from .versions import (
     DecisionOverride,
@@ -154,8 +156,10 @@ __all__ = [
     "VersionMetadata",
     "VersionPhase",
     "VersionStatus",
+    "VersionVllm",
     "VllmSettings",
     "effective_decision",
+    "effective_vllm",
     "isvc_name",
     "name_plus_version_limit",
     "schema_depth",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, isvc_name
+from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, effective_vllm, isvc_name
 from ..api.names import (
     ANN_DEPLOYMENT_MODE,
     ANN_REGISTRY_URL,
@@ -42,15 +42,24 @@ DESCRIPTION = "openshift.io/description"
 SHM_SIZE = "4Gi"  # NCCL's shared-memory transport between tensor-parallel ranks
 
 
-def vllm_args(dm: DecisionModel, diffusion: bool = False) -> list[str]:
+def vllm_args(dm: DecisionModel, version: ModelVersion | None = None, diffusion: bool = False) -> list[str]:
+    """The `vllm serve` arguments of a version (its own vLLM settings over spec.serving.vllm)."""
     s = dm.spec.serving
-    v = s.vllm
+    v = effective_vllm(s.vllm, version.vllm if version is not None else None)
     args = [
         MODEL_DIR,
         f"--served-model-name={dm.spec.model.name}",
         f"--port={VLLM_PORT}",
         f"--tensor-parallel-size={s.gpus}",
         f"--dtype={v.dtype}",
+    ]
+    # Rendered only when asked for, so the arguments (and the pods) of a version that asks for neither stay as
+    # they were before these settings existed.
+    if v.quantization != "auto":
+        args.append(f"--quantization={v.quantization}")
+    if v.kvCacheDtype != "auto":
+        args.append(f"--kv-cache-dtype={v.kvCacheDtype}")
+    args += [
         f"--max-model-len={v.maxModelLen}",
         f"--max-num-seqs={v.maxNumSeqs}",
         f"--block-size={v.blockSize}",
@@ -260,7 +269,7 @@ def _model(inputs: PredictorInputs, name: str, storage: Mapping[str, Any], resou
         "modelFormat": {"name": MODEL_FORMAT},
         "runtime": runtime_name(dm.metadata.name),
         **storage,
-        "args": vllm_args(dm, inputs.diffusion),
+        "args": vllm_args(dm, inputs.version, inputs.diffusion),
         "env": _runtime_env(dm, name, inputs.namespace_labels),
         **({"image": runtime_image} if runtime_image else {}),  # KServe lays it over the ServingRuntime's
         "resources": resources,
