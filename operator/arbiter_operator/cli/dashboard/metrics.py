@@ -39,7 +39,9 @@ def model_metrics(p: Prometheus, key: Key, obj: dict[str, Any] | None, window_s:
     for labels, value in p.vector(f"sum by ({VERSION}, reason) (increase(arbiter_fallbacks_total{{{sel}}}[{w}]))"):
         version = labels.get(VERSION, "")
         if decisions.get(version):
-            m.fallbacks.setdefault(version, {})[labels.get("reason", "")] = value / decisions[version]
+            # Two increase()s extrapolate from their own first and last samples, so an all-fallback version can read
+            # a hair over its decisions: a share of decisions is at most all of them.
+            m.fallbacks.setdefault(version, {})[labels.get("reason", "")] = min(1.0, value / decisions[version])
     m.rate = {labels.get(VERSION, ""): v for labels, v in
               p.vector(f"sum by ({VERSION}) (rate(arbiter_decisions_total{{{sel}}}[{w}]))")}
     buckets = f"sum by ({VERSION}, le) (rate(arbiter_decision_latency_seconds_bucket{{{sel}}}[{w}]))"
