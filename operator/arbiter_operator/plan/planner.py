@@ -47,7 +47,12 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
 
     status = _status(dm, obs, pplan, seen, desired, conds, url)
     requeue = sooner(pplan.requeue_after, recheck_after(conds.items, now))
-    started = pplan.status.startedAt is not None and pplan.status.startedAt != dm.status.promotion.startedAt
+    # A promotion starts in this pass: its start time or its candidate is new. Both, because startedAt has a second's
+    # resolution: a promotion asked for in the second its first version began serving starts at the same time.
+    before = dm.status.promotion
+    after = pplan.status
+    started = after.startedAt is not None and (
+        after.startedAt != before.startedAt or (after.candidate is not None and after.candidate != before.candidate))
     return Plan(desired.children, desired.deletions, _dump(status), events, requeue,
                 needs_request=started and obs.promotion_request is None)
 

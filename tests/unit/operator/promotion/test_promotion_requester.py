@@ -110,3 +110,20 @@ def test_a_pass_that_starts_a_promotion_asks_who_and_the_history_keeps_it():
     d.reconcile(1)
     last = d.snapshot["status"]["promotion"]["history"][-1]
     assert (last["reason"], last["requestedBy"], last["generation"]) == ("WarmSwitch", "kubectl-arbiter", 3)
+
+
+def test_a_promotion_asked_for_in_the_second_the_first_version_began_serving_still_names_who_asked():
+    # startedAt has a second's resolution: the new promotion starts at the same time as the first deployment did.
+    d = AskingDriver(two_versions("1.0.0"))
+    d.asker = PromotionRequest(by="kubectl-client-side-apply")
+    d.reconcile()
+    d.set_ready("1.0.0")
+    d.reconcile(0)
+    d.edit_spec(version="1.1.0")
+    d.asker = PromotionRequest(by="release-pipeline")
+    d.reconcile(0)
+    assert d.reads == 2 and d.snapshot["status"]["promotion"]["requestedBy"] == "release-pipeline"
+    d.set_ready("1.1.0")
+    d.reconcile(1)
+    last = d.snapshot["status"]["promotion"]["history"][-1]
+    assert (last["version"], last["outcome"], last["requestedBy"]) == ("1.1.0", "Succeeded", "release-pipeline")
