@@ -31,7 +31,7 @@ from .kube.transport import LoopTransport
 from .kube.watch import Resource, Watches, WatchOptions
 from .kube.workqueue import Key, PriorityWorkQueue
 from .reconcile import Reconciler
-from .settings import metrics_reader_secret, runtime_image
+from .settings import argocd_namespace, metrics_reader_secret, runtime_image
 from .state_metrics import DecisionModelStateCollector, cache_lister
 from .triggers import Triggers
 
@@ -156,7 +156,7 @@ class Operator:
         REGISTRY.register(self._state_metrics)
         kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
         reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image(),
-                                metrics_reader_secret=metrics_reader_secret())
+                                metrics_reader_secret=metrics_reader_secret(), argocd_namespace=argocd_namespace())
         # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
         self._namespace_labels = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
         triggers = Triggers(queue, cache, self._namespace_labels)

@@ -8,6 +8,7 @@ from .api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
 
 RUNTIME_IMAGE_ENV = "ARBITER_RUNTIME_IMAGE"
 METRICS_READER_SECRET_ENV = "ARBITER_METRICS_READER_SECRET"
+ARGOCD_NAMESPACE_ENV = "ARBITER_ARGOCD_NAMESPACE"
 
 
 def runtime_image() -> str:
@@ -19,3 +20,10 @@ def metrics_reader_secret() -> str:
     """The Secret, in each DecisionModel's namespace, whose `token` Prometheus presents to the runtime's metrics when
     the model's spec.exposure.auth is on (the PodMonitor's authorization)."""
     return os.environ.get(METRICS_READER_SECRET_ENV, "").strip() or DEFAULT_METRICS_READER_SECRET
+
+
+def argocd_namespace() -> str | None:
+    """Where Argo CD keeps its Applications (argocd, openshift-gitops): the promotion history names the Git revision
+    of a DecisionModel it tracks by reading the Application there. None: not read (an Application whose tracking
+    annotation names its own namespace is read all the same)."""
+    return os.environ.get(ARGOCD_NAMESPACE_ENV, "").strip() or None

@@ -279,9 +279,35 @@ def _model(inputs: PredictorInputs, name: str, storage: Mapping[str, Any], resou
     }
 
 
-def _runtime_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str]) -> list[dict[str, str]]:
-    """The runtime's settings: where decision.json is, its port, and how it checks who calls it."""
+def _runtime_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The runtime's settings: where decision.json is, its port, how it checks who calls it, where its audit goes."""
     auth = dm.spec.exposure.auth
+    return [*_base_env(dm, name, namespace_labels, auth), *audit_env(dm)]
+
+
+def audit_env(dm: DecisionModel) -> list[dict[str, Any]]:
+    """spec.audit.s3 as the runtime reads it (runtime/arbiter_runtime/audit_s3.py): the bucket, the prefix, the lock
+    each record object gets, and the credentials from the Secret (never a value in the manifest). Nothing without
+    spec.audit.s3: records then go to stdout only."""
+    audit = dm.spec.audit
+    if audit is None or audit.s3 is None:
+        return []
+    s3, ret = audit.s3, audit.retention
+    env: list[dict[str, Any]] = [{"name": "ARBITER_AUDIT_S3_BUCKET", "value": s3.bucket},
+                                 {"name": "ARBITER_AUDIT_S3_PREFIX", "value": s3.prefix}]
+    if s3.endpoint:
+        env.append({"name": "ARBITER_AUDIT_S3_ENDPOINT", "value": s3.endpoint})
+    if s3.region:
+        env.append({"name": "ARBITER_AUDIT_S3_REGION", "value": s3.region})
+    if ret is not None:
+        env += [{"name": "ARBITER_AUDIT_S3_RETENTION_DAYS", "value": str(ret.days)},
+                {"name": "ARBITER_AUDIT_S3_LOCK_MODE", "value": ret.mode}]
+    env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": s3.secretName, "key": key}}}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+    return env
+
+
+def _base_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str], auth: bool) -> list[dict[str, Any]]:
     return [
         {"name": "ARBITER_DECISION_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
         {"name": "ARBITER_PORT", "value": str(SERVING_PORT)},
