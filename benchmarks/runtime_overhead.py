@@ -146,9 +146,10 @@ def canned_response(workdir: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ load generator
-async def _caller(port: int, path: str, bodies: list[bytes], count: int, offset: int, lat: list, own: list):
+async def _caller(port: int, path: str, bodies: list[bytes], count: int, offset: int, lat: list, own: list,
+                  headers: bytes = b""):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    head = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n").encode()
+    head = (f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n").encode() + headers
     try:
         for i in range(count):
             body = bodies[(offset + i) % len(bodies)]
@@ -167,12 +168,13 @@ async def _caller(port: int, path: str, bodies: list[bytes], count: int, offset:
         writer.close()
 
 
-async def load(port: int, path: str, bodies: list[bytes], concurrency: int, total: int):
+async def load(port: int, path: str, bodies: list[bytes], concurrency: int, total: int, headers: bytes = b""):
+    """headers: more request header lines ("name: value\r\n" each), e.g. a context header."""
     lat: list[float] = []
     own: list[float] = []
     per = max(1, total // concurrency)
     t0 = time.perf_counter()
-    await asyncio.gather(*(_caller(port, path, bodies, per, i * 7, lat, own) for i in range(concurrency)))
+    await asyncio.gather(*(_caller(port, path, bodies, per, i * 7, lat, own, headers) for i in range(concurrency)))
     return lat, own, time.perf_counter() - t0
 
 

@@ -33,6 +33,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -348,6 +349,18 @@ def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: l
     }
 
 
+def writes_by_request(passes: list[list[dict[str, Any]]]) -> dict[str, int]:
+    """The replayer's writes for one DecisionModel, named as the audit log names them ("patch decisionmodels/status").
+    The template's passes are what the operator wrote while its predictor came up, which varies with the machine's
+    load (a loading status, a second apply): the fleet's requests are compared with these, not with a fixed count."""
+    verbs = {"PATCH": "patch", "POST": "create", "PUT": "update", "DELETE": "delete"}
+    out: Counter[str] = Counter()
+    for w in (w for p in passes for w in p):
+        parts = w["path"].split("/namespaces/", 1)[1].split("/")[1:]  # resource, name, subresource
+        out[f"{verbs[w['method']]} {'/'.join(parts[::2])}"] += 1
+    return dict(sorted(out.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--replay":
         return replay(sys.argv[2])
@@ -430,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         "watch_events_per_dm": counts["events"] / args.count, "writes_per_dm": counts["writes"] / args.count,
         "failed_writes": counts["failed"], "watch_errors": counts["watch_errors"],
         "requests_per_dm": sum(requests.values()) / args.count,
-        "requests": common.counter_json(requests),
+        "requests": common.counter_json(requests), "template_writes": writes_by_request(spec["passes"]),
     })
     print(f"\n## Wire floor: {args.count} DecisionModels in {args.namespaces} namespaces, replayed with no logic "
           f"(watches: {args.watch}, client: {args.client})\n")

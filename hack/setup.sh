@@ -46,9 +46,12 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ devenv/pyproject.to
 fi
 
 # Debian packages (the test suite's, not the local run's): PostgreSQL (Model Registry's database), Prometheus (promotion
-# analysis) and Redis (Argo CD's cache, for the GitOps tests).
+# analysis), Redis (Argo CD's cache, for the GitOps tests) and Chromium with its WebDriver (the dashboard's browser
+# tests).
 need=()
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 [ -x /usr/lib/postgresql/15/bin/postgres ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ ${#need[@]} -gt 0 ] && [ ${#tools[@]} -eq 0 ]; then

@@ -1,31 +1,42 @@
-"""Scored-mode decisions on a 7B-class model: the compact answer format against the lines format.
+"""A decision on a 7B-class model on one GPU: bf16 against FP8, vLLM alone against through the runtime.
 
     python3 benchmarks/gpu/bench_7b.py build --tokenizer-dir DIR --out DIR   # the model, on the GPU
-    python3 benchmarks/gpu/bench_7b.py start --model-dir DIR                 # vLLM + decision servers (detached)
-    python3 benchmarks/gpu/bench_7b.py bench --out DIR                       # the benchmark; prints a table
-    python3 benchmarks/gpu/bench_7b.py agree --out DIR     # a trained model: agreement with the rules, both formats
+    python3 benchmarks/gpu/bench_7b.py start --arm bf16                      # vLLM through the runtime (detached)
+    python3 benchmarks/gpu/bench_7b.py bench --arm bf16 --out DIR            # measure the running arm
+    python3 benchmarks/gpu/bench_7b.py switch --arm fp8                      # restart as another arm
+    python3 benchmarks/gpu/bench_7b.py report --out DIR                      # every arm and the agreement: a table
     python3 benchmarks/gpu/bench_7b.py stop
 
-The model: Gemma-7B-shaped (hidden 3072, 28 layers, 16 heads of 256, MLP 24576, bf16; 7.7B parameters), random
-weights, built on the GPU from a config, with the GPU fixture's tokenizer (every label and reasoning code one whole
-token). Random weights are enough for timing: validity comes from the structured-outputs constraint. One thing is
-not random: a fine-tuned model writes each code and label as its one whole token, but under a regex a random model
-may as well spell `INCOME_OK` from pieces (`INC`, `OME`, ...), each piece a forward pass. So one residual direction
-carries a constant that no layer writes to, larger for the whole label, code and end-of-sequence tokens, and the
-final norm keeps it while it damps the rest: among the tokens the constraint allows, a whole token always wins, as
-it does for a trained model; which code and which label stays random.
+The model: Gemma-7B-shaped (hidden 3072, 28 layers, 16 heads of 256, MLP 24576, bf16; 8.5B parameters with the
+fixture's vocabulary), random weights, built on the GPU from a config, with the GPU fixture's tokenizer (every label
+and reasoning code one whole token). Random weights are enough for timing: validity comes from the
+structured-outputs constraint. One thing is not random: a fine-tuned model writes each code and label as its one
+whole token, but under a regex a random model may as well spell `INCOME_OK` from pieces (`INC`, `OME`, ...), each
+piece a forward pass. So one residual direction carries a constant that no layer writes to, larger for the whole
+label, code and end-of-sequence tokens, and the final norm keeps it while it damps the rest: among the tokens the
+constraint allows, a whole token always wins, as it does for a trained model; which code and which label stays random.
 
-Serving: the operator's rendered `vllm serve` arguments (fixture/vllm-args-tp1.json, model at /mnt/models) started
-through the runtime's real entrypoint (`python -m arbiter_runtime supervise -- <args>`, what the container runs)
-with the compact-format decision.json (fixture/decision-scored.json); a second decision server (`serve`) with the
-lines-format decision.json (fixture/decision-scored-lines.json) in front of the same vLLM.
+Arms: the operator's rendered `vllm serve` arguments for the fixture's DecisionModel (fixture/vllm-args-tp1*.json,
+model at /mnt/models), one vLLM at a time, started through the runtime's real entrypoint (`python -m arbiter_runtime
+supervise -- <args>`, what the container runs) with the compact-format decision.json:
+  bf16          the checkpoint as it is
+  fp8           quantization: fp8 (FP8 weights quantized at load; FP8 compute on Hopper)
+  fp8-kv        quantization: fp8 and kvCacheDtype: fp8
+  ngram         the better FP8 arm (by p50 at concurrency 1 through the runtime) plus vLLM's n-gram prompt-lookup
+                speculative decoding (extraArgs --speculative-config), which vLLM 0.26 runs with structured outputs
+                (xgrammar rolls rejected drafts back)
 
-Benchmark: per format and concurrency (1, 16, 64), closed loop, the same applicants
-  direct: the runtime's own request body straight to vLLM, the answer parsed and checked by the runtime's code
-  server: the applicant to the decision server's /v1/decisions; the trajectory checked again independently
-  (jsonschema against the version's output schema, probabilities summing to 1, steps 1..K)
-with generated tokens per decision (usage.completion_tokens of the direct answers) and vLLM's own figures for each
-cell from its /metrics (time per output token, time to first token, generation tokens per request).
+Per arm and concurrency (1 and 64), closed loop, the same applicants:
+  direct      the runtime's own request body straight to vLLM (vLLM alone), parsed and checked by the runtime's code
+  server      the applicant to the decision server's /v1/decisions; the trajectory checked again independently
+              (jsonschema against the version's output schema, probabilities summing to 1, steps 1..K)
+  direct-eos  (bf16 only) the body with the bound max_tokens the runtime used before it ended generation on the
+              last label: the forced end of sequence's cost, measured in the same run
+with generated tokens per decision (usage.completion_tokens), vLLM's own counters per cell (vllm_counters.py: tokens
+and forward passes per request, finish reasons, inter-token latency, time to first token, speculative acceptance)
+and the runtime's own time per decision (its Server-Timing: total less upstream).
+
+Agreement (fp8_agree.py): the trained fixture served bf16 and FP8 side by side, 1,000 decisions through each.
 """
 
 from __future__ import annotations
@@ -33,11 +44,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -51,11 +60,14 @@ for p in (HERE, ROOT / "operator", ROOT / "runtime"):
 import loadgen  # noqa: E402
 import stack  # noqa: E402
 import underwriting as uw  # noqa: E402
+import vllm_counters  # noqa: E402
 
-FORMATS = {"compact": ("scored", 8080), "lines": ("scored-lines", 8081)}
-CONCURRENCY = (1, 16, 64)
+ARMS = {"bf16": "vllm-args-tp1.json", "fp8": "vllm-args-tp1-fp8.json", "fp8-kv": "vllm-args-tp1-fp8-kv.json",
+        "fp8-ngram": "vllm-args-tp1-fp8-ngram.json", "fp8-kv-ngram": "vllm-args-tp1-fp8-kv-ngram.json"}
+PORT = 8080
+CONCURRENCY = (1, 64)
 SEED = 4242
-REQUESTS = {1: 300, 16: 2000, 64: 6000}
+REQUESTS = {1: int(os.environ.get("BENCH_7B_C1", "300")), 64: 6000}
 MAX_SECONDS = float(os.environ.get("BENCH_7B_SECONDS", "10"))
 GEMMA_7B = dict(hidden_size=3072, intermediate_size=24576, num_hidden_layers=28, num_attention_heads=16,
                 num_key_value_heads=16, head_dim=256, hidden_activation="gelu_pytorch_tanh",
@@ -119,64 +131,54 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
 # ---------------------------------------------------------------- serve
 
 
-def start(model_dir: str) -> None:
-    """vLLM through the runtime's entrypoint (compact decision server on 8080), and the lines decision server on
-    8081, each in its own session so they outlive this command."""
+def arm_args(arm: str, model_dir: str | None = None) -> list[str]:
+    """The operator's rendered arguments of an arm, serving `model_dir` (default: where they serve from)."""
+    return stack.with_args(stack.fixture(ARMS[arm]), model_dir=model_dir or stack.MODEL_DIR)
+
+
+def start(arm: str) -> None:
+    """vLLM through the runtime's entrypoint: the supervisor runs `vllm serve` and the decision server (port 8080)
+    in one session, so they outlive this command."""
     stack.STATE.mkdir(parents=True, exist_ok=True)
-    args = stack.vllm_args(1)
-    cfg = {name: stack.write_config(fix) for name, (fix, _) in FORMATS.items()}
-    stack.start("supervisor", [sys.executable, "-m", "arbiter_runtime", "supervise", "--config", str(cfg["compact"]),
-                               "--host", "127.0.0.1", "--port", str(FORMATS["compact"][1]), "--", *args])
-    stack.start("runtime-lines", [sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(cfg["lines"]),
-                                  "--host", "127.0.0.1", "--port", str(FORMATS["lines"][1]), "--model-dir", model_dir,
-                                  "--upstream", stack.VLLM_URL + "/v1"])
+    cfg = stack.write_config("scored")
+    stack.start("supervisor", [sys.executable, "-m", "arbiter_runtime", "supervise", "--config", str(cfg), "--host",
+                               "127.0.0.1", "--port", str(PORT), "--", *arm_args(arm)], stack.supervisor_env())
+    (stack.STATE / "arm").write_text(arm)
 
 
-def stop() -> None:
-    for name in ("runtime-lines", "supervisor"):
-        stack.kill(name, signal.SIGTERM, wait=30)
-        stack.kill(name, signal.SIGKILL, wait=5)
+def stop(name: str = "supervisor") -> None:
+    stack.stop_group(name)
 
 
-async def wait(timeout: float) -> float:
-    t0 = time.time()
-    for name, (_, port) in FORMATS.items():
-        process = "supervisor" if name == "compact" else "runtime-lines"
-        await stack.wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", timeout - (time.time() - t0), process)
-    return round(time.time() - t0, 1)
+async def wait(timeout: float, port: int = PORT, process: str = "supervisor") -> float:
+    return round(await stack.wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", timeout, process), 1)
+
+
+def resolve_arm(arm: str, out: Path | None) -> str:
+    """`ngram`: speculative decoding on the FP8 arm that answered faster through the runtime at concurrency 1."""
+    if arm != "ngram":
+        return arm
+    p50 = {}
+    for base in ("fp8", "fp8-kv"):
+        try:
+            cells = json.loads((out / f"bench-7b-{base}.json").read_text())["cells"] if out else []
+        except (OSError, ValueError, KeyError):
+            continue
+        found = [c["p50_ms"] for c in cells if c["target"] == "server" and c["concurrency"] == 1 and c["p50_ms"]]
+        if found:
+            p50[base] = found[0]
+    best = min(p50, key=lambda b: p50[b]) if p50 else "fp8"
+    return f"{best}-ngram"
+
+
+def running_arm() -> str | None:
+    try:
+        return (stack.STATE / "arm").read_text().strip() if stack.pid("supervisor") else None
+    except OSError:
+        return None
 
 
 # ---------------------------------------------------------------- bench
-
-_METRIC = re.compile(r"^(vllm:[a-z_]+?)(_sum|_count|_total)?(\{[^}]*\})? ([0-9.eE+-]+|NaN)$")
-WATCH = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds", "vllm:time_to_first_token_seconds",
-         "vllm:request_generation_tokens", "vllm:e2e_request_latency_seconds", "vllm:request_prefill_time_seconds",
-         "vllm:request_decode_time_seconds", "vllm:request_queue_time_seconds")
-
-
-async def vllm_metrics() -> dict[str, float]:
-    status, text = await loadgen.get(stack.VLLM_URL + "/metrics", timeout=10)
-    out: dict[str, float] = {}
-    if status != 200 or not isinstance(text, str):
-        return out
-    for line in text.splitlines():
-        m = _METRIC.match(line)
-        if m and m.group(1) in WATCH and m.group(2) in ("_sum", "_count"):
-            key = m.group(1) + m.group(2)
-            out[key] = out.get(key, 0.0) + float(m.group(4))
-    return out
-
-
-def per_cell(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    out = {}
-    for name in WATCH:
-        n = after.get(name + "_count", 0) - before.get(name + "_count", 0)
-        s = after.get(name + "_sum", 0) - before.get(name + "_sum", 0)
-        if n > 0:
-            short = name.removeprefix("vllm:").removesuffix("_seconds")
-            out[f"{short}_mean" + ("_ms" if name.endswith("_seconds") else "")] = round(
-                s / n * (1000 if name.endswith("_seconds") else 1), 3)
-    return out
 
 
 def independent_check(trajectory, schema_validator) -> bool:
@@ -193,144 +195,171 @@ def independent_check(trajectory, schema_validator) -> bool:
 _TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
-async def bench(out: Path | None) -> dict:
-    import jsonschema
+async def _requests(model_dir: str):
+    """The runtime's own request builder and checker for the fixture's decision.json, with label tokens resolved from
+    the model directory as the decision server resolves them."""
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
     from arbiter_runtime.tokens import TokenizerJsonSource, resolve
-    from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
+    from arbiter_runtime.trajectory import TrajectoryChecker
+
+    cfg = parse_config(stack.fixture("decision-scored.json"))
+    source = TokenizerJsonSource(model_dir)
+    tokens = await resolve(source, cfg.labels, cfg.reasoning_codes, source.description, cfg.label_joiner)
+    mode = ScoredMode(cfg, tokens)
+    apps = uw.applicants(int(os.environ.get("BENCH_7B_APPS", "2000")), SEED)
+    bodies = []
+    for a in apps:
+        c = canonical_json(a)
+        bodies.append(mode.request(c, derive_seed(cfg, c)))
+    return apps, bodies, mode, TrajectoryChecker(cfg), tokens
+
+
+def _judge(cell: dict, run: loadgen.Run, target: str, load: list, mode, checker, schema) -> None:
+    """Validity, tokens per decision and the finish reasons of the answers; the runtime's own time per decision."""
+    from arbiter_runtime.trajectory import TrajectoryInvalid
+
+    ok = tokens_used = 0
+    own: list[float] = []
+    finish: dict[str, int] = {}
+    for r in (r for r in run.results if r.status == 200):
+        body = r.body if isinstance(r.body, dict) else {}
+        if target.startswith("direct"):
+            reason = str(((body.get("choices") or [{}])[0]).get("finish_reason"))
+            finish[reason] = finish.get(reason, 0) + 1
+            try:
+                trajectory = mode.parse(body, load[r.index % len(load)]["max_tokens"])  # what it asked for
+                checker.check(trajectory)
+            except (TrajectoryInvalid, KeyError, TypeError, ValueError):
+                continue
+            ok += independent_check(trajectory, schema)
+            tokens_used += body["usage"]["completion_tokens"]
+        else:
+            ok += body.get("source") == "model" and independent_check(body.get("trajectory"), schema)
+            parts = dict(_TIMING.findall(r.server_timing or ""))
+            if "total" in parts and "upstream" in parts:
+                own.append(float(parts["total"]) - float(parts["upstream"]))
+    cell["valid_share"] = round(ok / len(run.results), 4) if run.results else 0.0
+    if target.startswith("direct"):
+        cell["finish_reasons"] = finish
+        if ok:
+            cell["tokens_per_decision"] = round(tokens_used / ok, 2)
+    if own:
+        cell["server_own_p50_ms"] = round(loadgen.percentile(own, 50), 3)
+        cell["server_own_p99_ms"] = round(loadgen.percentile(own, 99), 3)
+
+
+async def bench(arm: str, out: Path | None) -> dict:
+    """Measure the arm that is running (`start`/`switch`)."""
+    import jsonschema
 
     schema = jsonschema.Draft202012Validator(uw.output_schema())
-    apps = uw.applicants(int(os.environ.get("BENCH_7B_APPS", "4000")), SEED)
-    source = TokenizerJsonSource(stack.MODEL_DIR)
+    apps, bodies, mode, checker, tokens = await _requests(stack.MODEL_DIR)
+    chat = stack.VLLM_URL + "/v1/chat/completions"
+    loads = {"direct": (chat, bodies), "server": (f"http://127.0.0.1:{PORT}/v1/decisions", apps)}
+    if arm == "bf16" and mode.roomy:
+        # The bound the runtime asked for before it ended on the last label: the end of sequence is generated too.
+        loads["direct-eos"] = (chat, [dict(b, max_tokens=mode.roomy) for b in bodies])
+    # One pass over the prompts warms vLLM's prefix cache for every path alike.
+    await loadgen.closed_loop(chat, bodies, 64, n=len(bodies), max_seconds=60)
     cells = []
-    for fmt, (fix, port) in FORMATS.items():
-        cfg = parse_config(stack.fixture(f"decision-{fix}.json"))
-        tokens = await resolve(source, cfg.labels, cfg.reasoning_codes, source.description, cfg.label_joiner)
-        mode, checker = ScoredMode(cfg, tokens), TrajectoryChecker(cfg)
-        bodies = []
-        for a in apps:
-            c = canonical_json(a)
-            bodies.append(mode.request(c, derive_seed(cfg, c)))
-        chat = stack.VLLM_URL + "/v1/chat/completions"
-        server = f"http://127.0.0.1:{port}/v1/decisions"
-        # One pass over the prompts warms vLLM's prefix cache for both paths alike.
-        await loadgen.closed_loop(chat, bodies, 64, n=len(bodies), max_seconds=60)
-        for conc in CONCURRENCY:
-            for target in ("direct", "server"):
-                url, load = (chat, bodies) if target == "direct" else (server, apps)
-                await loadgen.closed_loop(url, load, conc, n=max(4 * conc, 16), max_seconds=10)  # warm-up
-                before = await vllm_metrics()
-                run = await loadgen.closed_loop(url, load, conc, n=REQUESTS[conc], max_seconds=MAX_SECONDS)
-                after = await vllm_metrics()
-                cell = {"format": fmt, "target": target, "concurrency": conc, **run.stats(),
-                        "vllm": per_cell(before, after)}
-                ok = tokens_used = 0
-                own = []
-                answered = [r for r in run.results if r.status == 200]
-                for r in answered:
-                    if target == "direct":
-                        try:
-                            trajectory = mode.parse(r.body)
-                            checker.check(trajectory)
-                        except (TrajectoryInvalid, KeyError, TypeError):
-                            continue
-                        ok += independent_check(trajectory, schema)
-                        tokens_used += r.body["usage"]["completion_tokens"]
-                    else:
-                        body = r.body if isinstance(r.body, dict) else {}
-                        ok += body.get("source") == "model" and independent_check(body.get("trajectory"), schema)
-                        parts = dict(_TIMING.findall(r.server_timing or ""))
-                        if "total" in parts and "upstream" in parts:
-                            own.append(float(parts["total"]) - float(parts["upstream"]))
-                cell["valid_share"] = round(ok / len(run.results), 4) if run.results else 0.0
-                if target == "direct" and ok:
-                    cell["tokens_per_decision"] = round(tokens_used / ok, 2)
-                if own:
-                    cell["server_own_p50_ms"] = round(loadgen.percentile(own, 50), 3)
-                    cell["server_own_p99_ms"] = round(loadgen.percentile(own, 99), 3)
-                cells.append(cell)
-                print(json.dumps(cell), flush=True)
-    overhead = {}
-    for fmt in FORMATS:
-        for conc in CONCURRENCY:
-            d, s = (next(c for c in cells if c["format"] == fmt and c["target"] == t and c["concurrency"] == conc)
-                    for t in ("direct", "server"))
-            if d["p50_ms"] and s["p50_ms"]:
-                overhead[f"{fmt}_c{conc}"] = {
-                    "p50_ratio": round((s["p50_ms"] - d["p50_ms"]) / d["p50_ms"], 4),
-                    "own_share_of_p50": round(s.get("server_own_p50_ms", math.nan) / s["p50_ms"], 4)}
-    result = {"cells": cells, "overhead": overhead}
+    for conc in CONCURRENCY:
+        for target, (url, load) in loads.items():
+            await loadgen.closed_loop(url, load, conc, n=max(4 * conc, 16), max_seconds=10)  # warm-up
+            before = await vllm_counters.read(stack.VLLM_URL)
+            run = await loadgen.closed_loop(url, load, conc, n=REQUESTS[conc], max_seconds=MAX_SECONDS)
+            after = await vllm_counters.read(stack.VLLM_URL)
+            cell = {"arm": arm, "target": target, "concurrency": conc, **run.stats(),
+                    "vllm": vllm_counters.cell(before, after)}
+            _judge(cell, run, target, load, mode, checker, schema)
+            cells.append(cell)
+            print(json.dumps(cell), flush=True)
+    result = {"arm": arm, "vllm_args": arm_args(arm), "max_tokens": bodies[0]["max_tokens"],
+              "max_tokens_bound": mode.roomy or bodies[0]["max_tokens"],
+              "single_token_steps": tokens.single_token_steps, "standin": stack.STANDIN, "cells": cells}
     if out:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "bench-7b.json").write_text(json.dumps(result, indent=2))
-    print(table(result))
+        (out / f"bench-7b-{arm}.json").write_text(json.dumps(result, indent=2))
+    print(table([result]), flush=True)
     return result
 
 
-async def agree(n: int, out: Path | None) -> dict:
-    """The model at /mnt/models (the trained fixture) through both decision servers: agreement with the rules."""
-    apps = uw.applicants(n, SEED + 1)
-    result = {}
-    for fmt, (_, port) in FORMATS.items():
-        run = await loadgen.closed_loop(f"http://127.0.0.1:{port}/v1/decisions", apps, 32, n=n, max_seconds=120)
-        model = decided = exact = 0
-        for r in run.results:
-            body = r.body if isinstance(r.body, dict) else {}
-            if r.status != 200 or body.get("source") != "model":
-                continue
-            model += 1
-            want = uw.decide(apps[r.index])
-            decided += body["decision"] == want[-1].label
-            got = [(s["reasoningCode"], s["label"]) for s in body["trajectory"]["steps"]]
-            exact += got == [(w.code, w.label) for w in want]
-        result[fmt] = {"decisions": len(run.results), "by_model": model, "decision_agreement": decided / max(model, 1),
-                       "trajectory_exact": exact / max(model, 1), **run.stats()}
-        print(json.dumps({fmt: result[fmt]}), flush=True)
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "agree-fixture.json").write_text(json.dumps(result, indent=2))
-    return result
+# ---------------------------------------------------------------- report
 
 
-def table(result: dict) -> str:
-    rows = ["| format | path | conc. | decisions/s | p50 ms | p99 ms | valid | tokens/decision | vLLM ms/token | "
-            "vLLM TTFT ms | runtime own p50 ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in result["cells"]:
-        v = c["vllm"]
-        itl = v.get("inter_token_latency_mean_ms", v.get("time_per_output_token_mean_ms", ""))
-        rows.append(f"| {c['format']} | {c['target']} | {c['concurrency']} | {c['decisions_per_s']} | {c['p50_ms']} | "
-                    f"{c['p99_ms']} | {c['valid_share']:.1%} | {c.get('tokens_per_decision', '')} | {itl} | "
-                    f"{v.get('time_to_first_token_mean_ms', '')} | {c.get('server_own_p50_ms', '')} |")
+def table(results: list[dict]) -> str:
+    rows = ["| arm | path | conc. | decisions/s | p50 ms | p99 ms | valid | tokens/decision | forward passes/decision "
+            "| vLLM ITL ms | vLLM TTFT ms | runtime own p50 ms |", "|---" * 12 + "|"]
+    for result in results:
+        for c in result["cells"]:
+            v = c["vllm"]
+            spec = f" (accepted {v['spec_accepted_tokens_per_request']})" if "spec_accepted_tokens_per_request" in v \
+                else ""
+            rows.append(f"| {c['arm']} | {c['target']} | {c['concurrency']} | {c['decisions_per_s']} | {c['p50_ms']} "
+                        f"| {c['p99_ms']} | {c['valid_share']:.1%} | {c.get('tokens_per_decision', '')} | "
+                        f"{v.get('forward_passes_per_request', '')}{spec} | {v.get('itl_mean_ms', '')} | "
+                        f"{v.get('ttft_mean_ms', '')} | {c.get('server_own_p50_ms', '')} |")
     return "\n".join(rows)
+
+
+def report(out: Path) -> dict:
+    """Every arm measured in `out` and the fixture agreement: one JSON and the table."""
+    results = []
+    for arm in ARMS:
+        path = out / f"bench-7b-{arm}.json"
+        if path.is_file():
+            results.append(json.loads(path.read_text()))
+    agreement = None
+    if (out / "agree-fp8.json").is_file():
+        agreement = json.loads((out / "agree-fp8.json").read_text())
+    summary = {"arms": results, "agreement_fixture": agreement}
+    (out / "gpu-7b-results.json").write_text(json.dumps(summary, indent=2))
+    text = table(results)
+    if agreement:
+        text += "\n\n" + agreement_line(agreement)
+    (out / "gpu-7b-table.md").write_text(text + "\n")
+    print(text, flush=True)
+    return summary
+
+
+def agreement_line(a: dict) -> str:
+    return (f"fixture, {a['compared']} decisions: FP8 decided like bf16 {a['same_decision']:.2%} "
+            f"(trajectories code for code {a['same_trajectory']:.2%}); agreement with the rules bf16 "
+            f"{a['bf16']['rule_agreement']:.2%}, FP8 {a['fp8']['rule_agreement']:.2%}; by the model "
+            f"{a['bf16']['by_model']}/{a['bf16']['decisions']} and {a['fp8']['by_model']}/{a['fp8']['decisions']}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("step", choices=["build", "start", "bench", "agree", "stop"])
-    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("step", choices=["build", "start", "switch", "bench", "report", "stop"])
+    ap.add_argument("--arm", default="bf16", choices=[*ARMS, "ngram"])
     ap.add_argument("--tokenizer-dir", type=Path)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--layers", type=int, help="fewer layers (a smoke run on a small GPU or CPU)")
-    ap.add_argument("--model-dir", default=stack.MODEL_DIR)
     ap.add_argument("--wait", type=float, default=420)
     args = ap.parse_args(argv)
+    arm = resolve_arm(args.arm, args.out)
     if args.step == "build":
         build(args.tokenizer_dir, args.out, args.layers)
-    elif args.step == "start":
+    elif args.step in ("start", "switch"):
         t0 = time.time()
-        start(args.model_dir)
+        if args.step == "switch":
+            stop()
+        start(arm)
         try:
             asyncio.run(wait(args.wait))
         except Exception as exc:
-            print(f"not ready: {exc}\n--- supervisor log\n{stack.tail('supervisor', 60)}\n--- lines log\n"
-                  f"{stack.tail('runtime-lines', 20)}", flush=True)
+            print(f"{arm} not ready: {exc}\n--- supervisor log\n{stack.tail('supervisor', 80)}", flush=True)
             return 1
-        print(f"ready in {time.time() - t0:.0f}s", flush=True)
+        print(f"{arm}: ready in {time.time() - t0:.0f}s", flush=True)
     elif args.step == "bench":
-        asyncio.run(bench(args.out))
-    elif args.step == "agree":
-        asyncio.run(agree(args.n, args.out))
+        running = running_arm()
+        if running is None:
+            print("no arm is running: run start or switch first", flush=True)
+            return 1
+        asyncio.run(bench(running, args.out))
+    elif args.step == "report":
+        report(args.out)
     else:
         stop()
     return 0

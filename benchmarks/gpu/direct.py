@@ -53,7 +53,7 @@ class Modes:
         from arbiter_runtime.trajectory import TrajectoryInvalid
 
         try:
-            trajectory = self.mode[mode].parse(response)
+            trajectory = self.mode[mode].parse(response, self.mode[mode].max_tokens)  # what body() asked for
             self.checker[mode].check(trajectory)
         except TrajectoryInvalid as exc:
             return False, f"{exc.kind}: {exc}", None

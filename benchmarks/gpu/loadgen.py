@@ -98,6 +98,17 @@ async def closed_loop(url: str, bodies: list[Any], concurrency: int, n: int | No
     return run
 
 
+async def spread(urls: list[str], bodies: list[Any], concurrency: int, n: int, max_seconds: float = 60.0,
+                 timeout: float = 60.0) -> Run:
+    """`concurrency` workers in all, each bound to one of `urls` (worker i to urls[i % len(urls)]), as a Service
+    spreads long-lived client connections over its pods; one Run of every answer, `n` requests at most."""
+    per = [concurrency // len(urls) + (i < concurrency % len(urls)) for i in range(len(urls))]
+    runs = await asyncio.gather(*(closed_loop(url, bodies, c, n=max(1, n * c // concurrency), max_seconds=max_seconds,
+                                              timeout=timeout) for url, c in zip(urls, per, strict=True) if c))
+    merged = Run(results=[r for run in runs for r in run.results], wall=max(run.wall for run in runs))
+    return merged
+
+
 async def open_loop(url: str, bodies: list[Any], rate: float, seconds: float, timeout: float = 30.0,
                     stop: asyncio.Event | None = None) -> Run:
     """Send at a fixed rate (requests/s) for `seconds` or until `stop` is set, whatever the answers take."""

@@ -4,6 +4,10 @@
 
 Writes, for tensor parallel 1 and 2 and each answer format (scored compact, the default; scored lines; generated):
   vllm-args-tp1.json, vllm-args-tp2.json     `vllm serve` arguments (arbiter_operator.render.vllm_args)
+  vllm-args-tp1-fp8.json, -fp8-kv.json       the same for a version with quantization: fp8 (and kvCacheDtype: fp8),
+  vllm-args-tp1-fp8[-kv]-ngram.json          and with n-gram speculative decoding in extraArgs (bench_7b.py's arms);
+  vllm-args-tp2-fp8.json                     FP8 at tensor parallel 2 (scale_gpus.py);
+                                             each DecisionModel must pass the operator's own checks
   decision-scored.json, decision-scored-lines.json, decision-generated.json
                                              decision.json (arbiter_operator.render.decision_config)
   prompts.json                               the system message the runtime sends per format (arbiter_runtime.decide)
@@ -25,9 +29,14 @@ for p in (HERE, ROOT / "operator", ROOT / "runtime"):
 
 import underwriting as uw  # noqa: E402
 
+# vLLM's n-gram prompt lookup: up to 2 drafted tokens from a match of 1 or 2 tokens of the prompt.
+NGRAM = ('--speculative-config={"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":2,'
+         '"prompt_lookup_min":1}')
+
 
 def render() -> dict[str, object]:
     from arbiter_operator.api.models import DecisionModel
+    from arbiter_operator.plan.validate import spec_problems
     from arbiter_operator.render import render_configmap, vllm_args
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import GeneratedMode, ScoredMode
@@ -37,6 +46,14 @@ def render() -> dict[str, object]:
     for tp in (1, 2):
         dm = DecisionModel.model_validate(uw.decision_model(gpus=tp))
         files[f"vllm-args-tp{tp}.json"] = vllm_args(dm)
+    fp8, kv = {"quantization": "fp8"}, {"quantization": "fp8", "kvCacheDtype": "fp8"}
+    for name, own, extra in (("fp8", fp8, []), ("fp8-kv", kv, []), ("fp8-ngram", fp8, [NGRAM]),
+                             ("fp8-kv-ngram", kv, [NGRAM])):
+        dm = DecisionModel.model_validate(uw.decision_model(version_vllm=own, extra_args=extra))
+        assert not spec_problems(dm), spec_problems(dm)  # what the operator would refuse is no arm
+        files[f"vllm-args-tp1-{name}.json"] = vllm_args(dm, dm.spec.versions[0])
+    dm = DecisionModel.model_validate(uw.decision_model(gpus=2, version_vllm=fp8))
+    files["vllm-args-tp2-fp8.json"] = vllm_args(dm, dm.spec.versions[0])  # scale_gpus.py: TP2 of the FP8 arm
     prompts = {}
     for name, mode, fmt in (("scored", "scored", "compact"), ("scored-lines", "scored", "lines"),
                             ("generated", "generated", "compact")):

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -98,6 +99,28 @@ def kill(name: str, sig: int = signal.SIGKILL, wait: float = 30.0) -> bool:
     return True
 
 
+def stop_group(name: str, grace: float = 30.0) -> None:
+    """SIGTERM to the process group, then SIGKILL to whatever of it is left, and wait until none of it is: the GPU
+    memory of a vLLM (its engine runs in child processes) is free only once every one of them has exited, and the
+    next vLLM on this GPU checks the free memory when it starts."""
+    try:
+        p = int((STATE / f"{name}.pid").read_text())
+    except (OSError, ValueError):
+        return
+    kill(name, signal.SIGTERM, wait=grace)
+    end = time.time() + 30
+    while time.time() < end:
+        try:
+            os.killpg(p, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # the group is empty
+        except PermissionError:
+            return
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(p, os.WNOHANG)
+        time.sleep(0.2)
+
+
 def tail(name: str, lines: int = 40) -> str:
     try:
         return "\n".join((STATE / f"{name}.log").read_text(errors="replace").splitlines()[-lines:])
@@ -109,6 +132,32 @@ def vllm_args(tp: int) -> list[str]:
     """The operator's rendered arguments (fixture/vllm-args-tpN.json, re-checked against the operator's code by
     render_fixture.py --check)."""
     return list(fixture(f"vllm-args-tp{tp}.json"))
+
+
+# `vllm serve ARGS` as a command line: vLLM's CLI, or in a plumbing run the stand-in that takes the same arguments.
+STANDIN_VLLM = [sys.executable, str(HERE / "standin_vllm.py")]
+VLLM_SERVE = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
+
+
+def serve_command(args: list[str]) -> list[str]:
+    return (STANDIN_VLLM if STANDIN else VLLM_SERVE) + list(args)
+
+
+def supervisor_env() -> dict[str, str]:
+    """The environment of `arbiter_runtime supervise`: in a plumbing run it starts the stand-in in vLLM's place."""
+    return {"ARBITER_VLLM_COMMAND": shlex.join(STANDIN_VLLM)} if STANDIN else {}
+
+
+def with_args(args: list[str], model_dir: str | None = None, **flags: object) -> list[str]:
+    """The rendered arguments with the model directory and some `--flag=value`s replaced (or added): e.g.
+    with_args(args, port=8100, gpu_memory_utilization=0.12) for a second server on the same GPU."""
+    out = list(args)
+    if model_dir is not None:
+        out[0] = model_dir
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        out = [a for a in out if a != flag and not a.startswith(flag + "=")] + [f"{flag}={value}"]
+    return out
 
 
 def start_vllm(tp: int, args: list[str] | None = None) -> int:

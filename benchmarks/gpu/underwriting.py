@@ -220,10 +220,12 @@ def output_schema(bounds: bool = True) -> dict:
             "required": ["steps"], "additionalProperties": False}
 
 
-def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True, scored_format: str = "compact") -> dict:
+def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True, scored_format: str = "compact",
+                   version_vllm: dict | None = None, extra_args: list[str] | None = None) -> dict:
     """The DecisionModel a user would apply for this fixture; the operator's builders render vLLM args and
-    decision.json from it. maxNumSeqs covers the benchmark's highest concurrency (64) with room to spare."""
-    return {
+    decision.json from it. maxNumSeqs covers the benchmark's highest concurrency (64) with room to spare.
+    `version_vllm`: the version's own vLLM settings (quantization, kvCacheDtype); `extra_args`: extraArgs."""
+    dm = {
         "apiVersion": "arbiter.dev/v1alpha1",
         "kind": "DecisionModel",
         "metadata": {"name": MODEL_NAME, "namespace": "gpu-bench", "uid": "00000000-0000-0000-0000-000000000009"},
@@ -242,7 +244,7 @@ def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True, sco
             }],
             "promote": {"version": MODEL_VERSION},
             "serving": {"gpus": gpus, "gpuProduct": "NVIDIA-H200",
-                        "vllm": {"maxModelLen": 2048, "maxNumSeqs": 128, "seed": 42}},
+                        "vllm": {"maxModelLen": 2048, "maxNumSeqs": 128, "seed": 42, "extraArgs": extra_args or []}},
             "decision": {
                 "labels": list(LABELS),
                 "reasoningCodes": list(CODES),
@@ -256,3 +258,6 @@ def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True, sco
             },
         },
     }
+    if version_vllm:
+        dm["spec"]["versions"][0]["vllm"] = version_vllm
+    return dm

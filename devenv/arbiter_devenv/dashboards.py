@@ -266,7 +266,8 @@ def model_board() -> Board:
         graph("Upstream up", "1 while the pod's vLLM answers its health check, 0 while it does not.",
               Target(f"min by ({V}, pod) (arbiter_upstream_up{{{RT}}})", "{{arbiter_dev_version}} {{pod}}"), width=8),
         graph("Upstream errors/s by kind", "Failed calls from the runtime to vLLM, per second, by kind (connect, "
-              "timeout, http_5xx, http_4xx, protocol, too_large).",
+              "timeout, http_5xx, http_4xx, context_length: a prompt longer than vLLM's max-model-len, protocol, "
+              "too_large).",
               Target(f"sum by ({V}, kind) (rate(arbiter_upstream_errors_total{{{RT}}}{RATE}))",
                      "{{arbiter_dev_version}}: {{kind}}"), width=8),
         graph("vLLM KV-cache use", "Share of vLLM's KV cache in use, per pod: near 100% requests queue for cache.",

@@ -27,14 +27,17 @@ import httpx
 from arbiter_operator.api.models import isvc_name
 from arbiter_operator.render.common import configmap_name
 
-from . import _procs
+from . import _procs, example_model
 
-# The example application the user guide sends (examples/decisionmodel.yaml's inputSchema).
+# The example application the user guide sends (examples/decisionmodel.yaml's inputSchema), and one the example's
+# model sends to review (a history too short to judge).
 EXAMPLE_INPUT = {"applicantId": "a-17", "income": 84000, "requestedLimit": 12000, "history": "7y, no defaults"}
+THIN_HISTORY = {"applicantId": "a-18", "income": 84000, "requestedLimit": 12000, "history": "4 months"}
 CALLER = "arbiter-local-caller"
-# A trained decision model is confident: the stand-in puts this much probability on one label at each label
-# position (it has no weights; without it every label would be near-uniform and the example's confidence threshold
-# would send each request to the rules).
+SRE = "arbiter-local-sre"  # reads the runtime's metrics (diagnose), as Prometheus does on a cluster
+# A model other than the example's gets a confident stand-in: this much probability on one label at each label
+# position (it has no weights; without it every label would be near-uniform and a confidence threshold would send
+# each request to the rules). The example's own model answers by its policy (example_model.py).
 STANDIN_CONFIDENCE = 0.92
 
 
@@ -77,6 +80,15 @@ def _grant(api: Any, namespace: str, isvc: str) -> tuple[str, str]:
         "metadata": {"name": f"{CALLER}-calls-{isvc}"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"call-{isvc}"},
         "subjects": [{"kind": "ServiceAccount", "name": CALLER, "namespace": namespace}]})
+    # An SRE's reader of metrics (what the chart's metrics-reader ClusterRole grants Prometheus), for diagnose.
+    ensure(core.create_namespaced_service_account, namespace, {"metadata": {"name": SRE}})
+    ensure(rbac.create_cluster_role, {"metadata": {"name": "arbiter-local-metrics-reader"},
+                                      "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]})
+    ensure(rbac.create_cluster_role_binding, {
+        "metadata": {"name": f"{namespace}-{SRE}-reads-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "arbiter-local-metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": SRE, "namespace": namespace}]})
 
     def token(sa: str) -> str:
         req = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
@@ -93,15 +105,35 @@ def _print_decision(say: Callable[[str], None], body: dict[str, Any]) -> None:
         say(f"  step {step['step']}: {step['reasoningCode']:<16} -> {step.get('label', '?'):<9} ({probs})")
 
 
+def _standin(decision: dict[str, Any], say: Callable[[str], None]) -> Any:
+    """The vLLM stand-in for this decision.json: the example's model for the example, else a confident one."""
+    from arbiter_devenv.vllm_standin import Behaviour, StandinServer
+
+    labels = decision["labels"]
+    ours = tuple(labels) == example_model.LABELS and set(decision["reasoningCodes"]) >= example_model.CODES
+    standin = StandinServer(
+        words=list(labels) + list(decision["reasoningCodes"]),
+        served_model_name=decision["upstream"]["servedModelName"],
+        behaviour=Behaviour(distribution={labels[0]: STANDIN_CONFIDENCE,
+                                          **{lab: (1 - STANDIN_CONFIDENCE) / (len(labels) - 1) for lab in labels[1:]}}),
+        planner=example_model.plan if ours else None,
+    ).start()
+    if ours:
+        say("the stand-in answers as the example's model would: its credit policy, step by step "
+            "(devenv/arbiter_devenv/example_model.py)")
+    return standin
+
+
 def run(api: Any, control_plane: Any | None, namespace: str, dm_name: str, workdir: pathlib.Path,
-        say: Callable[[str], None]) -> list[Any]:
-    """Start the stand-in and the runtime, print one decision and the curl; return what must be stopped."""
+        say: Callable[[str], None]) -> tuple[list[Any], str | None]:
+    """Start the stand-in and the runtime, print one decision and the curl; return what must be stopped and the
+    decision server's address."""
     if control_plane is None:
         say("the model runs in your cluster: call it through its Route (docs/user-guide.md, 'Ask for a decision')")
-        return []
+        return [], None
     from kubernetes import client
 
-    from arbiter_devenv.vllm_standin import Behaviour, StandinServer, free_port
+    from arbiter_devenv.vllm_standin import free_port
 
     custom = client.CustomObjectsApi(api)
     dm = custom.get_namespaced_custom_object("arbiter.dev", "v1alpha1", namespace, "decisionmodels", dm_name)
@@ -117,15 +149,8 @@ def run(api: Any, control_plane: Any | None, namespace: str, dm_name: str, workd
         f"{configmap_name(dm_name, version)}, in front of the vLLM stand-in (no GPU here: a CPU double of "
         "`vllm serve` speaking its wire format, not a model)")
 
-    stoppables: list[Any] = []
-    labels = decision["labels"]
-    standin = StandinServer(
-        words=list(labels) + list(decision["reasoningCodes"]),
-        served_model_name=decision["upstream"]["servedModelName"],
-        behaviour=Behaviour(distribution={labels[0]: STANDIN_CONFIDENCE,
-                                          **{lab: (1 - STANDIN_CONFIDENCE) / (len(labels) - 1) for lab in labels[1:]}}),
-    ).start()
-    stoppables.append(standin)
+    stoppables: list[Any] = [_standin(decision, say)]
+    standin = stoppables[0]
 
     port = free_port()
     env = {**os.environ, "ARBITER_AUTH": env_isvc.get("ARBITER_AUTH", "false"), "PYTHONUNBUFFERED": "1"}
@@ -167,6 +192,8 @@ def run(api: Any, control_plane: Any | None, namespace: str, dm_name: str, workd
     kube = f"kubectl --kubeconfig {control_plane.kubeconfig}"
     token_line = f"TOKEN=$({kube} create token {CALLER} -n {namespace}); " if caller_token else ""
     auth = ' -H "Authorization: Bearer $TOKEN"' if caller_token else ""
-    say("another one (the runtime's audit records, with the caller, are in " f"{log_path}):\n  {token_line}"
-        f"curl -s{auth} -H 'Content-Type: application/json' {url}/v1/decisions -d '{json.dumps(EXAMPLE_INPUT)}'")
-    return stoppables
+    say(f"version {version} answers at {url} (this machine has no OpenShift router, so the Route's status.url "
+        "stays empty; on a cluster you call the Route). Its audit records, with the caller, are in "
+        f"{log_path}. Another case, one with a thin history:\n  {token_line}"
+        f"curl -s{auth} -H 'Content-Type: application/json' {url}/v1/decisions -d '{json.dumps(THIN_HISTORY)}'")
+    return stoppables, url

@@ -36,6 +36,7 @@ from .tools import repo_root
 
 REPO = repo_root()
 EXAMPLE = REPO / "examples" / "decisionmodel.yaml"
+CANARY_EXAMPLE = REPO / "examples" / "decisionmodel-canary.yaml"  # where the example's second version comes from
 GROUP, VERSION, PLURAL = "arbiter.dev", "v1alpha1", "decisionmodels"
 
 # The example model's storage: what a small Qwen3-style causal LM directory holds. Sixteen attention heads and eight
@@ -68,6 +69,21 @@ def _seed_example_storage(s3: Any, example: dict[str, Any]) -> None:
         client.put_object(Bucket=bucket, Key=f"{prefix}/model.safetensors", Body=b"\0" * 1024)
 
 
+def second_version_manifest(example: dict[str, Any]) -> dict[str, Any] | None:
+    """The applied example with the canary example's next version added and promoted Immediately (this machine has
+    no Prometheus to analyse a canary): what "promote the second version" applies here. None when the canary example
+    has no version the applied one lacks."""
+    canary = yaml.safe_load(CANARY_EXAMPLE.read_text())
+    have = {v["name"] for v in example["spec"]["versions"]}
+    extra = [v for v in canary["spec"]["versions"] if v["name"] not in have]
+    if not extra:
+        return None
+    body = json.loads(json.dumps(example))
+    body["spec"]["versions"].append(extra[0])
+    body["spec"]["promote"] = {"version": extra[0]["name"], "strategy": "Immediate"}
+    return body
+
+
 def _storage_config_secret(s3: Any) -> dict[str, Any]:
     entry = {
         "type": "s3",
@@ -92,6 +108,32 @@ def _summary(obj: dict[str, Any]) -> list[str]:
         f"{c['type']}={c['status']} ({c.get('reason', '')}): {c.get('message', '')}"
         for c in status.get("conditions", [])
     ]
+
+
+def try_next(kubeconfig: str, namespace: str, name: str, example: dict[str, Any], workdir: pathlib.Path,
+             address: str | None) -> str:
+    """What to do next, as commands to paste: the dashboard, a promotion of the example's second version, diagnose."""
+    plugin = f"{REPO / '.venv' / 'bin' / 'kubectl-arbiter'} --kubeconfig {kubeconfig} -n {namespace}"
+    kube = f"kubectl --kubeconfig {kubeconfig} -n {namespace}"
+    lines = ["try next (the kubectl plugin is .venv/bin/kubectl-arbiter: `kubectl arbiter` with .venv/bin on PATH):",
+             f"  every model and its promotions in a web page:\n    {plugin} dashboard   # then open "
+             "http://127.0.0.1:8421/"]
+    second = second_version_manifest(example)
+    if second is not None:
+        path = workdir / f"{name}-{second['spec']['promote']['version']}.yaml"
+        path.write_text("# examples/decisionmodel.yaml with the next version of examples/decisionmodel-canary.yaml, "
+                        "promoted Immediately\n# (no Prometheus here to analyse a canary).\n"
+                        + yaml.safe_dump(second, sort_keys=False))
+        lines.append(f"  promote the example's second version and follow it (the decision server above keeps "
+                     f"answering as the version it started with):\n    {kube} apply --server-side "
+                     f"--field-manager arbiter-local -f {path}\n    {plugin} status {name} --watch")
+    if address:
+        from .first_decision import SRE
+
+        token = f'"$({kube} create token {SRE})"'
+        lines.append(f"  ask why it decides as it does (its metrics, conditions and Events):\n    {plugin} diagnose "
+                     f"{name} --metrics-url {address} --metrics-token {token}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             s3 = S3Server().start()
             stack.append(s3)
             _seed_example_storage(s3, example)
+            second = second_version_manifest(example)
+            if second is not None:
+                _seed_example_storage(s3, second)  # so "promote the second version" below finds its files
             try:
                 core.create_namespaced_secret(args.namespace, _storage_config_secret(s3))
             except client.ApiException as exc:
@@ -195,12 +240,15 @@ def main(argv: list[str] | None = None) -> int:
             say(f"dm/{name} not Ready after {args.timeout:.0f}s; operator log tail:\n{op.log()[-3000:]}")
             return 1
         status = obj.get("status") or {}
-        say(f"dm/{name} is Ready: active version {status.get('activeVersion')}, url {status.get('url')}")
+        url = f", url {status['url']}" if status.get("url") else ""
+        say(f"dm/{name} is Ready: active version {status.get('activeVersion')}{url}")
         cluster = None if args.use_current_context else cp
-        stack.extend(first_decision.run(api, cluster, args.namespace, name, workdir, say))
+        stoppables, address = first_decision.run(api, cluster, args.namespace, name, workdir, say)
+        stack.extend(stoppables)
+        say(try_next(kubeconfig, args.namespace, name, example, workdir, address))
         if args.exit_when_ready:
             return 0
-        say(f"running; try `kubectl --kubeconfig {kubeconfig} get dm -n {args.namespace}`. Ctrl-C stops everything.")
+        say("running; Ctrl-C stops everything.")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -49,9 +49,11 @@ EOS = "<eos>"
 DEFAULT_WORDS = ("approve", "deny", "review", "A", "R", "ok")
 
 
-def build_tokenizer(words: tuple[str, ...] | list[str] = DEFAULT_WORDS):
-    """A small BPE tokenizer: every printable ASCII character is a token, each word is one token."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+def build_tokenizer(words: tuple[str, ...] | list[str] = DEFAULT_WORDS, added: bool = False):
+    """A small BPE tokenizer: every printable ASCII character is a token, each word is one token. `added`: the words
+    are also added tokens (as fine-tuning with `tokenizer.add_tokens` makes them), so each stays one token wherever it
+    stands, e.g. right after another word; without it a word written after another may merge into other pieces."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     vocab: dict[str, int] = {EOS: 0, "<unk>": 1}
     for c in [chr(c) for c in range(32, 127)] + ["\n"]:
@@ -69,14 +71,16 @@ def build_tokenizer(words: tuple[str, ...] | list[str] = DEFAULT_WORDS):
     # Words never merge across punctuation or spaces, like most real pre-tokenizers.
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[A-Za-z0-9_]+|[^A-Za-z0-9_]"), "isolated")
     tok.decoder = decoders.Fuse()
+    if added:
+        tok.add_tokens([AddedToken(w, normalized=False, special=False) for w in words])
     return tok
 
 
-def write_model_dir(path: str | Path, words=DEFAULT_WORDS, served_name: str = "standin") -> Path:
+def write_model_dir(path: str | Path, words=DEFAULT_WORDS, served_name: str = "standin", added: bool = False) -> Path:
     """A model directory as `vllm serve DIR` would read it (tokenizer.json + config.json)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    build_tokenizer(words).save(str(path / "tokenizer.json"))
+    build_tokenizer(words, added).save(str(path / "tokenizer.json"))
     (path / "config.json").write_text(json.dumps({"architectures": ["StandinForCausalLM"], "model_type": "standin",
                                                   "_name_or_path": served_name}))
     return path
@@ -96,6 +100,60 @@ class Behaviour:
     # This share of cases (by the user message, so a retry of the same case fails too) gets HTTP 500: a version whose
     # model fails on part of its inputs, so the rules decide that share of decisions.
     fail_share: float = 0.0
+    # Engine limits, as `vllm serve` has them (None: unlimited, as before). max_num_seqs: requests beyond it wait for a
+    # slot (vllm:num_requests_waiting, queue time); kv_per_seq: the share of the KV cache one running request holds,
+    # a request admitted past a full cache preempts one (vllm:num_preemptions_total) and pays a recompute;
+    # max_model_len: a prompt that leaves no room for max_tokens is refused with vLLM's 400.
+    max_num_seqs: int | None = None
+    kv_per_seq: float | None = None
+    max_model_len: int | None = None
+    # A trained model's answer, step by step: [(code, {label: probability}), ...]. At a code position the step's code
+    # is written, at a label position its distribution holds (a distribution above is the same at every step).
+    plan: list | None = None
+
+
+@dataclass
+class Usage:
+    """What vLLM's /metrics counts of the completions served (the families a benchmark reads tokens and forward
+    passes from). The stand-in decodes one token per step, so each completion is one first token (time to first
+    token) and one inter-token interval per further token, as vLLM counts them without speculative decoding."""
+
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=dict)  # finish reason -> requests
+    seconds: float = 0.0  # summed time of the completions
+
+    def add(self, prompt_tokens: int, generated: int, finish: str, seconds: float) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.generation_tokens += generated
+        self.finished[finish] = self.finished.get(finish, 0) + 1
+        self.seconds += seconds
+
+    @property
+    def requests(self) -> int:
+        return sum(self.finished.values())
+
+    def exposition(self, name: str) -> str:
+        labels = f'engine="0",model_name="{name}"'
+        n, gen = self.requests, self.generation_tokens
+        per_token = self.seconds / gen if gen else 0.0
+        lines = [
+            "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{labels}}} {float(self.prompt_tokens)}",
+            "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{labels}}} {float(gen)}",
+        ]
+        for family, count, total in (
+                ("vllm:time_to_first_token_seconds", n, per_token * n),
+                ("vllm:inter_token_latency_seconds", gen - n, per_token * (gen - n)),
+                ("vllm:e2e_request_latency_seconds", n, self.seconds),
+                ("vllm:request_generation_tokens", n, float(gen))):
+            lines += [f"# HELP {family} Histogram.", f"# TYPE {family} histogram",
+                      f'{family}_bucket{{{labels},le="+Inf"}} {float(count)}',
+                      f"{family}_count{{{labels}}} {float(count)}", f"{family}_sum{{{labels}}} {total}"]
+        return "\n".join(lines) + "\n"
 
 
 @dataclass
@@ -105,12 +163,24 @@ class StandinState:
     default: Behaviour = field(default_factory=Behaviour)
     queued: list[Behaviour] = field(default_factory=list)
     reject_structured: bool = False  # a diffusion model: 400 on structured_outputs / seed
+    # In-process only: the case (the user message) -> a plan (Behaviour.plan), a "model" whose answers follow rules
+    # (the local run's example model, arbiter_devenv.example_model); None: no plan, or the behaviour's.
+    planner: Any = None
     requests: list[dict] = field(default_factory=list)  # last requests, for tests to inspect
     completions: int = 0
+    usage: Usage = field(default_factory=Usage)
     # The whole words of the vocabulary (labels, codes): the "model" prefers them over the pieces that spell them,
     # as a model fine-tuned on its tokenizer's canonical tokens does (under a compact-format regex the pieces of a
     # code are allowed too, and each would cost a forward pass).
     words: frozenset = frozenset()
+    # What vLLM's own metrics count (metrics() below): engine occupancy, preemptions, queue waits, prompt sizes and
+    # how requests finished.
+    running: int = 0
+    waiting: int = 0
+    preemptions: int = 0
+    queue_waits: list = field(default_factory=list)  # seconds each admitted request waited, the last 10,000
+    prompt_sizes: list = field(default_factory=list)  # prompt tokens of each answered request, the last 10,000
+    finished: dict = field(default_factory=dict)  # finished_reason -> answered requests
 
     def __post_init__(self):
         vocab = self.tokenizer.get_vocab()
@@ -166,11 +236,18 @@ class Generator:
 
     def constrained(self, pattern: str | None, key: str, max_tokens: int, greedy: bool, rng: random.Random,
                     dist: dict[str, float] | None, want: list[int] | None, top_n: int | None,
-                    spread: float = 3.0):
-        """Token-by-token decoding under a regex, as a grammar backend masks logits. Returns text, entries, finish."""
+                    spread: float = 3.0, plan: list | None = None):
+        """Token-by-token decoding under a regex, as a grammar backend masks logits. Returns text, entries, finish.
+        With a plan, the step (the labels written so far) picks the code to write and the labels' distribution."""
         text = ""
         entries = []
+        plan_labels = frozenset(label for _, step in plan or [] for label in step)
+        written = 0  # labels written so far: the step the plan is at
         for position in range(max_tokens):
+            boost = None
+            if plan:
+                code, dist = plan[min(written, len(plan) - 1)]
+                boost = self.s.text_to_id.get(code)
             if pattern is None:
                 allowed, complete = tuple(i for i, _ in self._tokens), position > 0 and _unit(key, text) < 0.02
             else:
@@ -187,6 +264,8 @@ class Generator:
                     logits[tid] = -(spread if word else 3.0) * _unit(key, text, tid) \
                         - (0.0 if dist is None else 6.0) - (0.0 if word else max(0.0, spread - 3.0)) \
                         + (4.0 if tok in self._whole else 0.0) + (3.0 if word else 0.0)
+            if boost in logits:
+                logits[boost] += 12.0  # the model writes the step's code
             if complete:
                 logits[self.s.eos_id] = 5.0 if not allowed else -1.0
             if not logits:  # dead end: a regex the vocabulary cannot finish
@@ -208,6 +287,7 @@ class Generator:
             if chosen == self.s.eos_id:
                 return text, entries, "stop"
             text += self.s.id_to_text[chosen]
+            written += self.s.id_to_text[chosen] in plan_labels
         return text, entries, "length"
 
     def _lp(self, tid: int, logprobs: dict[int, float]) -> float:
@@ -278,6 +358,98 @@ def _error(status: int, message: str, type_: str = "BadRequestError", param: str
                         status_code=status)
 
 
+DEFAULT_MAX_MODEL_LEN = 4096
+# vLLM's bucket bounds for queue time (seconds; the first one kept from before, so an idle engine reads ~10 ms) and
+# its 1-2-5 series for prompt tokens (up to max_model_len).
+QUEUE_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0)
+
+
+def _opt(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
+
+
+def _prompt_buckets(max_model_len: int) -> list[int]:
+    out, exponent = [], 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10 ** exponent
+            if value > max_model_len:
+                return out
+            out.append(value)
+        exponent += 1
+
+
+def _context_refusal(state: StandinState, body: dict, behaviour: Behaviour) -> JSONResponse | None:
+    """vLLM's 400 for a prompt that leaves no room for max_tokens within --max-model-len."""
+    if not behaviour.max_model_len or not isinstance(body.get("messages"), list):
+        return None
+    prompt = len(state.tokenizer.encode(json.dumps(body["messages"], sort_keys=True), add_special_tokens=False).ids)
+    wanted = int(body.get("max_tokens") or 256)
+    if prompt + wanted <= behaviour.max_model_len:
+        return None
+    return _error(400, f"This model's maximum context length is {behaviour.max_model_len} tokens. However, you "
+                  f"requested {prompt + wanted} tokens ({prompt} in the messages, {wanted} in the completion). "
+                  "Please reduce the length of the messages or completion.")
+
+
+async def _admit(state: StandinState, behaviour: Behaviour) -> None:
+    """Wait for one of max_num_seqs slots (as vLLM's scheduler does); a slot taken past a full KV cache preempts."""
+    arrived = time.monotonic()
+    state.waiting += 1
+    try:
+        while state.running >= behaviour.max_num_seqs:
+            await asyncio.sleep(0.005)
+    finally:
+        state.waiting -= 1
+    state.running += 1
+    state.queue_waits.append(time.monotonic() - arrived)
+    if behaviour.kv_per_seq and state.running * behaviour.kv_per_seq > 1.0:
+        state.preemptions += 1
+        await asyncio.sleep(0.05)  # the preempted sequence is recomputed
+
+
+def _histogram(name: str, labels: str, bounds: Any, values: list) -> str:
+    lines = [f"# TYPE {name} histogram\n"]
+    for bound in bounds:
+        lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {sum(1 for v in values if v <= bound)}\n')
+    lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {len(values)}\n')
+    lines.append(f"{name}_count{{{labels}}} {len(values)}\n{name}_sum{{{labels}}} {float(sum(values))}\n")
+    return "".join(lines)
+
+
+def _engine_metrics(state: StandinState, name: str) -> str:
+    """vLLM 0.26's engine families, from what this stand-in served (names, types and labels as vLLM has them)."""
+    labels = f'engine="0",model_name="{name}"'
+    b = state.default
+    # Without an engine model, a cache that fills with use but keeps room (at most half), as a healthy engine has.
+    kv = min(1.0, state.running * b.kv_per_seq) if b.kv_per_seq else min(0.5, state.completions / 1000)
+    text = (
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f"vllm:kv_cache_usage_perc{{{labels}}} {kv:.4f}\n"
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{{{labels}}} {float(state.waiting)}\n"
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{labels}}} {float(state.running)}\n"
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.\n"
+        "# TYPE vllm:num_preemptions_total counter\n"
+        f"vllm:num_preemptions_total{{{labels}}} {float(state.preemptions)}\n"
+        "# HELP vllm:request_success_total Count of successfully processed requests.\n"
+        "# TYPE vllm:request_success_total counter\n"
+    )
+    for reason in ("stop", "length", "abort"):
+        count = float(state.finished.get(reason, 0))
+        text += f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {count}\n'
+    text += "# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.\n"
+    text += _histogram("vllm:request_queue_time_seconds", labels, QUEUE_BUCKETS, state.queue_waits)
+    text += "# HELP vllm:request_prompt_tokens Number of prefill tokens processed.\n"
+    text += _histogram("vllm:request_prompt_tokens", labels,
+                       _prompt_buckets(b.max_model_len or DEFAULT_MAX_MODEL_LEN), state.prompt_sizes)
+    return text
+
+
 def build_app(state: StandinState) -> Starlette:
     gen = Generator(state)
 
@@ -291,6 +463,20 @@ def build_app(state: StandinState) -> Starlette:
         state.requests.append(body)
         del state.requests[:-50]
         behaviour = state.next_behaviour()
+        refusal = _context_refusal(state, body, behaviour)
+        if refusal is not None:
+            return refusal
+        if not behaviour.max_num_seqs:
+            state.queue_waits.append(0.0)
+            return await answer(body, behaviour)
+        await _admit(state, behaviour)
+        try:
+            return await answer(body, behaviour)
+        finally:
+            state.running -= 1
+
+    async def answer(body: dict, behaviour: Behaviour) -> Response:
+        started = time.perf_counter()  # after any wait for a slot: the usage counts the engine's time, not the queue's
         if behaviour.mode in ("slow",) or behaviour.delay_s:
             await asyncio.sleep(behaviour.delay_s or 1.0)
         if behaviour.mode == "failing":
@@ -354,11 +540,16 @@ def build_app(state: StandinState) -> Starlette:
                 content, entries, finish = "maybe\n", [gen._one(state.text_to_id.get(c, 1), {})
                                                        | {"top_logprobs": []} for c in "maybe\n"], "stop"
             else:
+                plan = state.planner(messages) if state.planner is not None else behaviour.plan
                 content, entries, finish = gen.constrained(pattern, key, max_tokens, greedy, rng, dist, want, top_n,
-                                                           behaviour.spread)
+                                                           behaviour.spread, plan)
             completion_tokens = len(entries)
         prompt_tokens = len(state.tokenizer.encode(prompt, add_special_tokens=False).ids)
         state.completions += 1
+        state.prompt_sizes.append(prompt_tokens)
+        state.finished[finish] = state.finished.get(finish, 0) + 1
+        del state.prompt_sizes[:-10000], state.queue_waits[:-10000]
+        state.usage.add(prompt_tokens, completion_tokens, finish, time.perf_counter() - started)
         choice = {
             "index": 0,
             "message": {"role": "assistant", "content": content, "refusal": None, "annotations": None,
@@ -384,7 +575,8 @@ def build_app(state: StandinState) -> Starlette:
         except (ValueError, KeyError, TypeError, AssertionError):
             return _error(400, "tokenize: 'prompt' (a string) is required", param="prompt")
         ids = state.tokenizer.encode(text, add_special_tokens=bool(body.get("add_special_tokens", True))).ids
-        return JSONResponse({"count": len(ids), "max_model_len": 4096, "tokens": list(ids), "token_strs": None})
+        return JSONResponse({"count": len(ids), "max_model_len": state.default.max_model_len or DEFAULT_MAX_MODEL_LEN,
+                             "tokens": list(ids), "token_strs": None})
 
     async def health(_: Request) -> Response:
         return Response(status_code=200)
@@ -397,34 +589,25 @@ def build_app(state: StandinState) -> Starlette:
             "# HELP python_gc_objects_collected_total Objects collected during gc\n"
             "# TYPE python_gc_objects_collected_total counter\n"
             'python_gc_objects_collected_total{generation="0"} 1.0\n'
-            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
-            "# TYPE vllm:kv_cache_usage_perc gauge\n"
-            f'vllm:kv_cache_usage_perc{{engine="0",model_name="{name}"}} {min(0.9, state.completions / 1000):.4f}\n'
-            "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
-            "# TYPE vllm:num_requests_waiting gauge\n"
-            f'vllm:num_requests_waiting{{engine="0",model_name="{name}"}} 0.0\n'
-            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
-            "# TYPE vllm:num_requests_running gauge\n"
-            f'vllm:num_requests_running{{engine="0",model_name="{name}"}} 0.0\n'
-            "# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.\n"
-            "# TYPE vllm:request_queue_time_seconds histogram\n"
-            f'vllm:request_queue_time_seconds_bucket{{engine="0",le="0.01",model_name="{name}"}} {state.completions}\n'
-            f'vllm:request_queue_time_seconds_bucket{{engine="0",le="+Inf",model_name="{name}"}} {state.completions}\n'
-            f'vllm:request_queue_time_seconds_count{{engine="0",model_name="{name}"}} {state.completions}\n'
-            f'vllm:request_queue_time_seconds_sum{{engine="0",model_name="{name}"}} 0.0\n'
+            + _engine_metrics(state, name)
+            + state.usage.exposition(name)
         )
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": state.served_model_name, "object": "model",
-                                                         "owned_by": "vllm", "max_model_len": 4096}]})
+                                                         "owned_by": "vllm",
+                                                         "max_model_len": state.default.max_model_len
+                                                         or DEFAULT_MAX_MODEL_LEN}]})
 
     async def set_behaviour(request: Request) -> Response:
         body = await request.json()
         b = Behaviour(mode=body.get("mode", "valid"), delay_s=float(body.get("delay_s", 0.0)),
                       count=body.get("count"), distribution=body.get("distribution"),
                       keyed_by=body.get("keyed_by", "request"), spread=float(body.get("spread", 3.0)),
-                      fail_share=float(body.get("fail_share", 0.0)))
+                      fail_share=float(body.get("fail_share", 0.0)),
+                      max_num_seqs=_opt(body.get("max_num_seqs"), int), kv_per_seq=_opt(body.get("kv_per_seq"), float),
+                      max_model_len=_opt(body.get("max_model_len"), int))
         if b.mode not in ("valid", "invalid", "truncated", "slow", "failing"):
             return _error(400, f"unknown behaviour {b.mode!r}")
         if b.keyed_by not in ("request", "case"):
@@ -455,10 +638,11 @@ class StandinServer:
     """Runs the stand-in in a background thread (tests); `stop()` makes it 'down'."""
 
     def __init__(self, words=DEFAULT_WORDS, served_model_name: str = "standin", port: int | None = None,
-                 behaviour: Behaviour | None = None, reject_structured: bool = False):
-        self.state = StandinState(tokenizer=build_tokenizer(words), served_model_name=served_model_name,
+                 behaviour: Behaviour | None = None, reject_structured: bool = False, planner: Any = None,
+                 added_tokens: bool = False):
+        self.state = StandinState(tokenizer=build_tokenizer(words, added_tokens), served_model_name=served_model_name,
                                   default=behaviour or Behaviour(), reject_structured=reject_structured,
-                                  words=frozenset(words))
+                                  words=frozenset(words), planner=planner)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self._server = None
@@ -510,11 +694,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--keyed-by", default="request", choices=["request", "case"],
                    help="case: answers depend on the case alone, so two versions of a model agree")
     p.add_argument("--diffusion", action="store_true", help="reject structured_outputs and seed (400)")
+    p.add_argument("--added-tokens", action="store_true",
+                   help="the words are added tokens: one token wherever they stand (a fine-tuned tokenizer)")
     args = p.parse_args(argv)
     words = tuple(w for w in args.words.split(",") if w)
     if args.model_dir:
-        write_model_dir(args.model_dir, words, args.served_model_name)
-    state = StandinState(tokenizer=build_tokenizer(words), served_model_name=args.served_model_name,
+        write_model_dir(args.model_dir, words, args.served_model_name, args.added_tokens)
+    state = StandinState(tokenizer=build_tokenizer(words, args.added_tokens), served_model_name=args.served_model_name,
                          default=Behaviour(args.behaviour, args.delay_s, keyed_by=args.keyed_by),
                          reject_structured=args.diffusion,
                          words=frozenset(words))

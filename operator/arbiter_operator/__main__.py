@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .api.serving import DEFAULT_METRICS_READER_SECRET
-from .settings import METRICS_READER_SECRET_ENV, S3_OWN_CREDENTIALS_ENV
+from .settings import ARGOCD_NAMESPACE_ENV, METRICS_READER_SECRET_ENV, S3_OWN_CREDENTIALS_ENV
 
 if TYPE_CHECKING:
     from .admission import WebhookConfig
@@ -62,6 +62,7 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[
         os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
     os.environ[METRICS_READER_SECRET_ENV] = args.metrics_reader_secret  # likewise
     os.environ[S3_OWN_CREDENTIALS_ENV] = "true" if args.s3_own_credentials else "false"  # likewise
+    os.environ[ARGOCD_NAMESPACE_ENV] = args.argocd_namespace  # likewise
     namespaces = list(args.namespace)
     env_ns = os.environ.get("ARBITER_NAMESPACES", "")
     namespaces += [n.strip() for n in env_ns.split(",") if n.strip()]
@@ -241,6 +242,13 @@ def _serving_flags(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("ARBITER_RUNTIME_IMAGE", ""),
         help="runtime image for newly deployed versions of DecisionModels that set no spec.serving.runtimeImage "
         "(also $ARBITER_RUNTIME_IMAGE; the Helm value runtime.image); default: the image released with the operator",
+    )
+    parser.add_argument(
+        "--argocd-namespace",
+        default=os.environ.get(ARGOCD_NAMESPACE_ENV, ""),
+        help="the namespace of Argo CD's Applications (argocd; openshift-gitops): a promotion of a DecisionModel "
+        f"Argo CD tracks records the Git revision its Application synced (also ${ARGOCD_NAMESPACE_ENV}; the Helm value "
+        "argocd.namespace, which grants `get` on applications there); empty: not read",
     )
 
 

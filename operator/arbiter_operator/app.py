@@ -33,7 +33,7 @@ from .kube.watch import Resource, Watches, WatchOptions
 from .kube.workqueue import Key, PriorityWorkQueue
 from .observe.storage import VerdictCache
 from .reconcile import Reconciler
-from .settings import metrics_reader_secret, runtime_image, s3_own_credentials
+from .settings import argocd_namespace, metrics_reader_secret, runtime_image, s3_own_credentials
 from .state_metrics import DecisionModelStateCollector, cache_lister
 from .triggers import Triggers
 
@@ -158,7 +158,7 @@ class Operator:
         REGISTRY.register(self._state_metrics)
         kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
         reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image(),
-                                metrics_reader_secret=metrics_reader_secret(),
+                                metrics_reader_secret=metrics_reader_secret(), argocd_namespace=argocd_namespace(),
                                 verdicts=VerdictCache(own_credentials=OwnCredentials() if s3_own_credentials()
                                                       else None))
         # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.

@@ -25,8 +25,10 @@ from .api.names import API_VERSION, KIND
 from .apply import apply_plan
 from .kube.client import KubeClient
 from .observe.analysis import InstantQuerier, observe_promotion_analysis
+from .observe.audit import AuditVerdicts, observe_audit
 from .observe.children import observe_children, podmonitor_served, prometheusrule_served
 from .observe.kserve import DeploymentModes
+from .observe.requester import observe_request
 from .observe.storage import VerdictCache, observe_artifacts
 from .plan import plan as make_plan
 from .refuse import invalid_message, refuse, undecodable_message
@@ -59,12 +61,15 @@ class Reconciler:
         runtime_image: str = DEFAULT_RUNTIME_IMAGE,
         metrics_reader_secret: str = DEFAULT_METRICS_READER_SECRET,
         verdicts: VerdictCache | None = None,
+        argocd_namespace: str | None = None,
     ):
         """prometheus: where canary analyses are read (None: no analysis runs; a step due one waits for it).
         runtime_image: the operator's default runtime image (settings.runtime_image()).
         metrics_reader_secret: the Secret whose token the PodMonitors of models with auth on present
         (settings.metrics_reader_secret()).
-        verdicts: settled artifact verdicts kept between reconciles (one per process; the default keeps 5 min)."""
+        verdicts: settled artifact verdicts kept between reconciles (one per process; the default keeps 5 min).
+        argocd_namespace: where Argo CD's Applications are (settings.argocd_namespace()): a promotion of a DecisionModel
+        Argo CD tracks records the revision its Application synced."""
         self.client = client
         # The registry's delete finalizer (registry_handlers.RegistryFinalizer): held while spec.registry is set,
         # run when the DecisionModel is deleted. Handled here, in the one reconcile, so nothing else writes to it.
@@ -74,6 +79,8 @@ class Reconciler:
         self.runtime_image = runtime_image
         self.metrics_reader_secret = metrics_reader_secret
         self.verdicts = verdicts if verdicts is not None else VerdictCache()
+        self.argocd_namespace = argocd_namespace
+        self.audits = AuditVerdicts()  # the audit bucket's settled verdicts (spec.audit)
         self._seen: set[tuple[str, str]] = set()
         # Whether the PodMonitor API is served, observed once (None until known). Like every other API the operator
         # uses, it is discovered at start-up: restart the operator after installing prometheus-operator.
@@ -120,12 +127,19 @@ class Reconciler:
             obs.of_kind("InferenceService").values()))
         # (artifacts first: nothing is deployed for a version until its artifacts are known valid)
         obs = await observe_artifacts(self.client, dm, obs, now, self.verdicts)
+        # (the audit bucket before the plan: a version whose required audit is not ready is not promoted)
+        obs = await observe_audit(self.client, dm, obs, now, self.audits, self.verdicts.secrets, self.verdicts.storages)
         if self.prometheus is not None:
             obs = await observe_promotion_analysis(self.prometheus, dm, obs, now)
         # sync (registry ids label the InferenceServices the plan renders)
         obs = await sync_registry_step(self.client, dm, obs, now)
         # plan
         p = make_plan(dm, obs, now)
+        if p.needs_request:
+            # A promotion starts in this pass: who asked (managedFields, Argo CD's revision) goes into its status and,
+            # when it ends, its history record. Read only now, so a converged pass still makes no request.
+            request = await observe_request(self.client, dm, self.argocd_namespace)
+            p = make_plan(dm, replace(obs, promotion_request=request), now)
         # apply
         writes, conflicts = await apply_plan(self.client, raw, dm, p, dict(obs.children), now)
         # INFO when something changed, and once per DecisionModel after start (so a restart's reconcile is visible);

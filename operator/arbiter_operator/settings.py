@@ -9,6 +9,7 @@ from .api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
 RUNTIME_IMAGE_ENV = "ARBITER_RUNTIME_IMAGE"
 METRICS_READER_SECRET_ENV = "ARBITER_METRICS_READER_SECRET"
 S3_OWN_CREDENTIALS_ENV = "ARBITER_S3_OWN_CREDENTIALS"
+ARGOCD_NAMESPACE_ENV = "ARBITER_ARGOCD_NAMESPACE"
 
 
 def runtime_image() -> str:
@@ -27,3 +28,10 @@ def s3_own_credentials() -> bool:
     (botocore's chain: a web identity, instance metadata, ...). Off by default: with it, a DecisionModel in any
     watched namespace can have the operator read what the operator's role may read (docs/security.md)."""
     return os.environ.get(S3_OWN_CREDENTIALS_ENV, "").strip().lower() in ("true", "1", "yes", "on")
+
+
+def argocd_namespace() -> str | None:
+    """Where Argo CD keeps its Applications (argocd, openshift-gitops): the promotion history names the Git revision
+    of a DecisionModel it tracks by reading the Application there. None: not read (an Application whose tracking
+    annotation names its own namespace is read all the same)."""
+    return os.environ.get(ARGOCD_NAMESPACE_ENV, "").strip() or None

@@ -36,6 +36,7 @@ def serve(argv: list[str]) -> int:
     import uvicorn
 
     from .edge import EdgeConfigError, EdgeLimits, guarded_protocol, raise_fd_limit
+    from .routing import routing_path_for
     from .server import create_app
     from .service import RuntimeOptions, resolve_from_model_dir
     from .shadow import shadow_path_for
@@ -47,7 +48,8 @@ def serve(argv: list[str]) -> int:
         cfg = load_config(args.config)
         if args.upstream:
             cfg = dataclasses.replace(cfg, upstream=dataclasses.replace(cfg.upstream, url=args.upstream.rstrip("/")))
-        options = RuntimeOptions(model_dir=args.model_dir, shadow_config=shadow_path_for(args.config))
+        options = RuntimeOptions(model_dir=args.model_dir, shadow_config=shadow_path_for(args.config),
+                                 routing_config=routing_path_for(args.config))
         app = create_app(cfg, options)
     except (ConfigError, EdgeConfigError, ValueError) as exc:
         print(f"arbiter-runtime: {exc}", file=sys.stderr)

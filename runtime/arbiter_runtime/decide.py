@@ -37,6 +37,9 @@ def fallback_reserve_s(deadline_s: float) -> float:
     return min(0.1 * deadline_s, 0.025)
 
 
+# The words of vLLM's 400 answer to a prompt that leaves no room for max_tokens within --max-model-len.
+CONTEXT_LENGTH_REFUSAL = b"maximum context length"
+
 class DeadlineReserve:
     """How much of deadlineMs the model gets, learnt from how late deadline fallbacks actually land.
 
@@ -109,7 +112,16 @@ class ScoredMode:
         # steps live in scored_format.py.
         self.format = scored_format(cfg.scored_format, cfg.labels, cfg.reasoning_codes, cfg.steps)
         self.regex = self.format.regex
-        max_tokens = cfg.upstream.max_tokens or self.format.max_tokens
+        # The bound fits any well-formed answer with its end of sequence. With single-token names the compact answer
+        # is exactly 2K tokens: asking for that many ends generation on the last label and spares the forward pass
+        # of the forced end of sequence. A model that spells a name in pieces is cut short there; its retry gets the
+        # bound (`roomy`), so it costs one attempt, never a decision.
+        bound = cfg.upstream.max_tokens or self.format.max_tokens
+        exact = self.format.exact_tokens if tokens.single_token_steps and not cfg.upstream.max_tokens else None
+        max_tokens = exact or bound
+        self.max_tokens = max_tokens  # what request() asks for
+        self.exact = exact
+        self.roomy: int | None = bound if exact else None
         system = f"{cfg.instructions or DEFAULT_INSTRUCTIONS}\n{self.format.describe}"
         self._system = {"role": "system", "content": system}
         self._label_ids = [tokens.label_ids[x] for x in cfg.labels]
@@ -125,7 +137,7 @@ class ScoredMode:
         }
         # At every position the chosen token, in top_logprobs again, and one entry per label: an answer above this
         # is not vLLM's.
-        self.max_answer_bytes = answer_bound(max_tokens, 2 + len(self._label_ids))
+        self.max_answer_bytes = answer_bound(bound, 2 + len(self._label_ids))
 
     def request(self, canonical: str, seed: int) -> dict[str, Any]:
         body = dict(self._base)
@@ -133,19 +145,32 @@ class ScoredMode:
         body["seed"] = seed
         return body
 
-    def parse(self, response: dict[str, Any]) -> dict[str, Any]:
+    def parse(self, response: dict[str, Any], max_tokens: int | None = None) -> dict[str, Any]:
+        """`max_tokens`: what the request asked for. finish_reason `length` is read only when that was the exact
+        count and the answer is exactly that many tokens forming K whole steps: generation ended on the last label,
+        and the regex allows nothing after it but the end of sequence. Any other `length` is a cut answer."""
         choice = check_choice(response, want_logprobs=True)
         content = choice["message"].get("content")
-        if choice.get("finish_reason") == "length":
+        cut = choice.get("finish_reason") == "length"
+        if cut and (self.exact is None or max_tokens != self.exact):
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
         if not isinstance(content, str):
-            raise TrajectoryInvalid("format", "the answer has no text content")
+            raise TrajectoryInvalid("length" if cut else "format", "the answer has no text content")
         # The text itself stays out of error messages: they land in audit records, and an unconstrained model may
         # have echoed the input.
-        split = self.format.split(content)
+        try:
+            split = self.format.split(content)
+        except TrajectoryInvalid:
+            if cut:  # stopped at max_tokens before the answer was whole: never read a cut answer
+                raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: "
+                                                  "length)") from None
+            raise
         entries = (choice.get("logprobs") or {}).get("content")
         if not isinstance(entries, list):
             raise TrajectoryInvalid("logprobs", "the answer carries no logprobs (request asked for logprobs: true)")
+        if cut and len(entries) != self.exact:
+            raise TrajectoryInvalid("length", f"finish_reason length after {len(entries)} tokens, not the "
+                                              f"{self.exact} asked for")
         labels = self.cfg.labels
         steps = []
         # Walk the tokens by byte offset to the position where each step's label starts.
@@ -190,6 +215,8 @@ class ScoredMode:
 
 
 class GeneratedMode:
+    roomy: int | None = None  # max_tokens is already the bound
+
     def __init__(self, cfg: DecisionConfig):
         self.cfg = cfg
         schema = cfg.output_schema or derived_output_schema(cfg)
@@ -200,6 +227,7 @@ class GeneratedMode:
         self._system = {"role": "system", "content": system}
         self._base: dict[str, Any] = {"model": cfg.upstream.served_model_name,
                                       "max_tokens": cfg.upstream.max_tokens or 1024}
+        self.max_tokens: int = self._base["max_tokens"]
         self.max_answer_bytes = answer_bound(self._base["max_tokens"])
         if not cfg.diffusion:
             # Diffusion models in vLLM 0.26 reject structured outputs, seed and temperature != 1.0.
@@ -213,8 +241,9 @@ class GeneratedMode:
             body["seed"] = seed
         return body
 
-    def parse(self, response: dict[str, Any]) -> Any:
-        """The answer's JSON document, whatever its shape: TrajectoryChecker.check says whether it is a trajectory."""
+    def parse(self, response: dict[str, Any], max_tokens: int | None = None) -> Any:
+        """The answer's JSON document, whatever its shape: TrajectoryChecker.check says whether it is a trajectory.
+        (`max_tokens` as ScoredMode.parse takes it: a `length` answer is never read here.)"""
         choice = check_choice(response, want_logprobs=False)
         if choice.get("finish_reason") == "length":
             raise TrajectoryInvalid("length", "the model hit max_tokens before finishing (finish_reason: length)")
@@ -263,7 +292,10 @@ class Decider:
             raise UpstreamFailure("http_5xx" if status >= 500 else "http_4xx", f"upstream answered {status}",
                                   retryable=True)
         if status != 200:
-            raise UpstreamFailure("http_4xx", f"upstream answered {status}: {content[:200]!r}", retryable=False)
+            # vLLM's refusal of a prompt longer than --max-model-len leaves (its 400 says "maximum context length"):
+            # counted apart, because its fix is the spec's maxModelLen or the inputs, not the request's shape.
+            kind = "context_length" if status == 400 and CONTEXT_LENGTH_REFUSAL in bytes(content[:2048]) else "http_4xx"
+            raise UpstreamFailure(kind, f"upstream answered {status}: {content[:200]!r}", retryable=False)
         try:
             return loads(content)
         except (ValueError, RecursionError):
@@ -296,7 +328,7 @@ class Decider:
             finally:
                 out.upstream_s += time.perf_counter() - t0
             try:
-                trajectory = self.mode.parse(response)
+                trajectory = self.mode.parse(response, body.get("max_tokens"))
                 self.checker.check(trajectory)
             except WireError as wrong:
                 self.metrics.upstream_error("protocol")
@@ -307,6 +339,8 @@ class Decider:
                 self.metrics.violation(invalid.kind)
                 out.notes.append(f"attempt {attempt + 1}: {invalid}")
                 reason = "invalid"
+                if invalid.kind == "length" and self.mode.roomy and body.get("max_tokens") != self.mode.roomy:
+                    body = {**body, "max_tokens": self.mode.roomy}  # a name spelt in pieces: room to finish
                 continue
             except Exception as exc:  # anything the wire check missed is still the upstream's fault
                 self.metrics.upstream_error("protocol")

@@ -18,7 +18,9 @@
   arbiter_fallbacks_total{model,version,reason}        reason: upstream_down | upstream_error | deadline |
                                                         invalid | low_confidence
   arbiter_upstream_errors_total{model,version,kind}    kind: connect | timeout | http_5xx | http_4xx | protocol |
-                                                        too_large (an answer over the bound of its max_tokens)
+                                                        too_large (an answer over the bound of its max_tokens) |
+                                                        context_length (vLLM refused a prompt longer than its
+                                                        --max-model-len leaves room for)
   arbiter_upstream_up{model,version}                   1 while the upstream answers /health, else 0
   arbiter_audit_queue_depth{model,version}             audit records reserved or waiting for the writer
   arbiter_audit_refused_total{model,version}           requests refused (503) because the audit queue was full
@@ -33,6 +35,12 @@
       have; agree "true" | "false": the agreement rate and the per-label confusion
   arbiter_shadow_in_flight{model,version}              mirrored requests waiting for the candidate
   arbiter_shadow_config_errors_total{model,version}    shadow.json contents that could not be used (shadowing off)
+  Context routing (spec.routing; routing.py), recorded by the version that forwards:
+  arbiter_routed_requests_total{model,version,to,result}
+      result: forwarded (the pinned version answered; its answer went back as it was) | error (it did not answer in
+              time or at all: 503) | refused (no identity to pass on: 421) | loop (the routes disagree: 508)
+      a forwarded request is counted by the version that decides it, never in this version's decisions
+  arbiter_routing_config_errors_total{model,version}   routing.json contents that could not be used (no routes)
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 # Every kind of rejected model answer the checks name (decide.py, trajectory.py, scored_format.py), pre-created at 0.
 VIOLATION_KINDS = ("schema", "inconsistent", "probabilities", "order", "length", "format", "logprobs", "json")
 SHADOW_RESULTS = ("sent", "dropped", "error", "compared")
+ROUTED_RESULTS = ("forwarded", "error", "refused", "loop")
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 
 
@@ -93,6 +102,12 @@ class Metrics:
         self.shadow_config_errors = Counter("arbiter_shadow_config_errors", "shadow.json contents that could not be "
                                             "used (shadowing is off until it is fixed)", ["model", "version"],
                                             registry=r).labels(model, version)
+        self.routed_requests = Counter("arbiter_routed_requests", "Requests of a pinned context forwarded to the "
+                                       "version that decides it, by result", ["model", "version", "to", "result"],
+                                       registry=r)
+        self.routing_config_errors = Counter("arbiter_routing_config_errors", "routing.json contents that could not "
+                                             "be used (no context is routed until it is fixed)", ["model", "version"],
+                                             registry=r).labels(model, version)
         self._labels: dict[str, Any] = {}
         self._mv = self.mv = (model, version)
         self._latency = self.latency.labels(model, version)
@@ -138,6 +153,14 @@ class Metrics:
         self.shadow_comparisons.labels(*self._mv, candidate, stable_label, candidate_label,
                                        "true" if agree else "false").inc()
         return agree
+
+    def routed_to(self, version: str) -> None:
+        """Pre-create a pinned version's series at 0."""
+        for result in ROUTED_RESULTS:
+            self.routed_requests.labels(*self._mv, version, result)
+
+    def routed(self, version: str, result: str) -> None:
+        self.routed_requests.labels(*self._mv, version, result).inc()
 
     def violation(self, kind: str) -> None:
         self.schema_violations.labels(*self._mv, kind).inc()

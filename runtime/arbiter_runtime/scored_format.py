@@ -11,9 +11,16 @@ Every generated token costs one forward pass, so the format decides the latency 
 - `lines`: per step one line `CODE:LABEL\\n`. The `:` and the newline are forced by the constraint yet cost a forward
   pass each (17 tokens for K=4). Kept for models fine-tuned on it.
 
+The regex is exactly K steps, so an answer that splits into K complete steps is whole: nothing but the end of
+sequence could follow it. That lets the compact format end generation on the last label (`exact_tokens`, when every
+code and label is one token: tokens.LabelTokens.single_token_steps) and spare the forward pass of the forced end of
+sequence: vLLM then stops at max_tokens with finish_reason `length`, and the runtime accepts that only for an answer
+that splits exactly (decide.ScoredMode.parse); a cut answer never does.
+
 A format gives the structured-outputs regex, the sentence of the system prompt that describes the answer, the
-upper bound of a well-formed answer in tokens, the text the label follows when its token id is resolved (`joiner`),
-and `split`, which turns the answer text into (code, label, byte offset where the label starts) per step.
+upper bound of a well-formed answer in tokens, the exact count when every name is one token (None: not known), the
+text the label follows when its token id is resolved (`joiner`), and `split`, which turns the answer text into
+(code, label, byte offset where the label starts) per step.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ class LinesFormat:
         self._full = re.compile(f"(?:{alt[0]}:{alt[1]}\n){{{steps}}}")
         per_step = max(len(c.encode()) for c in codes) + 1 + max(len(x.encode()) for x in labels) + 1
         self.max_tokens = steps * per_step + 1  # every token is at least one byte; +1 for the end of sequence
+        self.exact_tokens: int | None = None  # the separators' tokens are the tokenizer's affair: not counted
         self.describe = (f"Answer with exactly {steps} line(s), one per reasoning step. Each line is CODE:LABEL where "
                          f"CODE is one of {', '.join(codes)} and LABEL is one of {', '.join(labels)}. The label on "
                          "the last line is the decision.")
@@ -85,6 +93,7 @@ class CompactFormat:
         self._labels = tuple(labels)
         per_step = max(len(c.encode()) for c in codes) + max(len(x.encode()) for x in labels)
         self.max_tokens = steps * per_step + 1
+        self.exact_tokens: int | None = 2 * steps  # with single-token names: one code and one label per step
         self.describe = (f"Answer with exactly {steps} reasoning step(s) and nothing else: for each step a CODE "
                          f"immediately followed by a LABEL, with no separator, space or line break, where CODE is one "
                          f"of {', '.join(codes)} and LABEL is one of {', '.join(labels)}. The label of the last step "

@@ -19,11 +19,11 @@ from starlette.routing import Route
 
 from . import __version__, vllm_metrics
 from .audit import Trace, trace_from_header
-from .auth import AuthMiddleware, authenticator_from_env
+from .auth import AuthMiddleware, authenticator_from_env, current_caller
 from .config import DecisionConfig
 from .decide import Outcome
 from .edge import arrived
-from .inputs import BodyTooLarge, UnsupportedMediaType, read_json
+from .inputs import BodyTooLarge, UnsupportedMediaType, read_json, read_limited
 from .jsonutil import dumps_bytes
 from .protocol import OUTPUT_METADATA, BadRequest, Outputs, infer_response, parse_infer, wants_json_readiness
 from .service import Runtime, RuntimeOptions
@@ -163,10 +163,21 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
             rt.metrics.answered(out.decision)  # the decision mix counts what left the server
         return [o for o, _ in decided], canonicals
 
+    async def routed(request: Request, route: Any) -> Response:
+        """A context pinned to another version: that version decides (routing.py); its answer goes back as it is."""
+        body = await read_limited(request.headers, request.stream())
+        # The caller's identity goes with the request as its bearer token (or nothing is checked: auth off).
+        identity_passes = "authorization" in request.headers or current_caller() is None
+        out = await rt.routing.forward(route, request.url.path, request.headers, body, identity_passes)
+        return Response(out.body, status_code=out.status, headers=out.headers)
+
     async def serve(request: Request, started: float, read: Any, answer: Any) -> Response:
-        """The decision path both endpoints share: admit, read the rows (`read`: request -> documents, request id,
-        what the answer needs), decide and audit, answer (`answer`: outcomes, trace, request id, that -> body),
-        mirror to the candidate (never a mirrored request itself: no loops)."""
+        """The decision path both endpoints share: a context pinned to another version goes there; otherwise admit,
+        read the rows (`read`: request -> documents, request id, what the answer needs), decide and audit, answer
+        (`answer`: outcomes, trace, request id, that -> body), mirror to the candidate (never a mirrored request
+        itself: no loops)."""
+        if rt.routing.routes and (route := rt.routing.match(request.headers)) is not None:
+            return await routed(request, route)
         trace = trace_from_header(request.headers.get("traceparent"))
         headers = {"traceparent": trace.traceparent}
         if (err := admit(headers)) is not None:

@@ -22,6 +22,7 @@ from .fallback import RulesEngine
 from .inputs import canonicalise
 from .metrics import Metrics
 from .protocol import BadRequest
+from .routing import ContextRouter
 from .shadow import Shadow
 from .supervisor import shutdown_grace_s
 from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
@@ -47,6 +48,7 @@ class RuntimeOptions:
     on_fatal: Callable[[str], None] | None = None  # called when the model is refused after start-up
     shadow_config: str | None = None  # shadow.json to watch (serve: next to decision.json); None: never shadow
     shadow_poll_s: float = 2.0
+    routing_config: str | None = None  # routing.json to watch (serve: next to decision.json); None: never route
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
 
@@ -79,6 +81,7 @@ class Runtime:
         self.decider: Decider | None = None
         self.audit: AuditLog | None = None
         self.shadow = Shadow(cfg, self.metrics, lambda: self.audit, options.shadow_config, options.shadow_poll_s)
+        self.routing = ContextRouter(cfg.version, self.metrics, options.routing_config, options.shadow_poll_s)
         self._loader: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
         self.shutdown_grace_s = shutdown_grace_s(options.env)
@@ -121,6 +124,7 @@ class Runtime:
         self.metrics.audit_depth.set_function(lambda: self.audit.depth if self.audit else 0)
         self._loader = asyncio.create_task(self._load(tokens), name="load")
         await self.shadow.start()
+        await self.routing.start()
 
     async def _upstream_healthy(self) -> bool:
         assert self.client is not None
@@ -197,6 +201,7 @@ class Runtime:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self.shadow.stop()  # before the audit closes: a cancelled mirror gives its slots back
+        await self.routing.stop()
         # Every sink gets until the deadline (S3 retried with backoff); what is missing is counted per sink.
         self.audit_lost = await self.audit.close(deadline) if self.audit is not None else {}
         if self.client is not None:

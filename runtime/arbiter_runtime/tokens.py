@@ -6,6 +6,11 @@ scored format, after "code:" in the lines format). A label is therefore resolved
 "code" + joiner + "label" and requiring the second to be the first plus one token; a model
 whose labels do not pass, or whose labels share a token, is refused before the server reports ready.
 
+In the compact format (no joiner) it also finds whether every code is one token too, on its own and right after
+each label: then a well-formed answer is exactly one token per code and per label, 2K tokens for K steps, and the
+runtime can end generation on the last label instead of spending a forward pass on the forced end of sequence
+(`LabelTokens.single_token_steps`, used by decide.ScoredMode).
+
 Two sources give the same answer: the model directory's tokenizer.json (the `tokenizers` library, no network),
 or the upstream's `/tokenize` endpoint, which `vllm serve` has (and so does the stand-in).
 """
@@ -77,6 +82,8 @@ class LabelTokens:
     label_ids: dict[str, int]
     code_ids: dict[str, list[int]]
     source: str
+    # Every code and label is one token wherever the compact format writes it (after a label, after a code).
+    single_token_steps: bool = False
 
 
 async def resolve(source: TokenSource, labels: tuple[str, ...], codes: tuple[str, ...],
@@ -112,10 +119,26 @@ async def resolve(source: TokenSource, labels: tuple[str, ...], codes: tuple[str
         raise TokenizerRefused(f"this model cannot run in scored mode: labels {shared} map to the same token; "
                                "choose labels that are distinct tokens")
     code_ids = {code: await source.encode(code) for code in codes}
-    return LabelTokens(label_ids=label_ids, code_ids=code_ids, source=description)
+    single = joiner == "" and await _codes_single_after_labels(source, label_ids, code_ids)
+    return LabelTokens(label_ids=label_ids, code_ids=code_ids, source=description, single_token_steps=single)
+
+
+async def _codes_single_after_labels(source: TokenSource, label_ids: dict[str, int],
+                                     code_ids: dict[str, list[int]]) -> bool:
+    """Whether each code is one token on its own and stays that token right after every label (a label's own
+    context, after a code, was checked by `resolve`)."""
+    if any(len(ids) != 1 for ids in code_ids.values()):
+        return False
+    for label, label_id in label_ids.items():
+        for code, ids in code_ids.items():
+            if await source.encode(f"{label}{code}") != [label_id, ids[0]]:
+                return False
+    return True
 
 
 def describe(tokens: LabelTokens) -> str:
-    return json.dumps({"labelTokenIds": tokens.label_ids, "source": tokens.source})
+    # endsOnLastLabel: whether the compact answer asks for exactly 2K tokens (decide.ScoredMode), said at start-up.
+    return json.dumps({"labelTokenIds": tokens.label_ids, "source": tokens.source,
+                       "endsOnLastLabel": tokens.single_token_steps})
 
 

@@ -11,12 +11,14 @@ API
     fleet = RuntimeFleet(workdir, namespace="ns", model="credit")     # or `with RuntimeFleet(...) as fleet:`
     v1 = fleet.start_version("v1")                                   # healthy, ready when it returns
     v2 = fleet.start_version("v2", behaviour="approve_all", confidenceThreshold=0.5)  # decision.json overrides
+    v3 = fleet.start_version("v3", env={"ARBITER_AUTH": "true", ...})  # more of the server's environment
     v2.misbehave("fallback")        # any time; BEHAVIOURS below
     v1.write_shadow(v2, sample_rate=1.0, timeout_ms=2000, max_in_flight=64)  # v1 mirrors to v2 (no restart)
     v1.write_shadow_raw("{not json")  # a malformed shadow.json (serving continues; shadowing off)
     v1.clear_shadow()               # removes shadow.json: shadowing off
     traffic = fleet.traffic({v1: 20, v2: 20})   # background callers, decisions/s per process; traffic.set(v2, 0)
     v1.decide({"amount": 120, "country": "DE"}) -> the /v1/decisions answer (dict)
+    v1.call(doc, headers={...}) -> (status, body): any answer (401/403/503 included)
     v1.infer([doc, ...]) -> the V2 infer answer (dict)
     v1.metrics_text(), v1.records() (audit records), v1.url, v1.port, v1.metrics_url, v1.vllm_metrics_url
     v1.labels() -> {"namespace", "pod", "container", "arbiter_dev_decision_model", "arbiter_dev_version",
@@ -42,6 +44,13 @@ BEHAVIOURS (what the stand-in upstream of one version does; the decision server 
                    low_confidence, the model's decision flagged (lowConfidencePolicy flag)
     approve_all    confidently approves every case: the decision mix shifts to 100% approve
     slow           healthy, each completion delayed by `delay_s` (misbehave("slow", delay_s=0.3))
+    truncated      stops every answer at max_tokens (finish_reason length): rejected answers of kind length, the rules
+                   decide (fallbackReason invalid)
+    saturated      vLLM's engine full: 2 sequences at a time (max-num-seqs 2), each holding 60% of the KV cache, 0.25 s
+                   each; concurrent callers wait (vllm:num_requests_waiting, queue time) and the second sequence of
+                   each pair preempts (vllm:num_preemptions_total)
+    long_inputs    --max-model-len 64: every prompt is longer, vLLM answers 400 "maximum context length" and the rules
+                   decide (upstream error kind context_length)
 
 Every process writes its audit records to `<workdir>/<version>/audit.jsonl` and its log to `runtime.log`.
 """
@@ -80,6 +89,9 @@ BEHAVIOURS: dict[str, dict[str, Any] | None] = {
     "low_confidence": {**HEALTHY, "distribution": {"approve": 1 / 3, "deny": 1 / 3, "review": 1 / 3}},
     "approve_all": {**HEALTHY, "distribution": {"approve": 0.96, "deny": 0.02, "review": 0.02}},
     "slow": {**HEALTHY, "delay_s": 0.3},
+    "truncated": {**HEALTHY, "mode": "truncated"},
+    "saturated": {**HEALTHY, "max_num_seqs": 2, "kv_per_seq": 0.6, "delay_s": 0.25},
+    "long_inputs": {**HEALTHY, "max_model_len": 64},
 }
 
 
@@ -141,6 +153,7 @@ class RuntimeProc:
     port: int = field(default_factory=free_port)
     upstream_port: int = field(default_factory=free_port)
     behaviour: str = "healthy"
+    env: dict[str, str] = field(default_factory=dict)  # more of the decision server's environment (auth, audit)
     server: subprocess.Popen | None = None
     upstream: subprocess.Popen | None = None
 
@@ -193,7 +206,7 @@ class RuntimeProc:
         log = open(self.workdir / "runtime.log", "ab")
         self.server = subprocess.Popen(
             [sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(self.config_path), "--host",
-             "127.0.0.1", "--port", str(self.port)], env=_env(), stdout=audit, stderr=log)
+             "127.0.0.1", "--port", str(self.port)], env={**_env(), **self.env}, stdout=audit, stderr=log)
         self._wait(f"{self.url}/v2/health/ready", self.server, "decision server")
 
     def _wait(self, url: str, proc: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
@@ -264,6 +277,14 @@ class RuntimeProc:
         if status != 200:
             raise RuntimeError(f"{self.version}: {status} {body[:300]!r}")
         return json.loads(body)
+
+    def call(self, document: Any, headers: dict | None = None) -> tuple[int, Any]:
+        """(status, decoded body) of one /v1/decisions call, whatever the status."""
+        status, body = _http("POST", f"{self.url}/v1/decisions", document, headers=headers)
+        try:
+            return status, json.loads(body)
+        except ValueError:
+            return status, body
 
     def infer(self, documents: list[Any], request_id: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {"inputs": [{"name": "input", "shape": [len(documents)], "datatype": "BYTES",
@@ -351,8 +372,11 @@ class RuntimeFleet:
         self.procs: dict[str, RuntimeProc] = {}
         self._traffic: list[Traffic] = []
 
-    def start_version(self, version: str, behaviour: str = "healthy", **decision_overrides: Any) -> RuntimeProc:
-        proc = RuntimeProc(self.model, version, self.namespace, self.workdir / version, behaviour=behaviour)
+    def start_version(self, version: str, behaviour: str = "healthy", env: dict[str, str] | None = None,
+                      **decision_overrides: Any) -> RuntimeProc:
+        """env: more of the decision server's environment (e.g. ARBITER_AUTH_*, ARBITER_AUDIT_S3_*)."""
+        proc = RuntimeProc(self.model, version, self.namespace, self.workdir / version, behaviour=behaviour,
+                           env=dict(env or {}))
         self.procs[version] = proc
         try:
             proc.start(decision_config(self.model, version, f"http://127.0.0.1:{proc.upstream_port}/v1",

@@ -52,12 +52,14 @@ Every rule is exercised by the reconcile and promotion scenarios run as this Ser
 reason for each is in docs/security.md. Keep the three in step.
 */}}
 {{- define "arbiter.namespacedRules" -}}
-# The DecisionModel: kopf lists and watches it; the reconcile reads it from the watch cache (no get). patch: metadata
-# only: the finalizer that archives its registry versions on delete (only with spec.registry), and the one-time
-# removal of kopf's annotations earlier builds wrote (registry_handlers.py). The operator never writes its spec.
+# The DecisionModel: listed and watched; the reconcile reads it from the watch cache. get: read whole once by the
+# pass that starts a promotion (the cache holds no managedFields: who wrote spec.promote.version goes into the
+# promotion's history). patch: metadata only: the finalizer that archives its registry versions on delete (only with
+# spec.registry), and the one-time removal of kopf's annotations earlier builds wrote (registry_handlers.py). The
+# operator never writes its spec.
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Status is the only thing the operator writes about a DecisionModel (conditions, promotion progress).
 - apiGroups: ["arbiter.dev"]
   resources: ["decisionmodels/status"]
@@ -113,13 +115,19 @@ reason for each is in docs/security.md. Keep the three in step.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
-# Only while a shadow phase runs with auth on: one Role granting `get` on the candidate's InferenceService (by name)
-# and its RoleBinding to the predictor pods' ServiceAccount, so the stable version may call the candidate; listed by
-# label, read by name when a create finds the name taken, deleted when the shadow phase ends. The operator holds
-# that `get` itself, so no escalate or bind verb is needed.
+# Grants of `get` on the DecisionModel's own InferenceServices (by name), each a Role and its RoleBinding: to the
+# callers spec.access names (every live version, updated as versions come and go), and, only while a shadow phase
+# runs with auth on, to the predictor pods' ServiceAccount (the stable version calls the candidate). Watched by the
+# operator's label (drift), read by name when a create finds the name taken, deleted when no longer wanted. The
+# operator holds that `get` itself, so no escalate or bind verb is needed.
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "list", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# spec.access.network: one NetworkPolicy per DecisionModel on its predictor pods, applied, watched (drift), its name
+# read before it is created, deleted when spec.access.network goes.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events on DecisionModels, posted by the operator on transitions (kopf's own event posting is off); a reason that
 # repeats on the same DecisionModel within 10 minutes updates the earlier Event's count (patch) instead.
 - apiGroups: [""]

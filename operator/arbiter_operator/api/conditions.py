@@ -21,11 +21,13 @@ STALLED = "Stalled"
 ARTIFACTS_VALID = "ArtifactsValid"
 TOKEN_COST = "TokenCost"  # a warning: never holds a version back
 REGISTERED = "Registered"
+AUDIT_READY = "AuditReady"  # spec.audit: the bucket holds the records as asked
 SERVING = "Serving"
 EXPOSED = "Exposed"
 PROMOTED = "Promoted"
 
-CONDITION_TYPES = (READY, RECONCILING, STALLED, ARTIFACTS_VALID, TOKEN_COST, REGISTERED, SERVING, EXPOSED, PROMOTED)
+CONDITION_TYPES = (READY, RECONCILING, STALLED, ARTIFACTS_VALID, TOKEN_COST, REGISTERED, AUDIT_READY, SERVING, EXPOSED,
+                   PROMOTED)
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 

@@ -49,6 +49,17 @@ from .fields import (
     _Model,
     schema_depth,
 )
+from .governance import (
+    AccessSpec,
+    AuditRetention,
+    AuditS3,
+    AuditSpec,
+    ContextRoute,
+    NetworkAccess,
+    NetworkPeer,
+    RoutingSpec,
+    ServiceAccountRef,
+)
 from .names import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from .promotion import (
     SEQUENTIAL_FAILURE_LIMIT,
@@ -68,7 +79,9 @@ from .serving import (
     Resources,
     ServingSpec,
     Toleration,
+    VersionVllm,
     VllmSettings,
+    effective_vllm,
 )
 from .versions import (
     DecisionOverride,
@@ -105,9 +118,14 @@ __all__ = [
     "SHORT_NAMES",
     "SINGULAR",
     "VERSION",
+    "AccessSpec",
     "Address",
     "Arg",
+    "AuditRetention",
+    "AuditS3",
+    "AuditSpec",
     "AwsWebIdentity",
+    "ContextRoute",
     "DecisionModel",
     "DecisionModelSpec",
     "DecisionModelStatus",
@@ -123,10 +141,14 @@ __all__ = [
     "ModelRef",
     "ModelVersion",
     "Name",
+    "NetworkAccess",
+    "NetworkPeer",
     "ObjectMeta",
     "ObjectRef",
     "RegistrySpec",
     "Resources",
+    "RoutingSpec",
+    "ServiceAccountRef",
     "ServingSpec",
     "ShortStr",
     "Sla",
@@ -136,8 +158,10 @@ __all__ = [
     "VersionMetadata",
     "VersionPhase",
     "VersionStatus",
+    "VersionVllm",
     "VllmSettings",
     "effective_decision",
+    "effective_vllm",
     "isvc_name",
     "name_plus_version_limit",
     "schema_depth",
@@ -157,6 +181,11 @@ class DecisionModelSpec(_Model):
             "self.versions.exists(v, v.name == self.promote.version)",
             "spec.promote.version must name one of spec.versions[].name",
             ".promote.version",
+        ),
+        _cel(
+            "!has(self.routing) || self.routing.contexts.all(c, self.versions.exists(v, v.name == c.version))",
+            "spec.routing.contexts[].version must name one of spec.versions[].name",
+            ".routing.contexts",
         ),
         _cel(
             "self.serving.nodes == 1 || self.serving.replicas == 1",
@@ -195,6 +224,16 @@ class DecisionModelSpec(_Model):
     decision: DecisionSpec
     registry: RegistrySpec | None = Field(None, description="Model Registry to record versions in.")
     storage: StorageSpec = Field(default_factory=StorageSpec)
+    access: AccessSpec | None = Field(
+        None, description="Who may call the model: the operator grants these callers `get` on every live version's "
+        "InferenceService (what the runtime and OpenShift AI's authenticating proxy check), updated in the pass that "
+        "creates or retires a version. Others the namespace's roles already allow may still call.")
+    routing: RoutingSpec | None = Field(
+        None, description="Contexts pinned to a version (a header and its value): decided by that version, which "
+        "stays warm; the stable version's runtime forwards them with the caller's token.")
+    audit: AuditSpec | None = Field(
+        None, description="Where each decision's audit record is kept and for how long: stdout always; with s3, also "
+        "that bucket, each object under S3 object lock for the retention asked (checked: the AuditReady condition).")
 
 
 # Rules for classes defined in api/promotion.py (owned elsewhere): crdgen attaches them to the schema there.

@@ -41,6 +41,10 @@ ABORT_ANNOTATION: Final = "arbiter.dev/abort"
 # started, lets a Paused promotion take all traffic; kubectl arbiter approve writes `<version>@<time>`.
 APPROVE_ANNOTATION: Final = "arbiter.dev/approve"
 
+# Argo CD's annotation on the objects it tracks (annotation tracking, its default): `<app>:<group>/<kind>:<ns>/<name>`,
+# `<app>` being `<namespace>_<name>` for an Application outside Argo CD's own namespace.
+ARGOCD_TRACKING_ANNOTATION: Final = "argocd.argoproj.io/tracking-id"
+
 # Labels OpenShift AI uses to link a deployment to its Model Registry entry.
 LABEL_REGISTERED_MODEL_ID: Final = "modelregistry.opendatahub.io/registered-model-id"
 LABEL_MODEL_VERSION_ID: Final = "modelregistry.opendatahub.io/model-version-id"
@@ -69,5 +73,7 @@ PODMONITOR_API: Final = "monitoring.coreos.com/v1"
 PODMONITOR_KIND: Final = "PodMonitor"
 PROMETHEUSRULE_KIND: Final = "PrometheusRule"  # same API group and version as PodMonitor
 RBAC_API: Final = "rbac.authorization.k8s.io/v1"
+NETWORKING_API: Final = "networking.k8s.io/v1"
 COORDINATION_API: Final = "coordination.k8s.io/v1"
 MODEL_REGISTRY_API: Final = "modelregistry.opendatahub.io/v1beta1"
+ARGOCD_API: Final = "argoproj.io/v1alpha1"

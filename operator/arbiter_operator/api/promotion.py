@@ -334,6 +334,17 @@ class PromotionRecord(_Model):
         description="Superseded attempts this record counts (reason Superseded): version and finishedAt are the last "
         "one's, startedAt the first one's, durationSeconds their sum.",
     )
+    requestedBy: str | None = Field(
+        None, max_length=128,
+        description="Who asked for this promotion: the field manager that last wrote spec.promote.version when it "
+        "started (metadata.managedFields: e.g. argocd-controller, kubectl-client-side-apply, kubectl-arbiter).",
+    )
+    revision: str | None = Field(
+        None, max_length=256,
+        description="The Git revision Argo CD synced when the promotion started, for a DecisionModel Argo CD tracks.",
+    )
+    generation: int | None = Field(
+        None, ge=0, description="metadata.generation of the spec that asked for this promotion.")
 
 
 class PromotionStatus(_Model):
@@ -359,6 +370,14 @@ class PromotionStatus(_Model):
         None, description="Value of the arbiter.dev/approve annotation when the promotion started (not an approval)."
     )
     consecutiveFailures: int = Field(0, ge=0, description="Failed analyses in a row, tolerated up to failureLimit.")
+    requestedBy: str | None = Field(
+        None, max_length=128,
+        description="The field manager that last wrote spec.promote.version when this promotion started.",
+    )
+    requestedRevision: str | None = Field(
+        None, max_length=256, description="The Git revision Argo CD synced when this promotion started, if tracked.")
+    requestedGeneration: int | None = Field(
+        None, ge=0, description="metadata.generation of the spec that started this promotion.")
     history: list[PromotionRecord] = Field(
         default_factory=list, max_length=11,
         description="The last 10 real outcomes, and one record counting the attempts superseded before they finished.",

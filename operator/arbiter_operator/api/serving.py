@@ -31,10 +31,30 @@ class Toleration(_Model):
     tolerationSeconds: int | None = None
 
 
+# The weight quantizations and KV-cache dtypes vLLM 0.26 takes (`--quantization`, `--kv-cache-dtype`) that Arbiter
+# checks against the GPU product and the weights' size before a version is deployed (plan/quantization.py).
+Quantization = Literal["auto", "fp8"]
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+QUANTIZATION_HELP = (
+    "Weight quantization (--quantization). auto: the checkpoint as it is (16-bit weights stay 16-bit; a checkpoint "
+    "quantized before upload, named by its config.json quantization_config, runs with its own method). fp8: FP8 "
+    "weights, quantized when vLLM loads a 16-bit checkpoint (or an FP8 checkpoint as it is): FP8 compute on Ada, "
+    "Hopper and Blackwell GPUs, weight-only FP8 through vLLM's Marlin kernels on Turing and Ampere (T4, A10, A100), "
+    "refused on older GPUs. About half the weights' memory and time per token; decisions may change slightly."
+)
+KV_CACHE_DTYPE_HELP = (
+    "KV cache dtype (--kv-cache-dtype). auto: the model's dtype. fp8 (= fp8_e4m3) or fp8_e5m2: half the KV cache "
+    "memory, so more sequences fit; needs compute capability 8.0 or newer (Ampere, Ada, Hopper, Blackwell)."
+)
+
+
 class VllmSettings(_Model):
     dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(
         "auto", description="Weights and activations dtype (--dtype)."
     )
+    quantization: Quantization = Field("auto", description=QUANTIZATION_HELP + " A version may set its own "
+                                       "(spec.versions[].vllm), which ships it canaried like any new version.")
+    kvCacheDtype: KvCacheDtype = Field("auto", description=KV_CACHE_DTYPE_HELP)
     maxModelLen: int = Field(
         4096, ge=128, le=1048576, description="Context length (--max-model-len); checked against the model's config."
     )
@@ -60,6 +80,23 @@ class VllmSettings(_Model):
             ]
         },
     )
+
+
+class VersionVllm(_Model):
+    """The vLLM settings a version may set for itself: they change what the model computes, so a new value is
+    shipped as a version and promoted (canaried or shadowed) against the one serving."""
+
+    quantization: Quantization | None = Field(None, description="Overrides spec.serving.vllm.quantization for this "
+                                              "version. " + QUANTIZATION_HELP)
+    kvCacheDtype: KvCacheDtype | None = Field(None, description="Overrides spec.serving.vllm.kvCacheDtype for this "
+                                              "version. " + KV_CACHE_DTYPE_HELP)
+
+
+def effective_vllm(serving: VllmSettings, override: VersionVllm | None) -> VllmSettings:
+    """spec.serving.vllm with a version's own settings applied (a field the version sets wins)."""
+    if override is None:
+        return serving
+    return serving.model_copy(update=override.model_dump(exclude_none=True))
 
 
 class Resources(_Model):

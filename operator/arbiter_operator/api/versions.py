@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from .fields import JsonSchemaObject, Label, LongStr, Name, ShortStr, _cel, _checked, _Model, _rules
+from .serving import VersionVllm
 
 # ---------------------------------------------------------------- spec.model
 
@@ -182,6 +183,10 @@ class ModelVersion(_Model):
     )
     metadata: VersionMetadata
     decision: DecisionOverride | None = Field(None, description="Overrides of spec.decision for this version.")
+    vllm: VersionVllm | None = Field(
+        None, description="This version's own quantization and KV-cache dtype, overriding spec.serving.vllm: "
+        "add a version with the same storageUri and a new setting, and promote it like any new version."
+    )
 
 
 def effective_decision(spec: DecisionSpec, version: ModelVersion) -> DecisionSpec:

@@ -32,6 +32,8 @@ MANAGED_VLLM_FLAGS: dict[str, str] = {
     "--block-size": "spec.serving.vllm.blockSize",
     "--gpu-memory-utilization": "spec.serving.vllm.gpuMemoryUtilization",
     "--dtype": "spec.serving.vllm.dtype",
+    "--quantization": "spec.serving.vllm.quantization (or a version's vllm.quantization)",
+    "--kv-cache-dtype": "spec.serving.vllm.kvCacheDtype (or a version's vllm.kvCacheDtype)",
     "--seed": "spec.serving.vllm.seed",
     "--structured-outputs-config": "spec.serving.vllm.structuredOutputsBackend",
     "--port": "the runtime contract (vLLM listens on 8000 inside the pod, behind the decision server)",

@@ -7,7 +7,9 @@ from typing import Any, TextIO
 
 
 def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == type_), None)
+    conds = (obj.get("status") or {}).get("conditions")
+    return next((c for c in conds if isinstance(c, dict) and c.get("type") == type_), None) \
+        if isinstance(conds, list) else None
 
 
 def _traffic(obj: dict[str, Any]) -> str:
@@ -124,3 +126,47 @@ def print_history(obj: dict[str, Any], out: TextIO) -> None:
             f"{rec.get('outcome', ''):<12}{rec.get('durationSeconds', 0):>9.0f}s  {rec.get('reason', '')}{count}",
             file=out,
         )
+
+
+def condition_status(obj: dict[str, Any], type_: str) -> tuple[str, str]:
+    """(status, reason) of a condition; ("Unknown", "") when the operator has not written it."""
+    cond = _cond(obj, type_) or {}
+    return str(cond.get("status") or "Unknown"), str(cond.get("reason") or "")
+
+
+def summary(obj: dict[str, Any]) -> dict[str, Any]:
+    """What `list` shows of one DecisionModel (and -o json/yaml gives per item)."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    promo: dict[str, Any] = status["promotion"] if isinstance(status.get("promotion"), dict) else {}
+    ready, reason = condition_status(obj, "Ready")
+    weight = promo.get("weight") if promo.get("candidate") and promo.get("phase") in ("Progressing", "Paused") else None
+    weight = weight if isinstance(weight, (int, float)) and not isinstance(weight, bool) else None
+    return {"namespace": meta.get("namespace"), "name": meta.get("name"), "phase": promo.get("phase") or "Idle",
+            "active": status.get("activeVersion") or promo.get("stable"), "candidate": promo.get("candidate"),
+            "weight": weight, "ready": ready, "reason": reason}
+
+
+def print_list(objs: list[dict[str, Any]], out: TextIO, all_namespaces: bool) -> None:
+    rows = [summary(o) for o in objs]
+    if not rows:
+        print("No DecisionModels found.", file=out)
+        return
+    head = ["NAMESPACE"] if all_namespaces else []
+    table = [[*head, "NAME", "PHASE", "ACTIVE", "CANDIDATE", "WEIGHT", "READY", "REASON"]]
+    for r in rows:
+        weight = f"{r['weight']}%" if isinstance(r["weight"], (int, float)) else "-"
+        table.append([*([str(r["namespace"])] if all_namespaces else []), str(r["name"]), str(r["phase"]),
+                      str(r["active"] or "-"), str(r["candidate"] or "-"), weight, r["ready"], r["reason"] or "-"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out)
+
+
+def one_line(obj: dict[str, Any]) -> str:
+    """A promotion in one line, for `status --timeout` as it changes: phase, versions, weight, Ready."""
+    r = summary(obj)
+    parts = [str(r["phase"]), f"active {r['active'] or '-'}"]
+    if r["candidate"]:
+        parts.append(f"candidate {r['candidate']}" + (f" at {r['weight']}%" if r["weight"] is not None else ""))
+    parts.append(f"Ready={r['ready']}" + (f" ({r['reason']})" if r["reason"] else ""))
+    return ", ".join(parts)

@@ -5,7 +5,8 @@ KServe's `storage-config` Secret holds one JSON document per key, e.g.
    "region": "us-east-1", "verify_ssl": "1", "bucket": "models"}
 `credentials_from_secret` picks an entry and applies the DecisionModel's overrides (endpoint, region, CA bundle).
 
-The check makes two read-only calls, a bounded ListObjectsV2 and a ranged GetObject, so `S3Storage` speaks them
+The artifact check makes two read-only calls, a bounded ListObjectsV2 and a ranged GetObject, and the audit check
+(observe/audit.py) two bucket reads, its versioning and its object-lock configuration, so `S3Storage` speaks them
 itself over aiohttp (async: no worker thread; a C HTTP parser, as for the operator's Kubernetes requests), signed
 with botocore's own SigV4 signer (`botocore.auth.S3SigV4Auth`, which loads no service model), and reads S3's XML
 with `clients.s3_xml` (defusedxml, bounded).
@@ -63,11 +64,11 @@ from .s3_config import (
     decode_secret_data,
 )
 from .s3_identity import OwnCredentials
-from .s3_xml import MalformedAnswer, parse_error_code, parse_listing
+from .s3_xml import MalformedAnswer, ObjectLock, parse_error_code, parse_listing, parse_object_lock, parse_versioning
 
 # The configuration and errors live in clients/s3_config.py; callers import them from here too.
-__all__ = ["CredentialsInvalid", "ObjectInfo", "OwnCredentials", "S3Credentials", "S3Storage", "StorageError",
-           "StorageRejected", "StorageUnreachable", "credentials_from_secret", "decode_secret_data"]
+__all__ = ["CredentialsInvalid", "ObjectInfo", "ObjectLock", "OwnCredentials", "S3Credentials", "S3Storage",
+           "StorageError", "StorageRejected", "StorageUnreachable", "credentials_from_secret", "decode_secret_data"]
 
 MAX_LISTING = 10000  # a model directory has tens of files; past this the prefix is wrong
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -359,6 +360,42 @@ class S3Storage:
                 return None
             raise StorageRejected(code, f"S3 answered {code} to {what}")
         return answer.body
+
+
+    async def _bucket_setting(self, bucket: str, setting: str) -> _Answer:
+        """GET ?<setting> of a bucket: the answer (404 included, for the caller), or StorageRejected/Unreachable."""
+        what = f"reading the {setting} configuration of s3://{bucket}"
+        answer = await self._get(what, bucket, "", [(setting, "")], {}, MAX_ERROR_BYTES)
+        if not answer.complete:
+            raise self._malformed(what, f"an answer over {MAX_ERROR_BYTES // 1024} KiB")
+        if answer.status == 404:
+            code = parse_error_code(answer.body) or "404"
+            if code in ("NoSuchBucket", "404"):
+                raise StorageRejected("NoSuchBucket", f"S3 answered NoSuchBucket to {what}")
+        return answer
+
+    async def bucket_versioning(self, bucket: str) -> str:
+        """Enabled, Suspended or "" (never enabled); StorageRejected("NoSuchBucket") when there is no such bucket."""
+        answer = await self._bucket_setting(bucket, "versioning")
+        if answer.status == 404:
+            raise StorageRejected(parse_error_code(answer.body) or "404", f"S3 answered 404 to versioning of {bucket}")
+        try:
+            return parse_versioning(answer.body)
+        except MalformedAnswer as exc:
+            raise self._malformed(f"the versioning of s3://{bucket}", str(exc)) from None
+
+    async def object_lock(self, bucket: str) -> ObjectLock:
+        """The bucket's object-lock configuration (enabled=False when it has none)."""
+        answer = await self._bucket_setting(bucket, "object-lock")
+        if answer.status == 404:
+            code = parse_error_code(answer.body) or "404"
+            if code in ("ObjectLockConfigurationNotFoundError", "ObjectLockConfigurationNotFound"):
+                return ObjectLock(enabled=False)
+            raise StorageRejected(code, f"S3 answered {code} to the object lock of {bucket}")
+        try:
+            return parse_object_lock(answer.body)
+        except MalformedAnswer as exc:
+            raise self._malformed(f"the object lock of s3://{bucket}", str(exc)) from None
 
 
 def _why(exc: BaseException) -> str:

@@ -132,6 +132,42 @@ def parse_listing(body: bytes, max_keys: int) -> ListingPage:
     return ListingPage(objects=objects, truncated=truncated_text == "true", next_token=token)
 
 
+@dataclass(frozen=True)
+class ObjectLock:
+    """A bucket's object-lock configuration: enabled, and its default retention (mode, days) if it has one."""
+
+    enabled: bool
+    mode: str | None = None
+    days: int | None = None  # a default in years counts 365 days each
+
+
+def parse_versioning(body: bytes) -> str:
+    """The `<Status>` of a `<VersioningConfiguration>`: Enabled, Suspended, or "" (never enabled)."""
+    fields = _parse(body, _Fields(root="VersioningConfiguration", wanted=frozenset({("Status",)})))
+    status = fields.top.get("Status", "").strip()
+    if status not in ("", "Enabled", "Suspended"):
+        raise MalformedAnswer("<Status> is neither Enabled nor Suspended")
+    return status
+
+
+def parse_object_lock(body: bytes) -> ObjectLock:
+    """An `<ObjectLockConfiguration>`: whether object lock is enabled, and the default retention rule."""
+    rule = ("Rule", "DefaultRetention")
+    fields = _parse(body, _Fields(root="ObjectLockConfiguration", wanted=frozenset(
+        {("ObjectLockEnabled",), (*rule, "Mode"), (*rule, "Days"), (*rule, "Years")})))
+    mode = fields.top.get("Mode", "").strip() or None
+    if mode not in (None, "GOVERNANCE", "COMPLIANCE"):
+        raise MalformedAnswer("<Mode> is neither GOVERNANCE nor COMPLIANCE")
+    days = None
+    for name, scale in (("Days", 1), ("Years", 365)):
+        text = fields.top.get(name, "").strip()
+        if text:
+            if not text.isdigit() or len(text) > 6:
+                raise MalformedAnswer(f"<{name}> is not a count")
+            days = int(text) * scale
+    return ObjectLock(enabled=fields.top.get("ObjectLockEnabled", "").strip() == "Enabled", mode=mode, days=days)
+
+
 def parse_error_code(body: bytes) -> str | None:
     """The `<Code>` of an S3 `<Error>` document, when it is one and the code looks like one (letters, digits, dots)."""
     try:

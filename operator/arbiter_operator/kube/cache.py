@@ -318,6 +318,9 @@ class CachedKubeClient:
         answered, held = self._answered(api_version, kind, namespace, name, own_child=True)
         return held if answered else await self.inner.aget(api_version, kind, namespace, name)
 
+    async def afresh(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return await self.inner.afresh(api_version, kind, namespace, name)
+
     async def alist(self, api_version: str, kind: str, namespace: str | None,
                     label_selector: str | None = None) -> Objects:
         reqs = self._list_requirements(api_version, kind, label_selector)

@@ -66,6 +66,9 @@ class KubeClient(Protocol):
     async def alist(
         self, api_version: str, kind: str, namespace: str | None, label_selector: str | None = None
     ) -> Objects: ...
+    async def afresh(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """A GET from the apiserver whatever a cache holds: the object whole, managedFields included."""
+        ...
     async def aapply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]: ...
     async def acreate(self, obj: dict[str, Any]) -> dict[str, Any]: ...
     async def apatch_status(
@@ -152,6 +155,10 @@ class RestKubeClient:
 
     async def aheld(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """No cache here: a read (KubeClient.aheld)."""
+        return await self.aget(api_version, kind, namespace, name)
+
+    async def afresh(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """No cache here: a read (KubeClient.afresh)."""
         return await self.aget(api_version, kind, namespace, name)
 
     async def aserved(self, api_version: str, kind: str) -> bool:

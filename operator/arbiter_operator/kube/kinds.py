@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..api.names import (
     API_VERSION,
     APPS_API,
+    ARGOCD_API,
     COORDINATION_API,
     CORE_API,
     ISVC_API,
@@ -21,6 +22,7 @@ from ..api.names import (
     KIND,
     LABEL_DM,
     MODEL_REGISTRY_API,
+    NETWORKING_API,
     PLURAL,
     PODMONITOR_API,
     PODMONITOR_KIND,
@@ -76,13 +78,18 @@ TABLE: tuple[Kind, ...] = (
     # loop), by KServe's label; only their status is read.
     Kind(APPS_API, "Deployment", "deployments", watched=True, label=ISVC_LABEL, status_only=True),
     Kind(CORE_API, "Pod", "pods", watched=True, label=ISVC_LABEL, status_only=True),
-    # Read or written, not watched: the shadow phase's grant exists only while a shadow phase runs (listed then).
-    Kind(RBAC_API, "Role", "roles"),
-    Kind(RBAC_API, "RoleBinding", "rolebindings"),
+    # The grants: spec.access's callers, and the shadow phase's (the stable version's pods may call the candidate).
+    Kind(RBAC_API, "Role", "roles", watched=True, label=LABEL_DM, echoing=True),
+    Kind(RBAC_API, "RoleBinding", "rolebindings", watched=True, label=LABEL_DM, echoing=True),
+    # spec.access.network: who may connect to the predictor pods.
+    Kind(NETWORKING_API, "NetworkPolicy", "networkpolicies", watched=True, label=LABEL_DM, echoing=True),
+    # Read or written, not watched:
     Kind(CORE_API, "Secret", "secrets"),
     Kind(CORE_API, "Event", "events"),
     Kind(CORE_API, "Namespace", "namespaces", namespaced=False),
     Kind(MODEL_REGISTRY_API, "ModelRegistry", "modelregistries"),
+    # Read when a promotion starts on a DecisionModel Argo CD tracks: the Git revision it synced.
+    Kind(ARGOCD_API, "Application", "applications"),
     # The leader election's (kube/leader.py).
     Kind(COORDINATION_API, "Lease", "leases"),
 )

@@ -16,6 +16,7 @@ from ..api.names import (
     ISVC_LABEL,
     LABEL_COMPONENT,
     LABEL_DM,
+    NETWORKING_API,
     PODMONITOR_API,
     PODMONITOR_KIND,
     PROMETHEUSRULE_KIND,
@@ -26,10 +27,10 @@ from ..api.names import (
 from ..kube.client import KubeClient, KubeError
 from ..plan.model import Observations
 from ..render.common import runtime_name
+from ..render.networkpolicy import networkpolicy_name
 from ..render.podmonitor import podmonitor_name
 from ..render.prometheusrule import prometheusrule_name
 from ..render.service import stable_service_name
-from ..render.shadow_rbac import COMPONENT as SHADOW_COMPONENT
 
 log = logging.getLogger("arbiter.observe")
 
@@ -77,13 +78,6 @@ def _always(_: Scope) -> bool:
     return True
 
 
-def _shadowing(scope: Scope) -> bool:
-    # The shadow phase's grant exists only while status says Shadowing (it is created when the phase starts and
-    # deleted in the reconcile that ends it, which reads Shadowing): listed only then, so no other reconcile pays.
-    promotion = scope.dm.status.promotion if scope.dm.status else None
-    return promotion is not None and promotion.phase == "Shadowing"
-
-
 @dataclass(frozen=True)
 class ChildKind:
     api_version: str
@@ -97,14 +91,16 @@ class ChildKind:
 CHILD_KINDS: tuple[ChildKind, ...] = (
     ChildKind(ISVC_API, "InferenceService", ByLabel()),
     ChildKind(CORE_API, "ConfigMap", ByLabel("decision-config")),
-    ChildKind(RBAC_API, "Role", ByLabel(SHADOW_COMPONENT), when=_shadowing),
-    ChildKind(RBAC_API, "RoleBinding", ByLabel(SHADOW_COMPONENT), when=_shadowing),
+    # The grants (spec.access's callers, the shadow phase's), from the watch cache.
+    ChildKind(RBAC_API, "Role", ByLabel()),
+    ChildKind(RBAC_API, "RoleBinding", ByLabel()),
     ChildKind(SERVINGRUNTIME_API, "ServingRuntime", ByName(runtime_name)),
     ChildKind(ROUTE_API, "Route", ByName(lambda dm_name: dm_name)),
     ChildKind(PODMONITOR_API, PODMONITOR_KIND, ByName(podmonitor_name), when=lambda scope: scope.podmonitor_api),
     ChildKind(PODMONITOR_API, PROMETHEUSRULE_KIND, ByName(prometheusrule_name),
               when=lambda scope: scope.prometheusrule_api),
     ChildKind(CORE_API, "Service", ByName(stable_service_name)),
+    ChildKind(NETWORKING_API, "NetworkPolicy", ByName(networkpolicy_name)),
 )
 
 

@@ -105,8 +105,8 @@ async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, a
 async def check_decision_model(storage: S3Storage | None, dm: Any) -> dict[str, ArtifactReport]:
     """Reports for every version of a `DecisionModel`, in spec order. Versions are checked one after another: a
     handful of small reads each, and one slow endpoint should not open many connections."""
-    ask = serving_ask(dm.spec)
-    return {v.name: await check_version_artifacts(storage, v.storageUri, ask, decision_to_count(dm, v))
+    return {v.name: await check_version_artifacts(storage, v.storageUri, serving_ask(dm.spec, v),
+                                                  decision_to_count(dm, v))
             for v in dm.spec.versions}
 
 
@@ -321,7 +321,6 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretRea
     """`check_decision_model` with credentials resolved from the cluster, per bucket. `pool`: S3 clients to share
     (None: a client of its own per bucket, closed at the end). `shared`: recent checks of the same artifacts to share
     (None: check). `own_credentials`: the operator's own AWS credentials for entries without keys (None: refused)."""
-    ask = serving_ask(dm.spec)
     reports: dict[str, ArtifactReport] = {}
     creds: dict[str, S3Credentials | ArtifactReport] = {}
     own = StoragePool(idle=0.0) if pool is None else pool
@@ -338,9 +337,10 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretRea
                 reports[v.name] = found
                 continue
             decision = decision_to_count(dm, v)
+            ask = serving_ask(dm.spec, v)
 
             async def run(creds: S3Credentials = found, uri: str = v.storageUri,
-                          decision: Mapping[str, Any] | None = decision) -> ArtifactReport:
+                          decision: Mapping[str, Any] | None = decision, ask: ServingAsk = ask) -> ArtifactReport:
                 async with own.use(creds) as storage:
                     report = await check_version_artifacts(storage, uri, ask, decision)
                 return dataclasses.replace(report, storage_key=storage.entry_key)

@@ -32,9 +32,14 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
-from ..api.models import effective_decision
+from ..api.models import effective_decision, effective_vllm
 from ..api.names import CONFIG_FILE, LABEL_VERSION
 from .model import ArtifactObservation, Observations
+
+# Two reasons of ArtifactsValid come from the quantization and memory check.
+from .quantization import GPU_MEMORY_TOO_SMALL as GPU_MEMORY_TOO_SMALL
+from .quantization import QUANTIZATION_UNSUPPORTED as QUANTIZATION_UNSUPPORTED
+from .quantization import quantization_fit
 from .tokencost import TokenCost, TokenizerUnreadable, decision_settings, token_cost
 
 
@@ -108,6 +113,12 @@ class ServingAsk:
     max_model_len: int = 4096
     architecture: str | None = None
     weights_format: str = "safetensors"
+    # Quantization and memory (plan/quantization.py): the version's effective vLLM settings and the GPU product.
+    dtype: str = "auto"
+    quantization: str = "auto"
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    gpu_product: str | None = None
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -215,6 +226,16 @@ def _weights_problem(listing: Sequence[ObjectInfo], fmt: str, index: Mapping[str
     return None
 
 
+def weights_bytes(listing: Sequence[ObjectInfo], fmt: str, index: Mapping[str, Any] | None) -> int:
+    """The size of the weight files vLLM loads (after _weights_problem found them all)."""
+    files = {o.key: o.size for o in listing}
+    if fmt == "gguf":
+        return sum(size for key, size in files.items() if key.endswith(".gguf") and "/" not in key)
+    if index is not None and isinstance(index.get("weight_map"), Mapping):
+        return sum(files.get(shard, 0) for shard in set(map(str, index["weight_map"].values())))
+    return sum(size for key, size in files.items() if key.endswith(".safetensors") and "/" not in key)
+
+
 def check_artifacts(
     config: Mapping[str, Any] | None,
     listing: Sequence[ObjectInfo],
@@ -240,6 +261,11 @@ def check_artifacts(
     problem = _fit_problem(lang, archs, ask)
     if problem is None and (missing := _weights_problem(listing, ask.weights_format, index)):
         problem = WEIGHTS_MISSING, f"{where}: {missing}"
+    memory_note = ""
+    if problem is None:
+        reason, memory_note = quantization_fit(config, lang, weights_bytes(listing, ask.weights_format, index), ask)
+        if reason is not None:
+            problem = reason, f"{where}: {memory_note}"
     if problem is not None:
         reason, message = problem
         return ArtifactReport("False", reason, message, digest=digest, diffusion=diffusion)
@@ -248,7 +274,7 @@ def check_artifacts(
         if diffusion else ""
     )
     return ArtifactReport("True", VALID, f"{where}: {arch or 'model'} fits tensor parallel {ask.tensor_parallel}, "
-                          f"maxModelLen {ask.max_model_len}{note}", digest=digest, diffusion=diffusion)
+                          f"maxModelLen {ask.max_model_len}{memory_note}{note}", digest=digest, diffusion=diffusion)
 
 
 def _fit_problem(lang: Mapping[str, Any], archs: list[str], ask: ServingAsk) -> tuple[str, str] | None:
@@ -281,6 +307,12 @@ def _fit_problem(lang: Mapping[str, Any], archs: list[str], ask: ServingAsk) -> 
                                          f"model supports ({pos_key}); set spec.serving.vllm.maxModelLen to {max_pos} "
                                          "or less")
     return None
+
+
+def config_fit(config: Mapping[str, Any], ask: ServingAsk) -> tuple[str, str] | None:
+    """(reason, message) when a model's config.json does not fit the serving settings, else None: the check the
+    operator makes on storage, for a config.json at hand (`kubectl arbiter lint --model-config`)."""
+    return _fit_problem(_language_config(config), [str(a) for a in config.get("architectures") or []], ask)
 
 
 def not_checkable(uri: str) -> ArtifactReport:
@@ -357,14 +389,20 @@ def artifacts_condition(reports: Mapping[str, ArtifactReport], generation: int, 
                           "checks them at start-up", generation, now)
 
 
-def serving_ask(spec: Any) -> ServingAsk:
-    """The settings to check from a `DecisionModelSpec` (api.models)."""
+def serving_ask(spec: Any, version: Any = None) -> ServingAsk:
+    """The settings to check from a `DecisionModelSpec` (api.models), with `version`'s own vLLM settings."""
+    v = effective_vllm(spec.serving.vllm, getattr(version, "vllm", None))
     return ServingAsk(
         tensor_parallel=spec.serving.gpus,
         pipeline_parallel=spec.serving.nodes,
-        max_model_len=spec.serving.vllm.maxModelLen,
+        max_model_len=v.maxModelLen,
         architecture=spec.model.architecture,
         weights_format=spec.model.format,
+        dtype=v.dtype,
+        quantization=v.quantization,
+        kv_cache_dtype=v.kvCacheDtype,
+        gpu_memory_utilization=v.gpuMemoryUtilization,
+        gpu_product=spec.serving.gpuProduct or None,
     )
 
 

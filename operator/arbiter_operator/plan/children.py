@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from ..api.models import DecisionModel, ModelVersion, isvc_name
-from ..api.names import CORE_API, ISVC_API, RBAC_API
+from ..api.names import CORE_API, ISVC_API, NETWORKING_API, RBAC_API
 from ..promotion.machine import PromotionPlan
 from ..render import (
     PredictorInputs,
@@ -19,6 +19,8 @@ from ..render import (
     render_servingruntime,
     render_stable_service,
 )
+from ..render.access_rbac import render_access_rbac
+from ..render.networkpolicy import render_networkpolicy
 from ..render.shadow_rbac import render_shadow_rbac
 from .model import ArtifactObservation, Observations
 
@@ -78,7 +80,16 @@ def desired_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan,
     # cannot be rendered: there is no spec for it. Its InferenceService and ConfigMap are kept exactly as observed
     # (neither re-applied nor deleted) until the promotion stops needing it; then the usual deletion removes them.
     retained = sorted(v for v in pplan.live if v not in versions and v in isvc_by_version)
-    deletions = unwanted(obs, _wanted(dm, live + retained, shadow_rbac))
+    # spec.access: the callers may get every InferenceService this pass keeps (live or retained), no other.
+    access_rbac = render_access_rbac(dm, live + retained)
+    children.extend(access_rbac)
+    # spec.access.network: the predictor pods admit the listed peers and what must reach them (the model's own pods
+    # while they call each other: mirroring, forwarding pinned contexts).
+    routes = dm.spec.routing is not None and bool(dm.spec.routing.contexts)
+    netpol = render_networkpolicy(dm, peers_call_each_other=pplan.shadow is not None or routes)
+    if netpol is not None:
+        children.append(netpol)
+    deletions = unwanted(obs, _wanted(dm, live + retained, shadow_rbac + access_rbac + ([netpol] if netpol else [])))
     return Desired(children, deletions, live, retained, stable, route)
 
 
@@ -97,10 +108,10 @@ def _version_children(dm: DecisionModel, obs: Observations, pplan: PromotionPlan
     return [cm, isvc_manifest]
 
 
-def _wanted(dm: DecisionModel, kept: list[str], shadow_rbac: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
-    """The children that come and go (per version, per phase), by (apiVersion, kind): those observed and no longer
-    wanted are deleted."""
+def _wanted(dm: DecisionModel, kept: list[str], sometimes: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    """The children that come and go (per version, per phase, per spec field), by (apiVersion, kind): those observed
+    and no longer wanted are deleted."""
     return {(ISVC_API, "InferenceService"): {isvc_name(dm.metadata.name, v) for v in kept},
             (CORE_API, "ConfigMap"): {configmap_name(dm.metadata.name, v) for v in kept},
-            **{(RBAC_API, kind): {c["metadata"]["name"] for c in shadow_rbac if c["kind"] == kind}
-               for kind in ("Role", "RoleBinding")}}
+            **{(api, kind): {c["metadata"]["name"] for c in sometimes if c["kind"] == kind}
+               for api, kind in ((RBAC_API, "Role"), (RBAC_API, "RoleBinding"), (NETWORKING_API, "NetworkPolicy"))}}

@@ -11,6 +11,7 @@ from ..api.conditions import Event as Event  # re-exported: the planner's events
 from ..api.models import DEFAULT_METRICS_READER_SECRET, DEFAULT_RUNTIME_IMAGE
 from ..api.names import RAW_DEPLOYMENT
 from ..api.promotion import AnalysisRun
+from ..promotion.model import PromotionRequest
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,9 @@ class Observations:
     # KServe's predictor Services (`<isvc>-predictor`), keyed by Service name, where seen: whether the Route's target
     # port is there (plan/exposure.py).
     predictor_services: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    # Who asked for the promotion a pass starts (observe/requester.py): read only when a first plan of the pass
+    # starts one (Plan.needs_request), then the pass plans again with it.
+    promotion_request: PromotionRequest | None = None
     # The name KServe accepts for its plain-Deployment mode (observe/kserve.py): `RawDeployment` until KServe's
     # webhook has answered with `Standard`.
     kserve_deployment_mode: str = RAW_DEPLOYMENT
@@ -91,3 +95,5 @@ class Plan:
     status: dict[str, Any]  # the whole .status, JSON-ready
     events: list[Event]
     requeue_after: float | None
+    # This plan starts a promotion and who asked for it was not read: read it (managedFields, Argo CD) and plan again.
+    needs_request: bool = False

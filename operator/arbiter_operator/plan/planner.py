@@ -13,6 +13,7 @@ from ..api.models import Address, DecisionModel, DecisionModelStatus, VersionSta
 from ..api.names import ABORT_ANNOTATION, APPROVE_ANNOTATION, RETRY_ANNOTATION
 from ..promotion.machine import PromotionInputs, PromotionPlan, advance
 from ..render import stable_service_url
+from .audit import promotion_hold
 from .children import Desired, desired_children, runtime_image
 from .model import ArtifactObservation, Event, Observations, Plan
 from .readiness import ConditionSet, ready_events, retained_note, set_exposed, set_ready, set_serving
@@ -46,7 +47,14 @@ def plan(dm: DecisionModel, obs: Observations, now: datetime) -> Plan:
 
     status = _status(dm, obs, pplan, seen, desired, conds, url)
     requeue = sooner(pplan.requeue_after, recheck_after(conds.items, now))
-    return Plan(desired.children, desired.deletions, _dump(status), events, requeue)
+    # A promotion starts in this pass: its start time or its candidate is new. Both, because startedAt has a second's
+    # resolution: a promotion asked for in the second its first version began serving starts at the same time.
+    before = dm.status.promotion
+    after = pplan.status
+    started = after.startedAt is not None and (
+        after.startedAt != before.startedAt or (after.candidate is not None and after.candidate != before.candidate))
+    return Plan(desired.children, desired.deletions, _dump(status), events, requeue,
+                needs_request=started and obs.promotion_request is None)
 
 
 def _refusal(dm: DecisionModel, refused: list[str], now: datetime) -> Plan:
@@ -84,8 +92,19 @@ def _advance_promotion(dm: DecisionModel, obs: Observations, seen: VersionsSeen,
             approve_annotation=annotations.get(APPROVE_ANNOTATION),
             generation=dm.metadata.generation,
             now=now,
+            request=obs.promotion_request,
+            hold=promotion_hold(dm.spec.audit, next((x for x in obs.extra_conditions if x.type == c.AUDIT_READY),
+                                                    None)),
+            pinned=pinned_versions(dm),
         )
     )
+
+
+def pinned_versions(dm: DecisionModel) -> frozenset[str]:
+    """The versions spec.routing pins a context to (of those spec.versions names)."""
+    routing = dm.spec.routing
+    names = {v.name for v in dm.spec.versions}
+    return frozenset(c.version for c in routing.contexts if c.version in names) if routing else frozenset()
 
 
 def _status(dm: DecisionModel, obs: Observations, pplan: PromotionPlan, seen: VersionsSeen, desired: Desired,

@@ -13,16 +13,21 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from ..api.backoff import OUTSIDE_RECHECK
-from ..api.conditions import ARTIFACTS_VALID, REGISTERED, Condition
+from ..api.conditions import ARTIFACTS_VALID, AUDIT_READY, REGISTERED, Condition
 from ..api.times import parse_time
 
-OUTSIDE = (REGISTERED, ARTIFACTS_VALID)
+OUTSIDE = (REGISTERED, ARTIFACTS_VALID, AUDIT_READY)
+# An audit bucket found wanting (AuditReady=False) is fixed outside the cluster too: looked at again after this long
+# (observe/audit.py keeps a False verdict as long), so a fixed bucket lets a held promotion go on by itself.
+AUDIT_FALSE_RECHECK = 300.0
 
 
 def recheck_after(conditions: Iterable[Condition], now: datetime) -> float | None:
     """Seconds until the next reconcile should ask the registry / S3 again; None when nothing waits on them."""
     delays = []
     for c in conditions:
+        if c.type == AUDIT_READY and c.status == "False":
+            delays.append(AUDIT_FALSE_RECHECK)
         if c.type in OUTSIDE and c.status == "Unknown":
             since = parse_time(c.lastTransitionTime)
             if since is not None and now.tzinfo is None:

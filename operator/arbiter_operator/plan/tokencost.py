@@ -2,10 +2,12 @@
 
 Every generated token is one forward pass of the model, so a decision's latency is about its generated tokens times
 the time per token. In scored mode the model writes, per step, a reasoning code and a label (plus `:` and a line
-end in the `lines` format) and then the end of sequence. With every label and code one token of the tokenizer a
-K-step decision costs 2K+1 tokens in the compact format; a name the tokenizer splits into n tokens costs n-1 more
-per step it is written in. A label must be one token where it is written (the runtime reads its probability from
-that token's log-probability and refuses a model whose labels are not), a code may be several tokens at a cost.
+end in the `lines` format) and then the end of sequence. With every label and code one token of the tokenizer
+(also right after one another) a K-step decision costs 2K tokens in the compact format: the runtime ends generation
+on the last label, sparing the forced end of sequence; otherwise the end of sequence is written too, and a name the
+tokenizer splits into n tokens costs n-1 more per step it is written in. A label must be one token where it is
+written (the runtime reads its probability from that token's log-probability and refuses a model whose labels are
+not), a code may be several tokens at a cost.
 
 Pure: the tokenizer text and the effective decision settings in, a `TokenCost` out. The count mirrors the
 runtime's own check (arbiter_runtime.tokens.resolve): a label is counted after each code and the joiner.
@@ -26,7 +28,7 @@ class TokenizerUnreadable(ValueError):
 
 @dataclass(frozen=True)
 class TokenCost:
-    per_decision: int  # generated tokens of the longest well-formed scored answer, end of sequence included
+    per_decision: int  # generated tokens of the longest well-formed scored answer (with the end of sequence if written)
     single_token: int  # the same with every label and code one token: what fine-tuning with added tokens gives
     multi_token: tuple[tuple[str, str, int], ...] = field(default_factory=tuple)  # (kind, name, tokens)
 
@@ -78,6 +80,12 @@ def token_cost(tokenizer_json: bytes, labels: list[str], codes: list[str], steps
     ideal_step = 1 + sep + 1 + tail
     multi = tuple(("label", x, label_tokens[x]) for x in labels if label_tokens[x] > 1) + tuple(
         ("reasoning code", c, code_tokens[c]) for c in codes if code_tokens[c] > 1)
+    if scored_format == "compact":
+        # As the runtime decides (arbiter_runtime.tokens): with every name one token, also a code right after each
+        # label, generation ends on the last label; the ideal is that count.
+        whole = not multi and all(n(label + c) == 2 for label in labels for c in codes)
+        return TokenCost(per_decision=2 * steps if whole else steps * per_step + 1, single_token=2 * steps,
+                         multi_token=multi)
     return TokenCost(per_decision=steps * per_step + 1, single_token=steps * ideal_step + 1, multi_token=multi)
 
 

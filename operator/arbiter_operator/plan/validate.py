@@ -25,6 +25,7 @@ from ..api.models import (
 from ..render.common import CONFIG_FILE
 from ..render.configmap import decision_config, readable_json
 from .output_schema import output_schema_clash
+from .quantization import quantization_problems
 from .vllm_args import arg_problems
 
 
@@ -83,8 +84,8 @@ def operator_side_problems(spec: DecisionModelSpec) -> list[str]:
 
 # What `_check` reads of a spec, and so what its remembered answer is keyed by: a fleet of DecisionModels that differ
 # only in their weights (storageUri), names or serving resources is checked once, not once per DecisionModel.
-_CHECKED: Any = {"decision": True, "versions": {"__all__": {"name", "metadata", "decision"}},
-                 "serving": {"vllm": {"extraArgs"}}}
+_CHECKED: Any = {"decision": True, "versions": {"__all__": {"name", "metadata", "decision", "vllm"}},
+                 "serving": {"vllm": {"extraArgs", "quantization", "kvCacheDtype", "dtype"}, "gpuProduct": True}}
 _PROBLEMS: OrderedDict[bytes, tuple[str, ...]] = OrderedDict()  # checked parts' digest -> problems, least recent first
 _PROBLEMS_HELD = 4096
 
@@ -122,6 +123,7 @@ def _check(spec: DecisionModelSpec) -> list[str]:
                     f"fallback rule {rule.name!r} (version {version.name}): `when` is not valid CEL: {err}"
                 )
     problems.extend(arg_problems(spec.serving.vllm.extraArgs))
+    problems.extend(quantization_problems(spec))
     # Report each problem once even when several versions share spec.decision.
     return list(dict.fromkeys(problems))
 

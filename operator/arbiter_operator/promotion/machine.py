@@ -4,7 +4,8 @@ Pure: no I/O, no clock (the caller passes `now`). Every reconcile calls `advance
 inputs, so a restarted operator that reads status back resumes where the last one stopped. The invariants the tests
 check for any input (including arbitrary, inconsistent status):
 - one stable version at most; candidate, stable and previous are distinct;
-- `live` (the versions whose InferenceService must exist) holds only stable, candidate and previous;
+- `live` (the versions whose InferenceService must exist) holds only stable, candidate, previous and the versions a
+  context is pinned to (`inputs.pinned`);
 - `traffic` names only live, ready versions and sums to 100, and is empty only when no live version is ready.
 See docs/operations.md ("Promotion") for the user-facing semantics.
 
@@ -54,8 +55,8 @@ def advance(inputs: PromotionInputs) -> PromotionPlan:
     else:
         step_machine(run)
     obs = inputs.observations
-    live = live_versions(run.st, obs)
-    traffic = route_traffic(run.st, live, obs)
+    live = live_versions(run.st, obs, inputs.pinned)
+    traffic = route_traffic(run.st, live, obs, held=inputs.hold is not None)
     promoted, stalled, reconciling, ready = conditions(run, traffic)
     shadow = None
     st = run.st

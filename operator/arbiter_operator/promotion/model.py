@@ -40,6 +40,26 @@ class VersionObservation:
 
 
 @dataclass(frozen=True)
+class PromotionRequest:
+    """Who asked for what spec.promote says now (observe/requester.py): the field manager that last wrote
+    spec.promote.version, and the Git revision Argo CD synced, when the object is Argo CD's. None where unknown."""
+
+    by: str | None = None
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
+class PromotionHold:
+    """Something outside the promotion that keeps its candidate from taking traffic (a required audit not ready): it
+    stays warm in Waiting (or at the step it is in) until the hold clears; no deadline counts it as a failure.
+    stalled: a person must act (Stalled=True); otherwise it clears by itself (Reconciling=True)."""
+
+    reason: str
+    message: str
+    stalled: bool
+
+
+@dataclass(frozen=True)
 class PromotionInputs:
     spec: PromoteSpec
     status: PromotionStatus | None
@@ -52,6 +72,12 @@ class PromotionInputs:
     now: datetime
     abort_annotation: str | None = None
     approve_annotation: str | None = None
+    # Read only for a pass that starts a promotion (the planner plans again with it); None: not read (yet).
+    request: PromotionRequest | None = None
+    hold: PromotionHold | None = None
+    # Versions a context is pinned to (spec.routing.contexts): kept live (warm) whatever the promotion does, never
+    # given Route traffic by it; deployed once their artifacts are known valid.
+    pinned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,12 @@ def loading_poll(elapsed: float) -> float:
     return LOADING_POLL.delay(elapsed)
 
 
-def live_versions(st: PromotionStatus, obs: Mapping[str, VersionObservation]) -> frozenset[str]:
-    """The versions whose InferenceService must exist: stable, the candidate in progress, previous while Cooling."""
-    live = set()
+def live_versions(st: PromotionStatus, obs: Mapping[str, VersionObservation],
+                  pinned: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The versions whose InferenceService must exist: stable, the candidate in progress, previous while Cooling, and
+    the versions a context is pinned to (once their artifacts are known valid, or already deployed)."""
+    live = {v for v in pinned if obs.get(v, VersionObservation()).artifacts_valid is True
+            or obs.get(v, VersionObservation()).exists}
     if st.stable:
         live.add(st.stable)
     # A candidate still Deploying whose artifacts are unchecked has nothing live yet.
@@ -49,9 +52,10 @@ def live_versions(st: PromotionStatus, obs: Mapping[str, VersionObservation]) ->
 
 
 def route_traffic(
-    st: PromotionStatus, live: frozenset[str], obs: Mapping[str, VersionObservation]
+    st: PromotionStatus, live: frozenset[str], obs: Mapping[str, VersionObservation], held: bool = False
 ) -> dict[str, int]:
-    """Where requests go: only to live, ready versions, summing to 100; empty only when none is ready."""
+    """Where requests go: only to live, ready versions, summing to 100; empty only when none is ready. held: the
+    candidate may take none (a required audit is not ready), not even as the last warm version."""
 
     def ready(v: str | None) -> bool:
         return v is not None and v in live and obs.get(v, VersionObservation()).ready
@@ -67,7 +71,7 @@ def route_traffic(
     if len(ready_part) == 1:
         return {next(iter(ready_part)): 100}
     # Never traffic to nothing: fall back on any warm, ready version (previous first: it was proven).
-    for v in (st.stable, st.previous, st.candidate):
+    for v in (st.stable, st.previous, None if held else st.candidate):
         if ready(v):
             return {v: 100}  # type: ignore[dict-item]
     return {}
@@ -102,10 +106,11 @@ def conditions(run: Run, traffic: Mapping[str, int]) -> tuple[Condition, Conditi
         )
     if st.phase in IN_PROGRESS:
         reason, msg = _in_progress(run)
+        stalled = inp.hold is not None and inp.hold.stalled
         return (
             cond(PROMOTED, "False", reason, msg),
-            cond(STALLED, "False", reason, msg),
-            cond(RECONCILING, "True", reason, msg),
+            cond(STALLED, "True" if stalled else "False", reason, msg),
+            cond(RECONCILING, "False" if stalled else "True", reason, msg),
             ReadyVerdict("False", reason, msg),
         )
     # Idle, Cooling, Aborted: the promoted version is stable.
@@ -157,6 +162,8 @@ def _in_progress(run: Run) -> tuple[str, str]:
     if st.stable:
         msg += f"; {st.stable} serves the rest"
     reason = "WaitingForApproval" if st.phase == "Paused" else "Progressing"
+    if inp.hold is not None:  # the candidate takes no (more) traffic until it clears
+        return inp.hold.reason, f"{msg}; held: {inp.hold.message}"
     held = run.obs(st.candidate)
     if held.held:  # an outage outside the candidate: the reason names it, and how long the promotion waits
         reason = held.held

@@ -54,14 +54,24 @@ class Run:
             startedAt=format_time(started),
             finishedAt=format_time(self.now),
             durationSeconds=max(0.0, (self.now - started).total_seconds()),
+            requestedBy=self.st.requestedBy,
+            revision=self.st.requestedRevision,
+            generation=self.st.requestedGeneration,
         )
         self.set(history=append_record(self.st.history, rec))
+
+    def requested(self) -> dict[str, object]:
+        """Who asked for the promotion starting now, for its status and, when it ends, its history record."""
+        req = self.inp.request
+        return {"requestedBy": req.by if req else None, "requestedRevision": req.revision if req else None,
+                "requestedGeneration": self.inp.generation}
 
     def start(self, version: str, why: str, announce: bool = True) -> None:
         """Begin promoting `version` (Deploying). Annotation values seen now are consumed, so only a later change
         to either annotation can retry or abort this promotion. announce=False: no PromotionStarted Event (a first
         deployment says it all in one Event once it serves, or in its failure's Warning)."""
         self.set(
+            **self.requested(),
             phase="Deploying",
             candidate=version,
             step=-1,

@@ -40,9 +40,10 @@ def step_machine(run: Run) -> None:
         return  # UnknownVersion: keep serving whatever serves; conditions say why
     st = run.st
 
-    # Stopping a rolled-back or aborted candidate: done once its InferenceService is gone.
+    # Stopping a rolled-back or aborted candidate: done once its InferenceService is gone (or at once when a context
+    # is pinned to it: it stays warm for that context, taking no other traffic).
     if st.phase in STOPPING:
-        if not run.obs(st.candidate).exists:
+        if not run.obs(st.candidate).exists or st.candidate in inp.pinned:
             stopped = st.candidate
             run.set(phase="Failed" if st.phase == "RollingBack" else "Idle", candidate=None)
             run.event("Normal", "CandidateStopped", f"InferenceService of {stopped} removed")
@@ -92,7 +93,7 @@ def first_deployment(run: Run) -> None:
         return
     st = run.st
     if st.phase in STOPPING:
-        if not run.obs(st.candidate).exists:
+        if not run.obs(st.candidate).exists or st.candidate in inp.pinned:
             run.set(phase="Failed" if st.phase == "RollingBack" else "Idle", candidate=None)
         return
     if st.phase == "Failed":
@@ -107,7 +108,7 @@ def first_deployment(run: Run) -> None:
 def warm_switch(run: Run, target: str) -> None:
     """Re-promote the still-warm previous version: no redeploy, no canary; it was stable minutes ago."""
     old = run.st.stable
-    run.set(startedAt=format_time(run.now), candidate=target)
+    run.set(startedAt=format_time(run.now), candidate=target, **run.requested())
     run.record(target, "Succeeded", "WarmSwitch", old)
     run.make_stable(
         target,
@@ -130,6 +131,8 @@ def progress(run: Run) -> None:
     st, spec = run.st, run.inp.spec
     if st.phase in ("Deploying", "Waiting"):
         _loading(run, cand)
+    elif st.phase == "Paused" and run.inp.hold is not None:
+        return  # approved or not, it takes all traffic only once the hold clears
     elif st.phase == "Paused":
         if spec.approval != "Required":
             run.event("Normal", "Approved", f"approval is no longer required: promoting {cand}")
@@ -207,6 +210,11 @@ def _loading(run: Run, cand: str) -> None:
                 run.event("Normal", "CandidateDeployed",
                           f"InferenceService of {cand} applied, waiting for it to become ready")
         return
+    if run.inp.hold is not None:
+        # Warm and ready, but something it needs to serve is not (a required audit bucket): no traffic, no mirror;
+        # it goes on by itself once the hold clears. A first version does not serve at all until then.
+        run.set(phase="Waiting")
+        return
     if st.stable is None:
         run.promote()  # first deployment: nothing to compare with, nothing else serves
     elif uses_shadow(spec):
@@ -229,7 +237,9 @@ def _take_approval(run: Run, cand: str | None) -> bool:
 
 
 def finish(run: Run) -> None:
-    """Every analysis passed: take all traffic, or wait for approval first."""
+    """Every analysis passed: take all traffic, or wait for approval first (a hold keeps the step it is in)."""
+    if run.inp.hold is not None:
+        return
     if run.inp.spec.approval != "Required":
         run.promote()
         return

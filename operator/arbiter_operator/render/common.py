@@ -28,7 +28,9 @@ CONFIG_FILE = names.CONFIG_FILE
 # The stable version's mirroring settings during a shadow phase; read live by the runtime, so it is left out of the
 # pod-template checksum: switching shadowing on or off never restarts a serving pod.
 SHADOW_FILE = "shadow.json"
-LIVE_FILES = frozenset({SHADOW_FILE})
+# The contexts pinned to versions (spec.routing): read live too, so a change of routes never restarts a pod.
+ROUTING_FILE = "routing.json"
+LIVE_FILES = frozenset({SHADOW_FILE, ROUTING_FILE})
 MODEL_DIR = "/mnt/models"  # where KServe's storage initializer (or modelcar) puts the weights
 
 

@@ -10,7 +10,19 @@ from arbiter_runtime.contract import DecisionJson, read_decision_json
 
 from ..api.models import DecisionModel, ModelVersion, effective_decision
 from ..api.names import CORE_API
-from .common import CONFIG_FILE, SHADOW_FILE, VLLM_PORT, configmap_name, metadata, predictor_service
+from .common import (
+    CONFIG_FILE,
+    ROUTING_FILE,
+    SHADOW_FILE,
+    VLLM_PORT,
+    configmap_name,
+    metadata,
+    predictor_service,
+)
+
+# How long the version that forwards a pinned context waits for the version that decides it, beyond that version's
+# own decision deadline (its queue, a slow network).
+ROUTING_SLACK_MS = 5000
 
 
 def decision_json(dm: DecisionModel, version: ModelVersion, diffusion: bool = False) -> DecisionJson:
@@ -59,6 +71,27 @@ def shadow_config(dm: DecisionModel, shadow: Any) -> dict[str, Any]:
     }
 
 
+def routing_config(dm: DecisionModel) -> dict[str, Any] | None:
+    """routing.json: every pinned context and where its version's runtime listens (its predictor Service,
+    in-cluster); each runtime leaves out the routes to itself. None without spec.routing contexts."""
+    routing = dm.spec.routing
+    if routing is None or not routing.contexts:
+        return None
+    by_name = {v.name: v for v in dm.spec.versions}
+    ns = dm.metadata.namespace
+    routes = []
+    for c in routing.contexts:
+        version = by_name.get(c.version)
+        if version is None:
+            continue  # the CRD refuses it; an object admitted without the CRD's rules routes nothing there
+        routes.append({
+            "header": c.header.lower(), "value": c.value, "version": c.version,
+            "url": f"http://{predictor_service(dm.metadata.name, c.version)}.{ns}.svc.cluster.local",
+            "timeoutMs": effective_decision(dm.spec.decision, version).deadlineMs + ROUTING_SLACK_MS,
+        })
+    return {"routes": routes}
+
+
 def readable_json(value: Any) -> str:
     """Sorted, indented JSON: stable bytes (so the checksum only moves when content does) and readable in `oc get`.
     Exactly `json.dumps(value, sort_keys=True, indent=2)`, whose bytes must never change (the pods' config checksum
@@ -76,11 +109,15 @@ def render_configmap(
     dm: DecisionModel, version: ModelVersion, diffusion: bool = False, shadow: Any = None
 ) -> dict[str, Any]:
     """shadow: a promotion.ShadowPlan when this (stable) version mirrors traffic to a candidate; without it the
-    ConfigMap has no shadow.json, so server-side apply removes the key and mirroring stops."""
+    ConfigMap has no shadow.json, so server-side apply removes the key and mirroring stops. routing.json: the pinned
+    contexts (spec.routing), in every version's ConfigMap, gone with the last of them."""
     cfg = decision_config(dm, version, diffusion)
     data = {CONFIG_FILE: readable_json(cfg)}
     if shadow is not None:
         data[SHADOW_FILE] = readable_json(shadow_config(dm, shadow))
+    routes = routing_config(dm)
+    if routes is not None:
+        data[ROUTING_FILE] = readable_json(routes)
     return {
         "apiVersion": CORE_API,
         "kind": "ConfigMap",

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, isvc_name
+from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, effective_vllm, isvc_name
 from ..api.names import (
     ANN_DEPLOYMENT_MODE,
     ANN_REGISTRY_URL,
@@ -43,15 +43,24 @@ DESCRIPTION = "openshift.io/description"
 SHM_SIZE = "4Gi"  # NCCL's shared-memory transport between tensor-parallel ranks
 
 
-def vllm_args(dm: DecisionModel, diffusion: bool = False) -> list[str]:
+def vllm_args(dm: DecisionModel, version: ModelVersion | None = None, diffusion: bool = False) -> list[str]:
+    """The `vllm serve` arguments of a version (its own vLLM settings over spec.serving.vllm)."""
     s = dm.spec.serving
-    v = s.vllm
+    v = effective_vllm(s.vllm, version.vllm if version is not None else None)
     args = [
         MODEL_DIR,
         f"--served-model-name={dm.spec.model.name}",
         f"--port={VLLM_PORT}",
         f"--tensor-parallel-size={s.gpus}",
         f"--dtype={v.dtype}",
+    ]
+    # Rendered only when asked for, so the arguments (and the pods) of a version that asks for neither stay as
+    # they were before these settings existed.
+    if v.quantization != "auto":
+        args.append(f"--quantization={v.quantization}")
+    if v.kvCacheDtype != "auto":
+        args.append(f"--kv-cache-dtype={v.kvCacheDtype}")
+    args += [
         f"--max-model-len={v.maxModelLen}",
         f"--max-num-seqs={v.maxNumSeqs}",
         f"--block-size={v.blockSize}",
@@ -262,7 +271,7 @@ def _model(inputs: PredictorInputs, name: str, storage: Mapping[str, Any], resou
         "modelFormat": {"name": MODEL_FORMAT},
         "runtime": runtime_name(dm.metadata.name),
         **storage,
-        "args": vllm_args(dm, inputs.diffusion),
+        "args": vllm_args(dm, inputs.version, inputs.diffusion),
         "env": _runtime_env(dm, name, inputs.namespace_labels) + identity_env(dm),
         **({"image": runtime_image} if runtime_image else {}),  # KServe lays it over the ServingRuntime's
         "resources": resources,
@@ -272,9 +281,35 @@ def _model(inputs: PredictorInputs, name: str, storage: Mapping[str, Any], resou
     }
 
 
-def _runtime_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str]) -> list[dict[str, str]]:
-    """The runtime's settings: where decision.json is, its port, and how it checks who calls it."""
+def _runtime_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The runtime's settings: where decision.json is, its port, how it checks who calls it, where its audit goes."""
     auth = dm.spec.exposure.auth
+    return [*_base_env(dm, name, namespace_labels, auth), *audit_env(dm)]
+
+
+def audit_env(dm: DecisionModel) -> list[dict[str, Any]]:
+    """spec.audit.s3 as the runtime reads it (runtime/arbiter_runtime/audit_s3.py): the bucket, the prefix, the lock
+    each record object gets, and the credentials from the Secret (never a value in the manifest). Nothing without
+    spec.audit.s3: records then go to stdout only."""
+    audit = dm.spec.audit
+    if audit is None or audit.s3 is None:
+        return []
+    s3, ret = audit.s3, audit.retention
+    env: list[dict[str, Any]] = [{"name": "ARBITER_AUDIT_S3_BUCKET", "value": s3.bucket},
+                                 {"name": "ARBITER_AUDIT_S3_PREFIX", "value": s3.prefix}]
+    if s3.endpoint:
+        env.append({"name": "ARBITER_AUDIT_S3_ENDPOINT", "value": s3.endpoint})
+    if s3.region:
+        env.append({"name": "ARBITER_AUDIT_S3_REGION", "value": s3.region})
+    if ret is not None:
+        env += [{"name": "ARBITER_AUDIT_S3_RETENTION_DAYS", "value": str(ret.days)},
+                {"name": "ARBITER_AUDIT_S3_LOCK_MODE", "value": ret.mode}]
+    env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": s3.secretName, "key": key}}}
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+    return env
+
+
+def _base_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str], auth: bool) -> list[dict[str, Any]]:
     return [
         {"name": "ARBITER_DECISION_CONFIG", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
         {"name": "ARBITER_PORT", "value": str(SERVING_PORT)},

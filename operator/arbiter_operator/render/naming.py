@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..api.models import isvc_name
+from .access_rbac import callers_name
 from .common import configmap_name, predictor_service, runtime_name
+from .networkpolicy import networkpolicy_name
 from .podmonitor import podmonitor_name
 from .prometheusrule import prometheusrule_name
+from .shadow_rbac import shadow_rbac_name
 
 Named = tuple[str, str]  # (kind, name)
 
@@ -22,6 +25,11 @@ def derived_names(dm_name: str, versions: Iterable[str], nodes: int = 1) -> set[
         ("Route", dm_name),
         ("PodMonitor", podmonitor_name(dm_name)),
         ("PrometheusRule", prometheusrule_name(dm_name)),
+        ("Role", callers_name(dm_name)),
+        ("RoleBinding", callers_name(dm_name)),
+        ("Role", shadow_rbac_name(dm_name)),
+        ("RoleBinding", shadow_rbac_name(dm_name)),
+        ("NetworkPolicy", networkpolicy_name(dm_name)),
     }
     for v in versions:
         isvc = isvc_name(dm_name, v)

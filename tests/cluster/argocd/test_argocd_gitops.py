@@ -134,6 +134,8 @@ def gitops(control_plane, namespace, stack, tmp_path, s3_server, argocd):
         e.pods[v].control(rps=40, latency_ms=40, error_rate=0.0)
     e.set_state(V1, "ready")
     e.set_state(V2, "ready")
+    # Where the Applications are: a promotion's history names the revision Argo CD synced (docs/argocd.md).
+    e.operator.env["ARBITER_ARGOCD_NAMESPACE"] = argocd.namespace
     e.start_operator()
     repo = GitRepo(tmp_path / "git")
     app = f"app-{namespace}"
@@ -212,6 +214,12 @@ def test_example_syncs_healthy_without_drift_then_a_canary_commit_promotes(gitop
     assert e.route_weights() == {V2: 100}
     p = e.promotion()
     assert p["history"][-1]["outcome"] == "Succeeded" and p["previous"] == V1
+    # Who asked, in the history: Argo CD's field manager, the commit it synced, the spec's generation; the first
+    # deployment's record names the first commit.
+    first_rec, release_rec = p["history"][-2], p["history"][-1]
+    assert (release_rec["requestedBy"], release_rec["revision"], release_rec["generation"]) == (
+        "argocd-controller", release, 2), release_rec
+    assert (first_rec["version"], first_rec["revision"], first_rec["generation"]) == (V1, first, 1), first_rec
     # Self-heal is on, yet the operator's status writes through the canary (steps, analyses, the switch) never
     # started a sync: one full sync per commit, no sync since the release commit's settled, the spec written twice.
     assert len(e.operator.writes()) - writes >= 5

@@ -22,3 +22,13 @@ def test_local_run_brings_the_example_to_ready_and_exits_cleanly() -> None:
     assert "in front of the vLLM stand-in" in out
     assert "source model, version 1.0.0, trace id " in out  # a model decision, not a rules fallback
     assert "  step 3: " in out and "Authorization: Bearer $TOKEN" in out and "/v1/decisions -d '" in out
+    # The example's model answers by the example's own policy: the applicant affords the limit, has a long history
+    # and asks for a small limit, so every step approves with a code that says why, surer at each step.
+    steps = [line.split("step ", 1)[1] for line in out.splitlines() if "  step " in line]
+    assert [s.split()[1:4] for s in steps] == [["INCOME_OK", "->", "approved"]] * 3, steps
+    approved = [float(s.split("(approved ")[1].split(",")[0]) for s in steps]
+    assert approved == sorted(approved) and len(set(approved)) == 3, steps
+    # The address to call, not the Route's empty status.url, and what to try next.
+    assert "url None" not in out and "answers at http://127.0.0.1:" in out
+    assert "kubectl-arbiter" in out and " dashboard " in out and " diagnose credit-limit --metrics-url " in out
+    assert "apply --server-side --field-manager arbiter-local -f " in out and "status credit-limit --watch" in out

@@ -98,6 +98,10 @@ def test_what_cel_cannot_see_is_refused_at_apply_naming_the_field(webhook: Any, 
                                                                   namespace: str, control_plane: Any,
                                                                   tmp_path: Path) -> None:
     assert "extraArgs" in timed_refusal(api, namespace, bad_flag_body("flag-prefix"))
+    fp8_on_v100 = body("fp8-on-v100")
+    fp8_on_v100["spec"]["serving"].update(gpuProduct="Tesla-V100-SXM2-16GB", vllm={"quantization": "fp8"})
+    assert "quantization fp8 cannot run on Tesla-V100-SXM2-16GB (compute capability 7.0)" in timed_refusal(
+        api, namespace, fp8_on_v100)
     not_schema = body("not-a-schema")
     not_schema["spec"]["versions"][0]["metadata"]["outputSchema"] = {"type": "object", "properties": {"x": {"type": 5}}}
     assert "metadata.outputSchema is not a valid JSON Schema" in timed_refusal(api, namespace, not_schema)

@@ -61,6 +61,7 @@ VARIANTS = {
     "storage-key-endpoint": {"storage": {"key": "models", "endpoint": "http://minio.example:9000", "region": "eu-1"}},
     "pvc": {"storageUri": "pvc://models-pvc/credit-limit/1.0.0"},
     "oci": {"storageUri": "oci://quay.io/acme/credit-limit:1.0.0"},
+    "fp8": {"serving": {"gpuProduct": A100, "vllm": {"quantization": "fp8", "kvCacheDtype": "fp8"}}},
 }
 
 
@@ -123,6 +124,7 @@ def test_predictor_pod_carries_what_we_meant(
     core = client.CoreV1Api(api)
     raw = example()
     raw["spec"]["serving"]["gpus"] = 2
+    raw["spec"]["serving"]["vllm"].update(quantization="fp8", kvCacheDtype="fp8")  # FP8 weights and KV cache
     operator_process(namespaces=[namespace])
     create_dm(api, namespace, raw)
     dm = eventually(lambda: (d := get(api, "arbiter.dev/v1alpha1", "decisionmodels", namespace, DM))
@@ -138,6 +140,7 @@ def test_predictor_pod_carries_what_we_meant(
     serving = next(c for c in pod.spec.containers if c.name == "kserve-container")
     assert serving.resources.limits["nvidia.com/gpu"] == "2" and serving.resources.requests["nvidia.com/gpu"] == "2"
     assert "--tensor-parallel-size=2" in serving.args and "--port=8000" in serving.args
+    assert "--quantization=fp8" in serving.args and "--kv-cache-dtype=fp8" in serving.args
     assert serving.args[0] == "/mnt/models"
     assert any(m.mount_path == "/dev/shm" for m in serving.volume_mounts)
     shm = next(v for v in pod.spec.volumes if v.name == "shm")

@@ -50,15 +50,15 @@ async def check(s3_server, bucket, files, decision):  # noqa: F811
 
 
 @s3_test
-async def test_single_token_names_cost_two_tokens_per_step_plus_the_end(s3_server, bucket):  # noqa: F811
+async def test_single_token_names_cost_two_tokens_per_step(s3_server, bucket):  # noqa: F811
     files = {"tokenizer.json": tokenizer_json(LABELS + CODES)}
     compact = await check(s3_server, bucket, files, scored())
     lines = await check(s3_server, bucket, files, scored("lines"))
-    assert compact.status == "True" and compact.tokens_per_decision == 7  # 3 steps x (code + label) + end
+    assert compact.status == "True" and compact.tokens_per_decision == 6  # 3 steps x (code + label), no end
     assert lines.tokens_per_decision == 13  # 3 steps x (code + ':' + label + newline) + end
     cond = token_cost_condition({"1.0.0": compact}, 4, now=utc_now())
     assert (cond.type, cond.status, cond.reason) == (TOKEN_COST, "True", "SingleTokens")
-    assert "1.0.0: 7" in cond.message and cond.observedGeneration == 4
+    assert "1.0.0: 6" in cond.message and cond.observedGeneration == 4
 
 
 @s3_test
@@ -71,7 +71,7 @@ async def test_a_split_label_or_code_gets_a_warning_with_its_cost_and_what_to_do
     cond = token_cost_condition({"2.0.0": report}, 1, now=utc_now())
     assert (cond.status, cond.reason) == ("False", "MultiTokenNames")
     assert "label 'review' is 6 tokens" in cond.message and "reasoning code 'HISTORY_THIN' is 12 tokens" in cond.message
-    assert f"up to {report.tokens_per_decision} tokens instead of 7" in cond.message
+    assert f"up to {report.tokens_per_decision} tokens instead of 6" in cond.message
     assert "refuses this model in scored mode" in cond.message and "tokenizer.add_tokens" in cond.message
 
 
@@ -116,4 +116,4 @@ def test_the_count_reaches_status_and_the_registry():
                                   max_leaves=10).map(lambda v: json.dumps(v).encode())))
 def test_a_hostile_tokenizer_json_is_reported_never_raised(raw):
     fields = count_tokens(raw, scored(), "s3://models/m/1")
-    assert "cannot be read" in fields["token_cost"] or fields["tokens_per_decision"] >= 7
+    assert "cannot be read" in fields["token_cost"] or fields["tokens_per_decision"] >= 6

@@ -142,8 +142,17 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     dm = _two_versions(example())
     dm["spec"]["promote"]["rollbackWindowSeconds"] = 0
     dm["spec"]["exposure"]["host"] = f"credit-limit.{ns}.apps.example.com"
+    # Named callers (spec.access): the operator grants them `get` on the live versions' InferenceServices with a Role
+    # and a RoleBinding it creates without `escalate` or `bind` (it holds that `get` itself).
+    dm["spec"]["access"] = {"users": ["alice@example.com"], "groups": ["finance"], "allAuthenticated": False,
+                            "serviceAccounts": [{"name": "pricing-app"}, {"name": "batch", "namespace": "jobs"}],
+                            "network": {"from": [{"namespace": "finance"}]}}
     create_dm(admin, ns, dm)
     _ready(admin, ns, "credit-limit")
+    callers = client.RbacAuthorizationV1Api(admin).read_namespaced_role_binding("credit-limit-callers", ns)
+    assert {(s.kind, s.name) for s in callers.subjects} == {
+        ("User", "alice@example.com"), ("Group", "finance"), ("ServiceAccount", "pricing-app"),
+        ("ServiceAccount", "batch")}
 
     # The Route carries spec.host: on OpenShift this is what needs routes/custom-host (NOT_EXERCISABLE).
     route = get(admin, "route.openshift.io/v1", "routes", ns, "credit-limit")
@@ -165,12 +174,18 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
                                    ("monitoring.coreos.com", "v1", "podmonitors"),
                                    ("monitoring.coreos.com", "v1", "prometheusrules"),
                                    ("serving.kserve.io", "v1alpha1", "servingruntimes"),
-                                   ("serving.kserve.io", "v1beta1", "inferenceservices")):
+                                   ("serving.kserve.io", "v1beta1", "inferenceservices"),
+                                   ("networking.k8s.io", "v1", "networkpolicies"),
+                                   ("rbac.authorization.k8s.io", "v1", "roles"),
+                                   ("rbac.authorization.k8s.io", "v1", "rolebindings")):
         _relabelled(admin, ns, group, version, plural, f"{label}=credit-limit")
 
-    # 3. A changed decision setting updates the ConfigMap.
-    _patch_dm(admin, ns, "credit-limit", {"spec": {"decision": {"confidenceThreshold": 0.9}}})
+    # 3. A changed decision setting updates the ConfigMap; spec.access.network removed deletes the NetworkPolicy.
+    _patch_dm(admin, ns, "credit-limit", {"spec": {"decision": {"confidenceThreshold": 0.9},
+                                                   "access": {"network": None}}})
     _ready(admin, ns, "credit-limit")
+    eventually(lambda: not client.NetworkingV1Api(admin).list_namespaced_network_policy(ns).items, 60,
+               "the NetworkPolicy deleted")
 
     # 4. Promotion (Immediate, no rollback window): the candidate gets an InferenceService, traffic moves, the previous
     #    version's InferenceService is deleted.
@@ -185,6 +200,8 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
 
     eventually(promoted, 120, "1.1.0 promoted and 1.0.0 stopped")
     _ready(admin, ns, "credit-limit")
+    role = client.RbacAuthorizationV1Api(admin).read_namespaced_role("credit-limit-callers", ns)
+    assert role.rules[0].resource_names == ["credit-limit--1-1-0"]  # patched as the versions changed
 
     # 4b. A canary promotion back to 1.0.0 whose analysis finds no data (the Prometheus stand-in answers an empty
     #     vector) with insufficientTraffic: Fail: rolled back, candidate stopped, stable keeps serving.
@@ -201,8 +218,8 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
     eventually(rolled_back, 120, "the canary to 1.0.0 rolled back")
 
     # 4c. A shadow promotion of 1.0.0 (auth on): while it shadows, the operator grants the stable pods `get` on the
-    #     candidate's InferenceService (Role + RoleBinding, read by name before create, listed by label); no shadow
-    #     data comes (empty vectors) with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
+    #     candidate's InferenceService (Role + RoleBinding, watched by label); no shadow data comes (empty vectors)
+    #     with insufficientTraffic: Fail, so it rolls back and the grant is deleted.
     _patch_dm(admin, ns, "credit-limit", {"spec": {"promote": {
         "strategy": "Shadow", "shadow": {"holdSeconds": 40, "minCompared": 1}}}})
     rbac = client.RbacAuthorizationV1Api(admin)
@@ -212,7 +229,7 @@ def _run_scenarios(admin: client.ApiClient, ns: str, op_kubeconfig: pathlib.Path
             ns, label_selector="arbiter.dev/component=shadow-caller").items]
 
     eventually(lambda: shadow_grant() == ["credit-limit-shadow"] or None, 120, "the shadow grant created")
-    for plural in ("roles", "rolebindings"):  # the grant's label removed mid-phase: read back by name, relabelled
+    for plural in ("roles", "rolebindings"):  # the grant's component label removed mid-phase: put back
         _relabelled(admin, ns, "rbac.authorization.k8s.io", "v1", plural, "arbiter.dev/component=shadow-caller")
     eventually(lambda: rolled_back() and not shadow_grant(), 120, "the shadow phase rolled back, its grant deleted")
 
@@ -348,6 +365,9 @@ def test_operator_as_chart_service_account_is_never_forbidden_and_uses_every_gra
     # The exceptions are still granted (the chart needs them on OpenShift), and are the only unused ones.
     granted = {(g, r, v) for _ns, g, r, v in expand(identity.rules)}
     assert granted >= NOT_EXERCISABLE
+    # The grants the operator makes (the callers', the shadow phase's) needed no right to escalate or bind roles.
+    rbac_verbs = {v for _ns, _g, r, v in expand(identity.rules) if r in ("roles", "rolebindings", "clusterroles")}
+    assert not rbac_verbs & {"escalate", "bind", "*"}, rbac_verbs
 
 
 def test_namespaced_install_runs_with_roles_only(audited, admin, s3_server, tmp_path) -> None:

@@ -31,6 +31,9 @@ from test_planner import T0
         (["--max_model_len", "9"], "--max-model-len"),
         (["--port=9000"], "--port"),
         (["--config", "/tmp/flags.yaml"], "--config"),
+        (["-q", "fp8"], "--quantization"),
+        (["--quantization", "fp8"], "--quantization"),
+        (["--kv_cache_dtype=fp8"], "--kv-cache-dtype"),
     ],
 )
 def test_spellings_vllm_accepts_are_refused(args: list[str], flag: str) -> None:
@@ -38,8 +41,9 @@ def test_spellings_vllm_accepts_are_refused(args: list[str], flag: str) -> None:
     assert problems and all(flag in p for p in problems), problems
 
 
-@pytest.mark.parametrize("args", [["--enable-prefix-caching"], ["--enable_prefix_caching"], ["--kv-cache-dtype", "fp8"],
-                                  ["-O3"], ["--quantization", "fp8"], ["--max-num-batched-tokens", "-1"]])
+@pytest.mark.parametrize("args", [["--enable-prefix-caching"], ["--enable_prefix_caching"], ["-O3"],
+                                  ["--kv-cache-memory-bytes", "9"], ["--quantization-config", "{}"],
+                                  ["--max-num-batched-tokens", "-1"]])
 def test_other_flags_pass(args: list[str]) -> None:
     assert arg_problems(args) == []
 

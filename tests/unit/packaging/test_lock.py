@@ -22,7 +22,9 @@ LOCK = REPO / "requirements"
 PROGRAMS = {  # extra -> (lock file, the code it runs)
     "operator": ("operator.txt", [REPO / "operator" / "arbiter_operator"]),
     "runtime": ("runtime.txt", [REPO / "runtime" / "arbiter_runtime"]),
-    "kubectl": ("kubectl.txt", [REPO / "operator" / "arbiter_operator" / "cli"]),
+    # The plugin, and the operator's own checks its `lint` runs (plan.validate: JSON Schema, CEL).
+    "kubectl": ("kubectl.txt", [REPO / "operator" / "arbiter_operator" / "cli",
+                                REPO / "operator" / "arbiter_operator" / "plan" / "validate.py"]),
 }
 OWN = {"arbiter_operator", "arbiter_runtime", "arbiter_devenv"}
 # What each image must not hold: the other program's server or cluster stack.
@@ -101,7 +103,7 @@ def test_the_build_backend_is_locked() -> None:
 def _imports(roots: list[Path]) -> set[str]:
     names: set[str] = set()
     for root in roots:
-        for path in root.rglob("*.py"):
+        for path in [root] if root.is_file() else root.rglob("*.py"):
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Import):
                     names |= {a.name.split(".")[0] for a in node.names}

@@ -42,7 +42,9 @@ def test_scored_mode_reads_label_probabilities_from_a_real_vllm_response():
 
 
 @pytest.mark.parametrize("mutate, kind", [
-    (lambda r: r["choices"][0].update(finish_reason="length"), "length"),
+    # cut at max_tokens: two of the three lines
+    (lambda r: r["choices"][0].update(finish_reason="length", message={**r["choices"][0]["message"],
+                                                                       "content": "ok:R\nok:R\n"}), "length"),
     (lambda r: r["choices"][0]["message"].update(content="ok:R\nok:X\nok:R\n"), "format"),
     (lambda r: r["choices"][0]["message"].update(content="ok:R\nok:R\n"), "format"),
     (lambda r: r["choices"][0].update(logprobs=None), "logprobs"),

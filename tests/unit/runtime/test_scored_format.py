@@ -1,8 +1,9 @@
 """The scored answer formats (`scoredFormat`): compact (code and label only, every token a choice) and lines.
 
 Against the stand-in upstream, which decodes token by token under the regex the runtime sends, as vLLM's grammar
-backend does: the compact format costs 2 tokens per step plus the end, the lines format 4 per step plus the end.
-A hostile upstream answering in the compact format never gets a half-parsed or inconsistent trajectory through.
+backend does: the compact format costs 2 tokens per step (generation ends on the last label when every name is one
+token of the tokenizer; one more, the end of sequence, when not), the lines format 4 per step plus the end.
+A hostile upstream answering in the compact format never gets a half-parsed, cut or inconsistent trajectory through.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 from arbiter_devenv.vllm_standin import StandinServer
 from arbiter_runtime.config import ConfigError, parse_config
 from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
+from arbiter_runtime.scored_format import scored_format
 from arbiter_runtime.tokens import LabelTokens
 from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
 from hypothesis import HealthCheck, given, settings
@@ -26,8 +28,9 @@ CASE = {"amount": 1200, "country": "DE"}
 
 @pytest.fixture
 def words_standin():
-    """A model whose codes and labels are all single tokens (what a fine-tuned model's tokenizer should give)."""
-    server = StandinServer(words=(*LABELS, *CODES), served_model_name="credit-v1").start()
+    """A model whose codes and labels are all single tokens wherever they stand (what adding them to the tokenizer
+    when fine-tuning gives)."""
+    server = StandinServer(words=(*LABELS, *CODES), served_model_name="credit-v1", added_tokens=True).start()
     try:
         yield server
     finally:
@@ -57,10 +60,36 @@ def test_each_format_decides_through_the_server_and_costs_what_it_says(words_sta
     if fmt == "compact":
         assert ":" not in regex and "\\n" not in regex
     tokens, content = _completion_tokens(words_standin, body)
-    assert tokens == per_step * steps + 1, (tokens, content)  # + the end of sequence
+    # compact: generation ends on the last label (no forced end of sequence); lines: + the end of sequence
+    assert tokens == per_step * steps + (fmt == "lines"), (tokens, content)
+    assert body["max_tokens"] == (8 if fmt == "compact" else scored_format(fmt, LABELS, CODES, steps).max_tokens)
     # The runtime re-inserts what the compact format leaves out: the trajectory spells the same codes and labels.
     joiner, end = ("", "") if fmt == "compact" else (":", "\n")
     assert content == "".join(f"{s['reasoningCode']}{joiner}{s['label']}{end}" for s in trajectory)
+
+
+def test_a_code_of_several_tokens_keeps_room_for_the_end_of_sequence(words_standin, make_runtime):
+    # "no_history" is no word of the tokenizer: spelt in pieces, so the exact count is not known.
+    codes = [*CODES, "no_history"]
+    server = make_runtime(base_config(words_standin.url, reasoningCodes=codes, steps=3))
+    with server.client() as c:
+        assert c.post("/v1/decisions", json=CASE).json()["source"] == "model"
+    body = words_standin.state.requests[-1]
+    assert body["max_tokens"] == scored_format("compact", LABELS, codes, 3).max_tokens > 6
+    assert words_standin.state.usage.finished == {"stop": 1}
+
+
+def test_a_cut_answer_is_never_read_and_its_retry_gets_room(words_standin, make_runtime):
+    server = make_runtime(base_config(words_standin.url, steps=3))
+    words_standin.set("truncated", count=1)  # the first answer stops after 3 tokens, finish_reason length
+    with server.client() as c:
+        answer = c.post("/v1/decisions", json=CASE).json()
+    assert answer["source"] == "model" and len(answer["trajectory"]["steps"]) == 3
+    first, retry = words_standin.state.requests[-2:]
+    assert first["max_tokens"] == 6 and retry["max_tokens"] > 6
+    record = server.records()[-1]
+    assert record["attempts"] == 2
+    assert server.runtime.metrics.schema_violations.labels("credit", "v1", "length")._value.get() == 1
 
 
 def test_the_system_prompt_describes_the_format_the_constraint_enforces(words_standin, make_runtime):
@@ -161,8 +190,8 @@ def test_a_hostile_compact_answer_is_rejected_or_read_back_exactly(response):
     choice = response["choices"][0]
     content = choice["message"]["content"]
     steps = trajectory["steps"]
-    # Accepted: the answer was exactly K code+label pairs, finished, and every step has finite probabilities that
-    # sum to 1 over all labels, the chosen label among them.
+    # Accepted: the answer was exactly K code+label pairs, finished (the bound was asked for: a `length` answer is
+    # cut), and every step has finite probabilities that sum to 1 over all labels, the chosen label among them.
     assert choice["finish_reason"] != "length"
     assert content == "".join(s["reasoningCode"] + s["label"] for s in steps)
     assert [s["step"] for s in steps] == [1, 2, 3]
@@ -171,6 +200,39 @@ def test_a_hostile_compact_answer_is_rejected_or_read_back_exactly(response):
         assert all(math.isfinite(p) and 0 <= p <= 1 for p in s["probabilities"].values())
         assert math.isclose(sum(s["probabilities"].values()), 1.0, abs_tol=1e-9)
         assert s["confidence"] == max(s["probabilities"].values())
+
+
+def _answer(tokens: list[str], finish: str) -> dict:
+    """A vLLM-shaped answer writing `tokens`, every label position carrying every label's log-probability."""
+    entries = [{"token": t, "logprob": -0.1, "bytes": list(t.encode()),
+                "top_logprobs": [{"token": x, "logprob": -0.1 if x == t else -2.0, "bytes": list(x.encode())}
+                                 for x in LABELS]} for t in tokens]
+    return {"choices": [{"message": {"content": "".join(tokens)}, "finish_reason": finish,
+                         "logprobs": {"content": entries}}]}
+
+
+EXACT = ScoredMode(COMPACT, LabelTokens(label_ids=LABEL_IDS, code_ids={c: [200 + i] for i, c in enumerate(CODES)},
+                                         source="test", single_token_steps=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(CODES), st.sampled_from(LABELS)), min_size=3, max_size=3),
+       st.integers(min_value=0, max_value=6), st.booleans(), st.sampled_from([6, 7, EXACT.roomy, None]))
+def test_an_answer_stopped_at_max_tokens_is_read_only_when_whole(pairs, cut, spelt, asked):
+    """max_tokens = 2K ends generation on the last label (finish_reason length); a model that spells a name in
+    pieces is cut short there. Only the whole answer of exactly the 2K tokens asked for is read; a cut one, or a
+    `length` under any other max_tokens, is a `length` violation, never a decision."""
+    assert EXACT.request("{}", 1)["max_tokens"] == 6
+    tokens = [t for code, label in pairs for t in ((code[:3], code[3:]) if spelt else (code,)) + (label,)]
+    response = _answer(tokens[:cut] if cut < 6 else tokens[:6], "length")
+    if not spelt and cut == 6 and asked == 6:
+        steps = EXACT.parse(response, asked)["steps"]
+        assert [(s["reasoningCode"], s["label"]) for s in steps] == pairs
+        return
+    for mode in (EXACT, MODE):
+        with pytest.raises(TrajectoryInvalid) as err:
+            mode.parse(response, asked)
+        assert err.value.kind == "length"
 
 
 class _Hostile:
