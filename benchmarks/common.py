@@ -6,9 +6,9 @@
   simulated A100 nodes and pod lifecycles, the real KServe controller with its webhooks), each component under a
   client certificate of its own, so every request is attributed to the identity that made it; upstream CRDs
   (KServe's, Route, ModelRegistry) and Arbiter's CRD;
-- MinIO with the example model's files (config.json + weights), and a KServe `storage-config` Secret in each
-  namespace: the operator checks artifacts on S3 as it does in real use (an s3:// storageUri, not pvc://, whose
-  check is skipped as not checkable);
+- the S3 server (SeaweedFS) with the example model's files (config.json + weights), and a KServe `storage-config`
+  Secret in each namespace: the operator checks artifacts on S3 as it does in real use (an s3:// storageUri, not
+  pvc://, whose check is skipped as not checkable);
 - the operator as a separate process (`python -m arbiter_operator`, OperatorProcess) under its own ServiceAccount
   token, so its API requests can be told apart from the driver's, KServe's and the cluster's.
 
@@ -400,7 +400,7 @@ class Watcher:
 
 
 class Stack:
-    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + MinIO + operator; see the module
+    """Local cluster (with audit log, KServe, scheduler, kwok nodes) + CRDs + S3 server + operator; see the module
     docstring.
 
     `operator_namespaces` are watched by the operator; `extra_namespaces` only get the storage Secret and the
@@ -408,7 +408,7 @@ class Stack:
 
     def __init__(self, operator_namespaces: list[str], extra_namespaces: list[str] = (), *,
                  operator_env: dict[str, str] | None = None, keep: bool = False, gpu_nodes: int = 4, shards: int = 0,
-                 watch: str = "listed"):
+                 watch: str = "listed", web_identity: bool = False):
         self.op_namespaces = list(operator_namespaces)
         # "listed": the operator is given its namespaces (--namespace each); "all": it watches cluster-wide (the
         # chart's default), which also sees the extra namespaces' objects.
@@ -417,6 +417,8 @@ class Stack:
         self.shards = shards
         self.namespaces = self.op_namespaces + list(extra_namespaces)
         self.operator_env = dict(operator_env or {})
+        # True: the operator reads S3 with its own web identity, the storage-config entries hold no keys
+        self.web_identity = web_identity
         self.keep = keep
         self.workdir = pathlib.Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
         self.audit_log = self.workdir / "audit.log"
@@ -476,14 +478,21 @@ class Stack:
                                                             token=tokens[OPERATOR_SA], user=OPERATOR_SA)
 
         t = time.monotonic()
-        self.s3 = S3Server().start()
+        if self.web_identity:
+            import web_identity
+
+            self.s3, env = web_identity.start_s3(self.cp, SYSTEM_NS, OPERATOR_SA, self.workdir)
+            self.operator_env.update(env)
+            secret = web_identity.keyless_storage_config(self.s3)
+        else:
+            self.s3 = S3Server().start()
+            secret = _storage_config_secret(self.s3)
         _seed_example_storage(self.s3, yaml.safe_load(EXAMPLE.read_text()))
-        secret = _storage_config_secret(self.s3)
         for i, ns in enumerate(self.namespaces):
             labels = {SHARD_LABEL: str(i % self.shards)} if self.shards and ns in self.op_namespaces else {}
             core.create_namespace({"metadata": {"name": ns, "labels": labels}})
             core.create_namespaced_secret(ns, secret)
-        log(f"MinIO + {len(self.namespaces)} namespaces in {time.monotonic() - t:.1f}s")
+        log(f"S3 server + {len(self.namespaces)} namespaces in {time.monotonic() - t:.1f}s")
         return self
 
     def start_operator(self) -> OperatorProcess | Shards:

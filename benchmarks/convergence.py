@@ -10,8 +10,8 @@ its Events. The floor then does, per repetition: create the DecisionModel, repla
 wait until KServe's controller has marked its InferenceServices Ready (the operator waits for the same thing: the
 scheduler places the predictor pod on a simulated A100 node, kwok runs it, the Deployment becomes available), replay the
 remaining passes. Both are timed by the same watch on DecisionModels, operator and floor repetitions interleaved so
-that load from other processes on the machine hits both alike. Storage is s3:// on MinIO (real use); the operator's
-artifact check (S3 reads) is part of its time and not of the floor's.
+that load from other processes on the machine hits both alike. Storage is s3:// on the S3 server (SeaweedFS; real
+use); the operator's artifact check (S3 reads) is part of its time and not of the floor's.
 
 Target: operator p50 at most 1.2x the floor's.
 """
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pause", type=float, default=0.2, help="seconds between repetitions")
     args = p.parse_args(argv)
     result: dict[str, Any] = {"benchmark": "convergence", "machine": common.machine(), "args": vars(args),
-                              "storage": "s3:// on MinIO (artifact check reads config.json and the weights' size)"}
+                              "storage": "s3:// on SeaweedFS (artifact check reads config.json and the weights' size)"}
     # Every repetition leaves two 1-GPU predictors (operator's and floor's) on the simulated A100 nodes.
     with common.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=(2 * args.repetitions + 2) // 8 + 2) as stack:

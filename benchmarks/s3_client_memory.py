@@ -1,16 +1,18 @@
 """What the operator's S3 reads cost in memory: RSS of a fresh process before and after its first artifact check.
 
-Starts MinIO (the devenv's S3Server) holding a small model directory, then, for each client, a fresh Python process
+Starts the devenv's S3Server (SeaweedFS) holding a small model directory, then, for each client, a fresh Python process
 that imports what the operator imports anyway (kopf, kubernetes, httpx, pydantic, the Kubernetes client and the pure
 artifact checks), reads its RSS, imports the S3 client, makes the reads of one artifact check (the listing, then
 config.json, the safetensors index and tokenizer.json), reads RSS again, then repeats those reads 50 times (connection
 reuse, no growth) and reads it a last time. The files' contents are not parsed: only what reading S3 costs counts.
 
-Clients: `operator` (clients/s3.py, what ships); with `--compare` also boto3 the way the operator used it before
-(`boto3-full`), and boto3 given a trimmed S3 service model (only ListObjectsV2 and GetObject, generated into a
-temporary directory from the installed botocore's own model and put first on its loader's search path) with and
-without a trimmed endpoints.json (`boto3-trimmed`, `boto3-trimmed-endpoints`), the alternative weighed, and what
-each data file botocore loads for an S3 client costs once parsed.
+Clients: `operator` (clients/s3.py, what ships, with a storage-config entry's keys), `operator-web-identity` (the
+same reads with the operator's own credentials from botocore's chain: a web identity exchanged at the S3 server's
+STS, whose OpenID issuer is a key this script makes and serves on loopback); with `--compare` also boto3 the way the
+operator used it before (`boto3-full`), and boto3 given a trimmed S3 service model (only ListObjectsV2 and
+GetObject, generated into a temporary directory from the installed botocore's own model and put first on its
+loader's search path) with and without a trimmed endpoints.json (`boto3-trimmed`, `boto3-trimmed-endpoints`), the
+alternative weighed, and what each data file botocore loads for an S3 client costs once parsed.
 
     .venv/bin/python benchmarks/s3_client_memory.py [--compare] [--out PATH]
 """
@@ -19,15 +21,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import gc
+import http.server
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKS = 50
@@ -161,8 +166,8 @@ def child(kind: str) -> dict[str, float]:
         for name in ("config.json", "model.safetensors.index.json", "tokenizer.json"):
             assert await storage.get_bytes(bucket, f"{prefix}/{name}") == MODEL[name]
 
-    if kind == "operator":
-        from arbiter_operator.clients.s3 import S3Credentials, S3Storage
+    if kind.startswith("operator"):
+        from arbiter_operator.clients.s3 import OwnCredentials, S3Credentials, S3Storage
     else:
         import boto3  # noqa: F401
     imported = rss_mib()
@@ -171,6 +176,8 @@ def child(kind: str) -> dict[str, float]:
         if kind == "operator":
             storage = S3Storage(S3Credentials(access_key_id=access_key, secret_access_key=secret_key,
                                               endpoint_url=endpoint))
+        elif kind == "operator-web-identity":  # an entry without keys: botocore's chain finds the web identity
+            storage = S3Storage(S3Credentials(endpoint_url=endpoint, own=OwnCredentials()))
         else:
             storage = boto3_reader(kind, endpoint, access_key, secret_key)
         await check(storage)
@@ -179,7 +186,7 @@ def child(kind: str) -> dict[str, float]:
         for _ in range(CHECKS):
             await check(storage)
         per_check_ms = (time.perf_counter() - started) / CHECKS * 1000
-        if kind == "operator":
+        if kind.startswith("operator"):
             await storage.aclose()
         return {"base_mib": before, "imported_mib": imported, "first_check_mib": first,
                 "after_more_mib": rss_mib(), "check_ms": per_check_ms}
@@ -187,7 +194,52 @@ def child(kind: str) -> dict[str, float]:
     return asyncio.run(run())
 
 
-# ---- the parent: MinIO, the model directory, one child per client ----------------------------------------------
+# ---- the parent: the S3 server, the model directory, one child per client ---------------------------------------
+
+class LocalIssuer:
+    """An OpenID issuer of its own on loopback: an ES256 key, its JWKS over HTTP, and tokens it signs (the S3 server's
+    STS verifies them as it verifies a cluster's ServiceAccount tokens)."""
+
+    def __init__(self) -> None:
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        numbers = self.key.public_key().public_numbers()
+        jwks = json.dumps({"keys": [{"kty": "EC", "crv": "P-256", "kid": "benchmark", "alg": "ES256", "use": "sig",
+                                     "x": _b64(numbers.x.to_bytes(32, "big")),
+                                     "y": _b64(numbers.y.to_bytes(32, "big"))}]}).encode()
+
+        class Keys(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # http.server's name for the GET handler
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(jwks)))
+                self.end_headers()
+                self.wfile.write(jwks)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Keys)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def token(self, subject: str, audience: str) -> str:
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+        now = int(time.time())
+        header = _b64(json.dumps({"alg": "ES256", "typ": "JWT", "kid": "benchmark"}).encode())
+        claims = _b64(json.dumps({"iss": self.url, "sub": subject, "aud": audience, "iat": now, "nbf": now,
+                                  "exp": now + 3600}).encode())
+        r, sig_s = decode_dss_signature(self.key.sign(f"{header}.{claims}".encode(), ec.ECDSA(hashes.SHA256())))
+        return f"{header}.{claims}.{_b64(r.to_bytes(32, 'big') + sig_s.to_bytes(32, 'big'))}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,23 +252,35 @@ def main() -> None:
         print(json.dumps(child(args.child)))
         return
 
-    from arbiter_devenv.s3server import S3Server
+    from arbiter_devenv.s3server import OidcIssuer, S3Server
 
-    kinds = ["operator"] + (["boto3-full", "boto3-trimmed", "boto3-trimmed-endpoints"] if args.compare else [])
+    kinds = ["operator", "operator-web-identity"] + (
+        ["boto3-full", "boto3-trimmed", "boto3-trimmed-endpoints"] if args.compare else [])
     results: dict[str, dict[str, float]] = {}
-    with S3Server() as s3, tempfile.TemporaryDirectory(prefix="s3-models-") as work:
+    issuer = LocalIssuer()
+    web_identity = OidcIssuer(issuer=issuer.url, jwks_url=issuer.url + "/keys", audience="arbiter-benchmark",
+                              subjects=("arbiter-operator",))
+    with S3Server(web_identity=web_identity) as s3, tempfile.TemporaryDirectory(prefix="s3-models-") as work:
         client = s3.client()
         client.create_bucket(Bucket="models")
         for key, body in MODEL.items():
             client.put_object(Bucket="models", Key=f"credit/1/{key}", Body=body)
         env = dict(os.environ, S3_ENDPOINT=s3.endpoint_url, S3_BUCKET="models", S3_PREFIX="credit/1",
                    S3_ACCESS_KEY=s3.access_key, S3_SECRET_KEY=s3.secret_key)
-        for kind in kinds[2:]:
+        for kind in kinds[3:]:
             env[f"S3_MODEL_{kind}"] = str(trimmed_data_path(Path(work) / kind, kind == "boto3-trimmed-endpoints"))
+        token = Path(work) / "token"
+        token.write_text(issuer.token("arbiter-operator", "arbiter-benchmark"))
+        # The web identity alone, as the chart renders it: no keys, no profile, no instance metadata to find.
+        web_env = {k: v for k, v in env.items() if not k.startswith("AWS_")} | {
+            "AWS_ROLE_ARN": s3.role_arn, "AWS_WEB_IDENTITY_TOKEN_FILE": str(token), "AWS_REGION": s3.region,
+            "AWS_ENDPOINT_URL_STS": s3.endpoint_url, "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}
         for kind in kinds:
             runs = []
             for _ in range(args.repetitions):
-                out = subprocess.run([sys.executable, __file__, "--child", kind], env=env, capture_output=True,
+                out = subprocess.run([sys.executable, __file__, "--child", kind],
+                                     env=web_env if kind == "operator-web-identity" else env, capture_output=True,
                                      text=True, timeout=300, check=True)
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
             runs.sort(key=lambda r: r["first_check_mib"] - r["base_mib"])
@@ -236,6 +300,7 @@ def main() -> None:
         print("\n| botocore file (what a boto3 S3 client loads) | RSS once parsed (MiB) |\n|---|---|")
         for name, mib in files.items():
             print(f"| {name} | {mib:.1f} |")
+    issuer.server.shutdown()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"checks": CHECKS, "repetitions": args.repetitions, "results": results,
                                           "botocore_files": files}, indent=2))

@@ -1,7 +1,7 @@
 """Scale: N DecisionModels (default 1,000) across 20 namespaces, created at once; time until all are Ready, the
 operator's peak RSS and CPU seconds, and the API requests it made per DecisionModel, by verb and resource.
 
-    .venv/bin/python benchmarks/scale.py [--count 1000] [--namespaces 20] [--out PATH]
+    .venv/bin/python benchmarks/scale.py [--count 1000] [--namespaces 20] [--web-identity] [--out PATH]
 
 Targets: all Ready in under 60 s on the 2-core machine, operator under 300 MB RSS.
 """
@@ -187,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-per-dm", action="store_true",
                    help="each DecisionModel serves a model of its own (its own S3 prefix): no two share an artifact "
                         "check; by default all serve the example's model")
+    p.add_argument("--web-identity", action="store_true",
+                   help="the operator reads S3 with its own web identity (a ServiceAccount token exchanged at the S3 "
+                        "server's STS); the storage-config entries hold no keys")
     p.add_argument("--shards", type=int, default=0,
                    help="run this many operators, each owning the namespaces labelled with its number "
                         "(--namespace-selector); CPU adds up, RSS is the largest shard's")
@@ -195,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {"benchmark": "scale", "machine": common.machine(), "args": vars(args)}
     # One 1-GPU predictor per DecisionModel, eight per simulated A100 node, and a spare node.
     with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
-                      gpu_nodes=args.count // 8 + 2, shards=args.shards, watch=args.watch) as stack:
+                      gpu_nodes=args.count // 8 + 2, shards=args.shards, watch=args.watch,
+                      web_identity=args.web_identity) as stack:
         stack.start_operator()
         r = run_scale(stack, args.count, nss, args.timeout, args.threads, args.profile, args.gil, args.profile_rate,
                       args.model_per_dm)

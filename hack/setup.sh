@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Arbiter's local run and test suite need on a fresh Debian machine with Python >= 3.11 and Go:
 # a virtualenv with the project, the Debian packages for the real test servers, and the Go-built binaries
-# (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, the KServe controller, MinIO, Model Registry,
+# (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, the KServe controller, SeaweedFS, Model Registry,
 # helm), which are cached per user and version so a second run builds nothing. Idempotent: safe to run again.
 #
 #   bash hack/setup.sh                 # everything the test suite needs

@@ -44,7 +44,7 @@ done
 [ "$failed" -eq 0 ] || exit 1
 
 # pytest-xdist: two workers on a 2-core machine (most of a cluster test's time is spent waiting for controllers, so
-# two overlap well). Each worker has its own session-wide cluster, MinIO and Prometheus. --dist loadgroup: the tests
+# two overlap well). Each worker has its own session-wide cluster, S3 server (SeaweedFS) and Prometheus. --dist loadgroup: the tests
 # of a module that share a module-scoped server stay on one worker, so it starts once (tests/conftest.py groups
 # them); every other test goes to the next free worker. --durations: the slowest tests, every run.
 workers=${ARBITER_TEST_WORKERS:-2}

@@ -1,11 +1,12 @@
 """Shared fixtures: a real cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok's simulated
 GPU nodes and the real KServe controller with its webhooks) with the upstream CRDs installed, a fresh namespace per
-test, a real S3 server (MinIO) and a real Prometheus. One of each per session (per pytest-xdist worker), shared by
+test, a real S3 server (SeaweedFS) and a real Prometheus. One of each per session (per pytest-xdist worker), shared by
 every test that does not need its own; see docs/devenv.md.
 
 Cluster choice, in order: ARBITER_TEST_KUBECONFIG (an existing cluster; nothing is started), ``--kind`` (a kind
 cluster through pytest-kind, needs Docker), else the local control plane built from hack/tools.
-S3 choice: ARBITER_TEST_S3_ENDPOINT_URL (+ _ACCESS_KEY, _SECRET_KEY, _REGION) for an existing S3, else local MinIO.
+S3 choice: ARBITER_TEST_S3_ENDPOINT_URL (+ _ACCESS_KEY, _SECRET_KEY, _REGION) for an existing S3, else the local
+SeaweedFS.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if "control_plane" in used and local_cluster:
         needed += ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kserve-controller"]
     if "s3_server" in used and not os.environ.get("ARBITER_TEST_S3_ENDPOINT_URL"):
-        needed.append("minio")
+        needed.append("seaweedfs")
     if "argocd" in used:
         needed.append("argocd")
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -1,5 +1,5 @@
 """Development environment, outside the product (neither the operator wheel nor an image carries it): Go-built
-binaries (tools), a throwaway control plane (controlplane) and cluster (cluster, kwok, kserve), a MinIO S3 server
+binaries (tools), a throwaway control plane (controlplane) and cluster (cluster, kwok, kserve), a SeaweedFS S3 server
 (s3server), Model Registry on PostgreSQL (registryserver), Argo CD and OLM (argocd, olm), the upstream CRDs (crds), the
 operator as a subprocess (operator_process), the local run (local, first_decision), the OLM bundle generator
 (olmbundle), the chart's dashboards generator (dashboards) and the vLLM stand-in (vllm_standin). Shared by the

@@ -371,6 +371,9 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 f"--service-account-issuer={ISSUER}",
+                # The issuer's discovery document points at its keys on loopback, where a local S3 server's STS can
+                # fetch them (the issuer's own name resolves nowhere here): ServiceAccount tokens as web identities.
+                f"--service-account-jwks-uri={self.server}/openid/v1/jwks",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 f"--api-audiences={ISSUER}",

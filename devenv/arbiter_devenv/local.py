@@ -6,11 +6,11 @@
 
 With the embedded cluster it starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (simulated
 A100 GPU nodes and pod lifecycles) and the real KServe controller with its webhooks (all built from hack/tools),
-installs the upstream CRDs and Arbiter's, starts MinIO with the example model's files (a config.json and a weights
-file, so the artifact checks have something real to read) and a KServe storage-config Secret. Then it runs the
-operator as a subprocess, applies examples/decisionmodel.yaml, and prints each condition change until the
-DecisionModel is Ready: KServe turns the InferenceService into a predictor Deployment, the scheduler places its pod
-on a simulated A100 node, and kwok runs it (no container, no GPU: vLLM is not started).
+installs the upstream CRDs and Arbiter's, starts the S3 server (SeaweedFS) with the example model's files (a
+config.json and a weights file, so the artifact checks have something real to read) and a KServe storage-config
+Secret. Then it runs the operator as a subprocess, applies examples/decisionmodel.yaml, and prints each condition
+change until the DecisionModel is Ready: KServe turns the InferenceService into a predictor Deployment, the
+scheduler places its pod on a simulated A100 node, and kwok runs it (no container, no GPU: vLLM is not started).
 
 Against a real cluster (--use-current-context) it starts nothing but the operator; the cluster must have KServe and
 the Route API, and the example's storageUri must exist in your S3 with a storage-config Secret in the namespace.
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             if exc.status != 409:
                 raise
         if not args.use_current_context:
-            say("starting MinIO with the example model's files")
+            say("starting the S3 server (SeaweedFS) with the example model's files")
             s3 = S3Server().start()
             stack.append(s3)
             _seed_example_storage(s3, example)

@@ -1,4 +1,4 @@
-"""Build and cache the Go binaries the development environment runs (kube-apiserver, etcd, MinIO, ...).
+"""Build and cache the Go binaries the development environment runs (kube-apiserver, etcd, SeaweedFS, ...).
 
 Each binary has a tools module under ``hack/tools/<name>/`` with a ``tool.json`` that says what to build (see
 hack/tools/README.md). ``ensure_tool(name)`` builds it once with ``go build`` from the Go module proxy into

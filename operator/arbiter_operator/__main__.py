@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .api.serving import DEFAULT_METRICS_READER_SECRET
-from .settings import ARGOCD_NAMESPACE_ENV, METRICS_READER_SECRET_ENV
+from .settings import ARGOCD_NAMESPACE_ENV, METRICS_READER_SECRET_ENV, S3_OWN_CREDENTIALS_ENV
 
 if TYPE_CHECKING:
     from .admission import WebhookConfig
@@ -61,6 +61,7 @@ def _checked(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[
     if args.runtime_image:
         os.environ["ARBITER_RUNTIME_IMAGE"] = args.runtime_image  # read by arbiter_operator.settings
     os.environ[METRICS_READER_SECRET_ENV] = args.metrics_reader_secret  # likewise
+    os.environ[S3_OWN_CREDENTIALS_ENV] = "true" if args.s3_own_credentials else "false"  # likewise
     os.environ[ARGOCD_NAMESPACE_ENV] = args.argocd_namespace  # likewise
     namespaces = list(args.namespace)
     env_ns = os.environ.get("ARBITER_NAMESPACES", "")
@@ -227,6 +228,14 @@ def _serving_flags(parser: argparse.ArgumentParser) -> None:
         "--webhook-address",
         default=os.environ.get("ARBITER_WEBHOOK_ADDRESS", "0.0.0.0"),
         help="address the webhook listens on (default: all interfaces, for the chart's webhook Service)",
+    )
+    parser.add_argument(
+        "--s3-own-credentials",
+        type=_true_or_false,
+        default=_true_or_false(os.environ.get(S3_OWN_CREDENTIALS_ENV) or "false"),
+        help="read a storage-config entry without keys with the operator's own AWS credentials (botocore's chain: "
+        "AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE, environment keys, container or instance metadata); also "
+        f"${S3_OWN_CREDENTIALS_ENV}, the Helm value aws.ownCredentials; default false",
     )
     parser.add_argument(
         "--runtime-image",

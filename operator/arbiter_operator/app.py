@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 from . import metrics
 from .api.backoff import RECONCILE_ERROR_BACKOFF
 from .clients.prometheus import PrometheusClient, PrometheusConfig
+from .clients.s3_identity import OwnCredentials
 from .kube import kinds
 from .kube.cache import CachedKubeClient, WatchCache
 from .kube.client import KubeError, RestKubeClient, new_api_client
@@ -30,8 +31,9 @@ from .kube.namespaces import NamespaceLabels
 from .kube.transport import LoopTransport
 from .kube.watch import Resource, Watches, WatchOptions
 from .kube.workqueue import Key, PriorityWorkQueue
+from .observe.storage import VerdictCache
 from .reconcile import Reconciler
-from .settings import argocd_namespace, metrics_reader_secret, runtime_image
+from .settings import argocd_namespace, metrics_reader_secret, runtime_image, s3_own_credentials
 from .state_metrics import DecisionModelStateCollector, cache_lister
 from .triggers import Triggers
 
@@ -156,7 +158,9 @@ class Operator:
         REGISTRY.register(self._state_metrics)
         kube = CachedKubeClient(RestKubeClient(api, fence=fence, transport=self._transport), cache)
         reconciler = Reconciler(kube, prometheus=_prometheus(), runtime_image=runtime_image(),
-                                metrics_reader_secret=metrics_reader_secret(), argocd_namespace=argocd_namespace())
+                                metrics_reader_secret=metrics_reader_secret(), argocd_namespace=argocd_namespace(),
+                                verdicts=VerdictCache(own_credentials=OwnCredentials() if s3_own_credentials()
+                                                      else None))
         # Namespace labels that change the rendering (mesh) are watched, per namespace holding DecisionModels.
         self._namespace_labels = NamespaceLabels(api.configuration, queue.add, cache=cache).start()
         triggers = Triggers(queue, cache, self._namespace_labels)

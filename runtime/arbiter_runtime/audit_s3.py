@@ -62,10 +62,23 @@ class S3Settings:
                    lock_mode=mode)
 
 
+_CREDENTIAL_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError",
+                      "InvalidConfigError", "FileNotFoundError", "PermissionError")
+
+
 def _code(exc: Exception) -> str:
+    """What failed, in a few words for the log. A failure of the pod's credentials (botocore's chain: a web identity
+    STS refuses, a token file missing) says so, and never reads as the bucket's answer: an STS AccessDenied is not a
+    bucket refusing HEAD."""
     # A connection reset is a botocore error whose `response` is None, not absent.
     response = getattr(exc, "response", None) or {}
-    return str(response.get("Error", {}).get("Code", type(exc).__name__))
+    code = str(response.get("Error", {}).get("Code", type(exc).__name__))
+    operation = getattr(exc, "operation_name", "")
+    if operation.startswith("AssumeRole"):
+        return f"credentials: STS {operation} answered {code}"
+    if code in _CREDENTIAL_ERRORS:
+        return f"credentials: {code} (check AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE, or the pod's keys)"
+    return code
 
 
 @dataclass
@@ -118,6 +131,9 @@ class S3BatchSink:
         import boto3
         from botocore.config import Config
 
+        # Credentials from boto3's chain: environment keys, a web identity (AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE,
+        # the projected ServiceAccount token the operator renders or IRSA injects; exchanged at AWS_ENDPOINT_URL_STS
+        # or AWS's STS and refreshed before they expire, re-reading the rotated token), container or instance metadata.
         # Bounded calls: the shutdown retries until its deadline, and one call must not outlast it by minutes.
         return boto3.client("s3", endpoint_url=settings.endpoint_url, region_name=settings.region,
                             config=Config(connect_timeout=5, read_timeout=15,

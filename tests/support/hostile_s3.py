@@ -125,7 +125,7 @@ HTML_502 = b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad 
 
 
 class S3FaultProxy(LoopbackPeer):
-    """A real S3 (MinIO) behind a proxy that breaks what `fault(request)` names, per request:
+    """A real S3 (the devenv's S3 server) behind a proxy that breaks what `fault(request)` names, per request:
 
         pass         forward, answer what S3 answered
         ack_lost     forward (S3 stores it), then answer 500 InternalError: the acknowledgement is lost

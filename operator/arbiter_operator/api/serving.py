@@ -108,6 +108,28 @@ class Resources(_Model):
     )
 
 
+class AwsWebIdentity(_Model):
+    roleArn: Annotated[str, StringConstraints(max_length=2048)] = Field(
+        pattern=r"^arn:[a-z0-9-]+:iam:[a-z0-9-]*:[0-9]*:role/[A-Za-z0-9+=,.@_/-]+$",
+        description="The role the runtime assumes with its pod's ServiceAccount token (AWS_ROLE_ARN), e.g. "
+        "arn:aws:iam::123456789012:role/fraud-audit-writer; its trust policy must admit "
+        "system:serviceaccount:<namespace>:<spec.serving.serviceAccountName>.",
+    )
+    audience: Annotated[str, StringConstraints(min_length=1, max_length=253)] = Field(
+        "sts.amazonaws.com", description="The projected token's audience: the client id the identity provider expects."
+    )
+    stsEndpoint: Annotated[str, StringConstraints(max_length=2048)] | None = Field(
+        None, pattern=r"^https?://", description="STS to exchange the token at (AWS_ENDPOINT_URL_STS), e.g. an "
+        "on-premises S3's STS; unset: AWS's STS for the region."
+    )
+    region: Annotated[str, StringConstraints(max_length=64)] | None = Field(
+        None, pattern=r"^[a-z0-9-]+$", description="AWS_REGION for the runtime (which regional STS answers)."
+    )
+    tokenExpirationSeconds: int = Field(
+        3600, ge=600, le=86400, description="The projected token's lifetime; the kubelet renews it at 80%."
+    )
+
+
 class ServingSpec(_Model):
     runtimeImage: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = Field(
         None,
@@ -141,6 +163,19 @@ class ServingSpec(_Model):
     )
     resources: Resources = Field(default_factory=Resources)
     vllm: VllmSettings = Field(default_factory=VllmSettings)
+    serviceAccountName: Annotated[str, StringConstraints(max_length=253)] | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="The predictor pods' ServiceAccount (create it first), as which KServe's storage initializer and "
+        "the runtime run: with the pod identity webhook of EKS or ROSA, its eks.amazonaws.com/role-arn annotation "
+        "gives both a web identity for S3. Unset: the namespace's default ServiceAccount.",
+    )
+    awsWebIdentity: AwsWebIdentity | None = Field(
+        None,
+        description="A web identity the operator renders into the runtime container where no webhook injects one: a "
+        "projected ServiceAccount token with this audience, AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE, which the "
+        "runtime's S3 audit reads through boto3's credential chain (docs/security.md, S3 credentials).",
+    )
 
 
 # ---------------------------------------------------------------- spec.exposure / mesh

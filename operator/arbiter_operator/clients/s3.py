@@ -20,14 +20,16 @@ was measured as the alternative needing less code of our own: 15.1 MiB, and 8.3 
 S3 as well; the import and the rule set stay, so it misses a budget of about 5 MiB that this meets. Per check (a
 listing and three small reads) both take about 5 ms. Details: docs/benchmarks.md, operator memory.
 
-What stays as with boto3: path-style URLs for any configured endpoint (MinIO and most on-prem S3), virtual-hosted
-ones on AWS; the region (a wrong one is corrected once from S3's `x-amz-bucket-region` answer, as botocore does);
-TLS verification with certifi's roots (or `AWS_CA_BUNDLE`), a CA bundle of our own, or none (`verify_ssl: 0`);
-anonymous access; `HTTPS_PROXY`/`NO_PROXY`; one retry of a transient failure; connection reuse across the reads of
-one `S3Storage`. What is stricter: every body is read up to a bound and no further (a listing page 4 MiB, an error
-16 KiB, an object the asked range even when the server ignores the Range header), the body is never decompressed,
-a whole request has a deadline (a server trickling bytes cannot hold a check), redirects are not followed (a signed
-request never goes to another host), and an answer that is not S3's XML is `StorageUnreachable`, not a crash.
+What stays as with boto3: the credentials (the entry's keys, or for an entry without keys botocore's own provider
+chain, refreshable: web identity, instance metadata, ...; `clients.s3_identity`); path-style URLs for any configured
+endpoint (MinIO and most on-prem S3), virtual-hosted ones on AWS; the region (a wrong one is corrected once from
+S3's `x-amz-bucket-region` answer, as botocore does); TLS verification with certifi's roots (or `AWS_CA_BUNDLE`), a
+CA bundle of our own, or none (`verify_ssl: 0`); anonymous access; `HTTPS_PROXY`/`NO_PROXY`; one retry of a
+transient failure; connection reuse across the reads of one `S3Storage`. What is stricter: every body is read up to
+a bound and no further (a listing page 4 MiB, an error 16 KiB, an object the asked range even when the server
+ignores the Range header), the body is never decompressed, a whole request has a deadline (a server trickling bytes
+cannot hold a check), redirects are not followed (a signed request never goes to another host), and an answer that
+is not S3's XML is `StorageUnreachable`, not a crash.
 
 Credentials never reach a log, an event, a status or an exception message: `S3Credentials.__repr__` hides them and
 errors hold only the S3 error code, bucket and key.
@@ -61,11 +63,12 @@ from .s3_config import (
     credentials_from_secret,
     decode_secret_data,
 )
+from .s3_identity import OwnCredentials
 from .s3_xml import MalformedAnswer, ObjectLock, parse_error_code, parse_listing, parse_object_lock, parse_versioning
 
 # The configuration and errors live in clients/s3_config.py; callers import them from here too.
-__all__ = ["CredentialsInvalid", "ObjectInfo", "ObjectLock", "S3Credentials", "S3Storage", "StorageError",
-           "StorageRejected", "StorageUnreachable", "credentials_from_secret", "decode_secret_data"]
+__all__ = ["CredentialsInvalid", "ObjectInfo", "ObjectLock", "OwnCredentials", "S3Credentials", "S3Storage",
+           "StorageError", "StorageRejected", "StorageUnreachable", "credentials_from_secret", "decode_secret_data"]
 
 MAX_LISTING = 10000  # a model directory has tens of files; past this the prefix is wrong
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
@@ -220,14 +223,18 @@ class S3Storage:
         encoded = "&".join(f"{quote(k, safe='-_.~')}={quote(v, safe='-_.~')}" for k, v in sorted(query))
         return origin + path + ("?" + encoded if encoded else "")
 
-    def _signed_headers(self, url: str, region: str, headers: dict[str, str]) -> dict[str, str]:
+    async def _signed_headers(self, url: str, region: str, headers: dict[str, str]) -> dict[str, str]:
         if self._creds.anonymous:
             return headers
-        if not (self._creds.access_key_id and self._creds.secret_access_key):
+        if self._creds.own is not None:
+            # The operator's own (botocore's chain): temporary ones carry a session token, signed in as well.
+            credentials = await self._creds.own.frozen()
+        elif self._creds.access_key_id and self._creds.secret_access_key:
+            credentials = Credentials(self._creds.access_key_id, self._creds.secret_access_key)
+        else:
             raise StorageRejected("NoCredentials", "no S3 credentials")
         request = AWSRequest(method="GET", url=url, headers=dict(headers), data=b"")
-        S3SigV4Auth(Credentials(self._creds.access_key_id, self._creds.secret_access_key), "s3", region).add_auth(
-            request)
+        S3SigV4Auth(credentials, "s3", region).add_auth(request)
         return dict(request.headers.items())
 
     async def _once(self, region: str, bucket: str, key: str, query: list[tuple[str, str]],
@@ -235,10 +242,10 @@ class S3Storage:
         url = self._url(region, bucket, key, query)
         if urlsplit(url).scheme not in ("http", "https"):
             raise StorageRejected("InvalidEndpoint", f"S3 endpoint {self._where!r} is not an http(s) URL")
+        signed = await self._signed_headers(url, region, headers)
         client = self._http()
         target = yarl.URL(url, encoded=True)  # sent byte for byte as signed, not quoted again
-        async with client.get(target, headers=self._signed_headers(url, region, headers), allow_redirects=False,
-                              proxy=_proxy(target)) as response:
+        async with client.get(target, headers=signed, allow_redirects=False, proxy=_proxy(target)) as response:
             ok = 200 <= response.status < 300
             limit = max_body if ok else error_body
             chunks: list[bytes] = []

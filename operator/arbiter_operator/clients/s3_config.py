@@ -8,7 +8,10 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .s3_identity import OwnCredentials
 
 
 class StorageError(Exception):
@@ -44,6 +47,9 @@ class S3Credentials:
     # The storage-config entry these came from (None: an AWS-style Secret): KServe's storage initializer is told to
     # read the same one, so the pod loads with what the artifact check was allowed to read.
     entry_key: str | None = None
+    # An entry without keys, read with the operator's own AWS credentials (botocore's chain: web identity, instance
+    # metadata, ...), as KServe's storage initializer reads it with its pod's.
+    own: OwnCredentials | None = field(repr=False, default=None)
 
 
 def _truthy(value: Any, default: bool) -> bool:
@@ -107,17 +113,27 @@ def credentials_from_secret(
     endpoint: str | None = None,
     region: str | None = None,
     ca_bundle_pem: str | None = None,
+    own: OwnCredentials | None = None,
 ) -> S3Credentials:
     """Pick the storage-config entry (`key`, else the one named after the bucket, else `default`) and apply overrides.
 
     Also accepts a plain AWS-style Secret (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_S3_ENDPOINT /
     AWS_DEFAULT_REGION), the form OpenShift AI data connections use.
+
+    An entry with neither key is read with `own`, the operator's own AWS credentials, when the operator was installed
+    with them (None: refused, saying how to turn them on).
     """
     entry, chosen = _storage_entry(secret_text, secret_name, bucket, key)
     anonymous = _truthy(entry.get("anonymous"), False)
-    if not anonymous and not (entry.get("access_key_id") and entry.get("secret_access_key")):
+    has_id, has_secret = bool(entry.get("access_key_id")), bool(entry.get("secret_access_key"))
+    if not anonymous and has_id != has_secret:
+        raise CredentialsInvalid(f"Secret {secret_name} has only one of access_key_id/secret_access_key for bucket "
+                                 f"{bucket}; give both, or neither to read with the operator's own AWS credentials")
+    if not anonymous and not has_id and own is None:
         raise CredentialsInvalid(
-            f"Secret {secret_name} has no access_key_id/secret_access_key for bucket {bucket}"
+            f"Secret {secret_name} has no access_key_id/secret_access_key for bucket {bucket}, and the operator is not "
+            "installed to read with its own AWS credentials (Helm value aws.ownCredentials, flag "
+            "--s3-own-credentials; docs/security.md)"
         )
     endpoint_url = endpoint or entry.get("endpoint_url") or None
     if endpoint_url and "://" not in endpoint_url:
@@ -134,4 +150,5 @@ def credentials_from_secret(
         anonymous=anonymous,
         default_bucket=entry.get("bucket"),
         entry_key=chosen,
+        own=own if not anonymous and not has_id else None,
     )

@@ -22,6 +22,7 @@ from ..api import jsonfast
 from ..api.names import CORE_API
 from ..clients.s3 import (
     CredentialsInvalid,
+    OwnCredentials,
     S3Credentials,
     S3Storage,
     StorageRejected,
@@ -82,6 +83,8 @@ async def check_version_artifacts(storage: S3Storage | None, storage_uri: str, a
         )
     except StorageUnreachable as exc:
         return ArtifactReport("Unknown", STORAGE_UNREACHABLE, f"{exc}; nothing that serves is touched")
+    except CredentialsInvalid as exc:  # the operator's own credentials (a token STS refuses, none found)
+        return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"{exc}{RECHECKED}")
     except StorageRejected as exc:
         if exc.code == "NoSuchBucket":  # the URI names a bucket that does not exist: a defect of the spec
             return ArtifactReport("False", STORAGE_ACCESS_DENIED, f"{exc}; check the bucket name in storageUri")
@@ -141,11 +144,12 @@ class SecretReads:
         return cast("dict[str, Any] | None", secret)
 
 
-async def storage_credentials(kube: Any, dm: Any, bucket: str,
-                              secrets: SecretReads | None = None) -> S3Credentials | ArtifactReport:
+async def storage_credentials(kube: Any, dm: Any, bucket: str, secrets: SecretReads | None = None,
+                              own: OwnCredentials | None = None) -> S3Credentials | ArtifactReport:
     """S3 credentials for `bucket` from `spec.storage` (Secret in storage-config form + overrides), reading the
     cluster through `kube`'s awaited reads (kube.client.KubeClient). An `ArtifactReport` instead when
-    they cannot be had. `secrets`: recent Secret reads to share (None: read it)."""
+    they cannot be had. `secrets`: recent Secret reads to share (None: read it). `own`: the operator's own AWS
+    credentials, for an entry without keys (None: such an entry is refused)."""
     st = dm.spec.storage
     ns = dm.metadata.namespace
     try:
@@ -168,7 +172,7 @@ async def storage_credentials(kube: Any, dm: Any, bucket: str,
                                       f"not found in namespace {ns}{RECHECKED}")
         creds = credentials_from_secret(
             decode_secret_data(secret.get("data")), secret_name=st.secretName, bucket=bucket, key=st.key,
-            endpoint=st.endpoint, region=st.region, ca_bundle_pem=ca_pem,
+            endpoint=st.endpoint, region=st.region, ca_bundle_pem=ca_pem, own=own,
         )
     except CredentialsInvalid as exc:
         return ArtifactReport("Unknown", STORAGE_CREDENTIALS_INVALID, f"{exc}{RECHECKED}")
@@ -311,10 +315,12 @@ class StoragePool:
 
 async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretReads | None = None,
                                           pool: StoragePool | None = None,
-                                          shared: SharedChecks | None = None) -> dict[str, ArtifactReport]:
+                                          shared: SharedChecks | None = None,
+                                          own_credentials: OwnCredentials | None = None
+                                          ) -> dict[str, ArtifactReport]:
     """`check_decision_model` with credentials resolved from the cluster, per bucket. `pool`: S3 clients to share
     (None: a client of its own per bucket, closed at the end). `shared`: recent checks of the same artifacts to share
-    (None: check)."""
+    (None: check). `own_credentials`: the operator's own AWS credentials for entries without keys (None: refused)."""
     reports: dict[str, ArtifactReport] = {}
     creds: dict[str, S3Credentials | ArtifactReport] = {}
     own = StoragePool(idle=0.0) if pool is None else pool
@@ -325,7 +331,7 @@ async def check_decision_model_in_cluster(kube: Any, dm: Any, secrets: SecretRea
                 reports[v.name] = not_checkable(v.storageUri)
                 continue
             if bucket not in creds:
-                creds[bucket] = await storage_credentials(kube, dm, bucket, secrets)
+                creds[bucket] = await storage_credentials(kube, dm, bucket, secrets, own_credentials)
             found = creds[bucket]
             if isinstance(found, ArtifactReport):
                 reports[v.name] = found
@@ -361,7 +367,9 @@ class VerdictCache:
     """
 
     def __init__(self, ttl: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 valid_ttl: float = 3600.0) -> None:
+                 valid_ttl: float = 3600.0, own_credentials: OwnCredentials | None = None) -> None:
+        """own_credentials: the operator's own AWS credentials, read with for storage-config entries without keys
+        (settings.s3_own_credentials(); None: such an entry is refused, saying how to turn them on)."""
         self.ttl = ttl
         self.valid_ttl = max(ttl, valid_ttl) if ttl > 0 else ttl  # ttl=0: check every time (observe_artifacts)
         self._clock = clock
@@ -372,6 +380,7 @@ class VerdictCache:
         self.secrets = SecretReads(ttl=10.0 if ttl > 0 else 0.0, clock=clock)
         self.storages = StoragePool(idle=30.0) if ttl > 0 else None
         self.shared = SharedChecks(ttl=10.0, clock=clock) if ttl > 0 else None
+        self.own_credentials = own_credentials
 
     def get(self, uid: str, spec_digest: str) -> dict[str, ArtifactReport] | None:
         if not uid:  # an object without identity (not from the apiserver) is always checked
@@ -404,7 +413,8 @@ async def observe_artifacts(
     spec_digest = hashlib.sha256(dm.spec.model_dump_json().encode()).hexdigest()
     reports = cache.get(uid, spec_digest)
     if reports is None:
-        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets, cache.storages, cache.shared)
+        reports = await check_decision_model_in_cluster(kube, dm, cache.secrets, cache.storages, cache.shared,
+                                                        cache.own_credentials)
         cache.put(uid, spec_digest, reports)
     previous = {v.name: v for v in dm.status.versions}
     return replace(

@@ -30,6 +30,7 @@ from .common import (
     metadata,
     runtime_name,
 )
+from .identity import identity_env, identity_mounts, identity_volumes, pod_account
 from .mesh import namespace_injected, sidecar_settings
 from .service import stable_service_url
 from .servingruntime import MODEL_FORMAT
@@ -159,7 +160,8 @@ def render_inferenceservice(inputs: PredictorInputs) -> dict[str, Any]:
         "annotations": pod_annotations,
         "tolerations": [t.model_dump(exclude_none=True) for t in s.tolerations],
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "volumes": volumes,
+        **pod_account(dm),  # the ServiceAccount KServe's storage initializer and the runtime run as
+        "volumes": volumes + identity_volumes(dm),
         "model": _model(inputs, name, storage, resources, mounts),
     }
     if s.gpuProduct:
@@ -270,10 +272,10 @@ def _model(inputs: PredictorInputs, name: str, storage: Mapping[str, Any], resou
         "runtime": runtime_name(dm.metadata.name),
         **storage,
         "args": vllm_args(dm, inputs.version, inputs.diffusion),
-        "env": _runtime_env(dm, name, inputs.namespace_labels),
+        "env": _runtime_env(dm, name, inputs.namespace_labels) + identity_env(dm),
         **({"image": runtime_image} if runtime_image else {}),  # KServe lays it over the ServingRuntime's
         "resources": resources,
-        "volumeMounts": mounts,
+        "volumeMounts": mounts + identity_mounts(dm),
         "securityContext": _container_security(),
         **_probes(),
     }

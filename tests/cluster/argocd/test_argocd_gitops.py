@@ -166,7 +166,7 @@ def converge_on_example(g: GitOps) -> str:
     s = g.wait(lambda: g.status().get("health", {}).get("status") == "Healthy" and g.status(), "app Healthy")
     dm = g.e.dm()
     ready = g.e.condition("Ready", dm)
-    assert ready["status"] == "True"  # Healthy only once the operator says Ready
+    assert ready["status"] == "True", (ready, dm.get("status"))  # Healthy only once the operator says Ready
     assert dm["metadata"]["annotations"]["argocd.argoproj.io/tracking-id"].startswith(f"{g.app}:arbiter.dev/")
     assert g.dm_health(s)["status"] == "Healthy"
     assert g.only_commits_synced(sha), (g.syncs(), g.history())

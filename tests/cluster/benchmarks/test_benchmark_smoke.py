@@ -1,6 +1,6 @@
 """CI smoke test of the operator benchmarks (benchmarks/convergence.py, scale.py, idle.py, fleet_floor.py,
 wire_floor.py): reduced versions run end to end against the local cluster (KServe's controller, scheduler, kwok
-nodes), MinIO and the operator process, and must print their table and write their JSON. No timing is asserted
+nodes), the S3 server and the operator process, and must print their table and write their JSON. No timing is asserted
 here: the figures belong in docs/benchmarks.md."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 def run(script: str, tmp_path: pathlib.Path, *args: str) -> tuple[str, dict]:
     from arbiter_devenv.tools import ensure_tool
 
-    for tool in ("etcd", "kube-apiserver", "minio"):
+    for tool in ("etcd", "kube-apiserver", "seaweedfs"):
         ensure_tool(tool)
     out = tmp_path / f"{script}.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--out", str(out), *args],

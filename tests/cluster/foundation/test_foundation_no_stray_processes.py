@@ -12,7 +12,7 @@ import pytest
 from arbiter_devenv._procs import pid_alive, wait_gone
 from support.polling import eventually
 
-# Starts a control plane and MinIO, reports their pids and work dirs, then idles until it is signalled.
+# Starts a control plane and the S3 server, reports their pids and work dirs, then idles until it is signalled.
 CHILD = r"""
 import json, sys, time
 from arbiter_devenv.controlplane import ControlPlane

@@ -80,7 +80,7 @@ def test_build_failure_reports_go_output(hello_repo):
 
 def test_repository_tools_are_described():
     names = tools.tool_names()
-    assert {"etcd", "kube-apiserver", "minio"} <= set(names)
+    assert {"etcd", "kube-apiserver", "seaweedfs"} <= set(names)
     for name in names:
         tool = tools.load_tool(name)
         assert tool.version and tool.package

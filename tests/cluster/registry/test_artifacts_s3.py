@@ -1,4 +1,5 @@
-"""Artifact checks against a real S3 server (MinIO): model directories the tests upload, then check_version_artifacts.
+"""Artifact checks against a real S3 server (SeaweedFS): model directories the tests upload, then
+check_version_artifacts.
 
 Each case is a small model directory (config.json + weight files of a few bytes) in its own prefix; credentials go
 through KServe's storage-config form, as the operator reads them from the Secret.

@@ -1,5 +1,5 @@
 """The operator end to end with the registry and the artifact checks: real kube-apiserver, real Model Registry (on
-PostgreSQL), real S3 (MinIO), `python -m arbiter_operator` as a subprocess, and the real KServe controller with the
+PostgreSQL), real S3 (SeaweedFS), `python -m arbiter_operator` as a subprocess, and the real KServe controller with the
 scheduler and kwok's simulated A100 nodes bringing the predictors up.
 
 One operator and one namespace for the whole module (starting them is most of the cost); every test
@@ -60,7 +60,7 @@ def ns(api: k8s.ApiClient) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def bucket(s3_server: Any, api: k8s.ApiClient, ns: str) -> str:
-    """Model directories on MinIO and the namespace's storage-config Secret (KServe's form), as
+    """Model directories on the S3 server and the namespace's storage-config Secret (KServe's form), as
     arbiter_devenv/local.py."""
     name = f"reg-e2e-{uuid.uuid4().hex[:8]}"
     s3 = s3_server.client()

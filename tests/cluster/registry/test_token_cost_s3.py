@@ -1,4 +1,4 @@
-"""Generated tokens per decision, counted with each version's own tokenizer.json on a real S3 server (MinIO).
+"""Generated tokens per decision, counted with each version's own tokenizer.json on a real S3 server (SeaweedFS).
 
 The tokenizers are built by the test with the `tokenizers` library: the names given as words are one token each,
 every other name is spelled from characters (several tokens), as an untouched base tokenizer splits a made-up code.

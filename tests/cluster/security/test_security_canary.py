@@ -1,7 +1,7 @@
 """No credential in logs, events, status or error messages.
 
 Canary values are planted in every credential the operator handles: the S3 secret key of the storage-config Secret
-(the real MinIO key on the happy path, a fake one on the failure path), a malformed storage-config entry, the registry
+(the real S3 key on the happy path, a fake one on the failure path), a malformed storage-config entry, the registry
 bearer token Secret, and the Prometheus token file. The servers on the failure paths are hostile in the way real ones
 sometimes are: they echo the request's Authorization header back in their error body. The operator runs at debug log
 level through success and failure; afterwards no canary (nor its base64 form) may appear in the operator's output, in
@@ -77,7 +77,7 @@ def test_canary_credentials_never_leak(control_plane, namespace, s3_server, echo
         "prometheus-token": f"CANARYprometheus{tag}",
     }
 
-    # Happy path: real weights on MinIO, read with the real (canary) secret key.
+    # Happy path: real weights on the S3 server, read with the real (canary) secret key.
     seed_model_storage(s3_server, api, ns)
     # Failure paths: wrong key for the same endpoint, and an entry that is not JSON (with the canary inside).
     fake = {"type": "s3", "access_key_id": s3_server.access_key, "secret_access_key": canaries["s3-fake-secret-key"],

@@ -3,7 +3,7 @@
 A kube-apiserver of our own (RBAC on, audit log on) gets the chart's ServiceAccount and RBAC exactly as `helm template`
 renders them. The operator runs authenticated as that ServiceAccount (a TokenRequest token) through the reconcile and
 promotion scenarios (an Immediate promotion, and a canary whose analysis fails and rolls back), with the KServe
-stand-in playing KServe's controller, a Prometheus stand-in answering empty vectors, and real S3 (MinIO) holding the
+stand-in playing KServe's controller, a Prometheus stand-in answering empty vectors, and real S3 (SeaweedFS) holding the
 weights; its metrics endpoint (auth on, as the chart runs it) is scraped without a token, with a token of no grant
 and with one bound to the chart's metrics-reader ClusterRole, so the operator makes its TokenReviews and
 SubjectAccessReviews. The metrics-reader ClusterRole itself is judged by the authorizer: `get /metrics`, nothing else.
