@@ -16,7 +16,7 @@ from typing import Any
 
 from .api.conditions import EXPOSED
 from .api.models import DecisionModel
-from .api.names import ANN_APPLIED_HASH, API_VERSION, KIND
+from .api.names import ANN_APPLIED_HASH, ANN_DEPLOYMENT_MODE, API_VERSION, KIND, RAW_DEPLOYMENT, STANDARD
 from .kube.client import KubeClient, KubeError, NotLeader
 from .metrics import PROMOTIONS, new_promotion_outcomes
 from .observe.children import controller_of, owned_by
@@ -41,8 +41,20 @@ def with_hash(desired: dict[str, Any]) -> dict[str, Any]:
     with `desired` (nothing downstream changes a manifest, and a deep copy of every child was a measurable share of a
     pass)."""
     meta = desired["metadata"]
-    annotations = {**(meta.get("annotations") or {}), ANN_APPLIED_HASH: checksum(desired)[:16]}
+    annotations = {**(meta.get("annotations") or {}), ANN_APPLIED_HASH: checksum(_as_kserve_keeps_it(desired))[:16]}
     return {**desired, "metadata": {**meta, "annotations": annotations}}
+
+
+def _as_kserve_keeps_it(desired: dict[str, Any]) -> dict[str, Any]:
+    """The manifest as hashed: the plain-Deployment mode under one name. A first InferenceService is written with
+    `RawDeployment`, which KServe 0.16+ rewrites to `Standard` (observe/kserve.py); the next pass renders `Standard`.
+    Hashed apart, the two would re-apply a converged InferenceService only to change its hash annotation, and KServe
+    copies annotations onto the predictor's pods: a new ReplicaSet, the first version NotReady a moment after Ready."""
+    annotations = desired["metadata"].get("annotations") or {}
+    if desired.get("kind") != "InferenceService" or annotations.get(ANN_DEPLOYMENT_MODE) != RAW_DEPLOYMENT:
+        return desired
+    meta = {**desired["metadata"], "annotations": {**annotations, ANN_DEPLOYMENT_MODE: STANDARD}}
+    return {**desired, "metadata": meta}
 
 
 def contains(live: Any, want: Any) -> bool:

@@ -52,3 +52,18 @@ def test_the_hash_stamp_keeps_the_manifest_and_its_annotations_and_changes_nothi
     assert checksum(desired) == before and ANN_APPLIED_HASH not in desired["metadata"]["annotations"]
     bare = with_hash({"kind": "Route", "metadata": {"name": "r"}, "spec": {}})
     assert list(bare["metadata"]["annotations"]) == [ANN_APPLIED_HASH]
+
+
+def test_kserves_rewrite_of_the_deployment_mode_name_does_not_make_a_converged_inferenceservice_apply_again():
+    def isvc(mode: str) -> dict:
+        return {"kind": "InferenceService", "metadata": {"name": "m--1-0-0", "annotations": {
+            "serving.kserve.io/deploymentMode": mode}}, "spec": {"predictor": {"minReplicas": 1}}}
+
+    first = with_hash(isvc("RawDeployment"))  # a first write, before the operator knows KServe's name
+    live = {**first, "metadata": {**first["metadata"], "annotations": {  # KServe 0.16+ rewrote it
+        **first["metadata"]["annotations"], "serving.kserve.io/deploymentMode": "Standard"}}}
+    assert not needs_apply(with_hash(isvc("Standard")), live)  # the next pass renders KServe's name: no write
+    assert needs_apply(with_hash({**isvc("Standard"), "spec": {"predictor": {"minReplicas": 2}}}), live)
+    route = {"kind": "Route", "metadata": {"name": "r", "annotations": {"serving.kserve.io/deploymentMode": "x"}}}
+    assert with_hash(route)["metadata"]["annotations"][ANN_APPLIED_HASH] != with_hash(
+        {**route, "metadata": {"name": "r"}})["metadata"]["annotations"][ANN_APPLIED_HASH]
