@@ -44,9 +44,10 @@ done
 [ "$failed" -eq 0 ] || exit 1
 
 # pytest-xdist: three workers on a 2-core machine (most of a cluster test's time is spent waiting for controllers and
-# timers: with two, the cores were idle half the run; three took the suite from 1,220 s to 901 s, 1,497 tests). Each worker has its own session-wide cluster, S3 server (SeaweedFS) and Prometheus. --dist loadgroup: the tests
-# of a module that share a module-scoped server stay on one worker, so it starts once (tests/conftest.py groups
-# them); every other test goes to the next free worker. --durations: the slowest tests, every run.
+# timers: with two, the cores were idle half the run; three took the suite from 1,220 s to 901 s, 1,497 tests).
+# Each worker has its own session-wide cluster, S3 server (SeaweedFS) and Prometheus. --dist loadgroup: the tests of a
+# module that share a module-scoped server stay on one worker, so it starts once (tests/conftest.py groups them);
+# every other test goes to the next free worker. --durations: the slowest tests, every run.
 workers=${ARBITER_TEST_WORKERS:-3}
 xdist=()
 [ "$workers" = "0" ] || xdist=(-n "$workers" --dist loadgroup)
