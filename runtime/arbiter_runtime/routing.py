@@ -37,6 +37,7 @@ from typing import Any
 
 import aiohttp
 
+from .livefile import poll, read_bounded
 from .metrics import Metrics
 from .upstream import AnswerTooLarge, read_capped
 
@@ -141,25 +142,11 @@ class ContextRouter:
         if self.path is None:
             return
         self.reload()
-        self._poller = asyncio.create_task(self._poll(), name="routing-config")
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_s)
-            try:
-                self.reload()
-            except Exception:  # a defect here must not end the polling (nor ever reach a caller)
-                log.exception("reading %s failed", self.path)
+        self._poller = asyncio.create_task(poll(self.reload, self.poll_s, self.path, log), name="routing-config")
 
     def reload(self) -> None:
         assert self.path is not None
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(MAX_CONFIG_BYTES + 1)
-        except FileNotFoundError:
-            data = b""
-        except OSError as exc:
-            data = f"unreadable: {exc.strerror}".encode()
+        data = read_bounded(self.path, MAX_CONFIG_BYTES)
         if data == self._last:
             return
         self._last = data

@@ -43,6 +43,7 @@ from .audit import AuditLog, Trace, now_iso
 from .config import DecisionConfig
 from .decide import Outcome, input_digest
 from .jsonutil import dumps_bytes, loads
+from .livefile import poll, read_bounded
 from .metrics import Metrics
 from .upstream import AnswerTooLarge, read_capped
 
@@ -160,26 +161,12 @@ class Shadow:
         if self.path is None:
             return
         self.reload()
-        self._poller = asyncio.create_task(self._poll(), name="shadow-config")
-
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_s)
-            try:
-                self.reload()
-            except Exception:  # a defect here must not end the polling (nor ever reach a caller)
-                log.exception("reading %s failed", self.path)
+        self._poller = asyncio.create_task(poll(self.reload, self.poll_s, self.path, log), name="shadow-config")
 
     def reload(self) -> None:
         """Read shadow.json again; a change of content takes effect for the next request."""
         assert self.path is not None
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(MAX_CONFIG_BYTES + 1)
-        except FileNotFoundError:
-            data = b""
-        except OSError as exc:
-            data = f"unreadable: {exc.strerror}".encode()  # a content of its own: logged once, counted once
+        data = read_bounded(self.path, MAX_CONFIG_BYTES)
         self._refresh_token()
         if data == self._last:
             return
