@@ -25,8 +25,6 @@ import json
 import os
 import platform
 import re
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -115,14 +113,7 @@ def main() -> int:
                                     "forwarder_cpu_ms_per_request": cpu / len(lat) * 1e3 if run == "routed" else 0.0})
         counted = counters(p1)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        ro.stop_all(procs, work)
     print(f"{'run':<8} {'c':>3} {'reqs':>5} {'p50 ms':>7} {'p99 ms':>7} {'dec/s':>6} {'fwd cpu ms/req':>14}")
     for r in results:
         print(f"{r['run']:<8} {r['concurrency']:>3} {r['requests']:>5} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "

@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -192,6 +193,18 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return float("nan")
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], work: Path | str) -> None:
+    """SIGTERM every server, give each 10 s to drain, kill what is left; remove the work folder."""
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def wait_http(port: int, path: str, timeout: float = 60) -> None:

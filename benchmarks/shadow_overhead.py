@@ -29,8 +29,6 @@ import json
 import os
 import platform
 import re
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -161,14 +159,7 @@ def main() -> int:
                 "own_p50_ms": ro.pct(own, 50) * 1e3, **{f"shadow_{k}": v for k, v in delta.items()},
             })
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        shutil.rmtree(work, ignore_errors=True)
+        ro.stop_all(procs, work)
     print(f"{'run':<10} {'reqs':>5} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'dec/s':>6} {'cpu ms/dec':>10} "
           f"{'sent':>5} {'dropped':>7} {'compared':>8} {'error':>5} {'agree':>6}")
     for r in results:
