@@ -30,6 +30,11 @@ API_VERSION = PODMONITOR_API
 KIND = PODMONITOR_KIND
 METRICS_PATH = "/metrics"
 VLLM_METRICS_PATH = "/metrics/vllm"  # vLLM's own series, re-exported by the runtime (runtime/vllm_metrics.py)
+# prometheus-operator labels each target with `endpoint`: the port's name, the same for both endpoints here, so their
+# `up` and scrape_* series would be one series written by two scrape jobs (a failing vLLM scrape flapping with a
+# healthy one). The second endpoint names itself.
+VLLM_ENDPOINT = "vllm"
+VLLM_ENDPOINT_LABEL = {"action": "replace", "targetLabel": "endpoint", "replacement": VLLM_ENDPOINT}
 READER_SECRET_KEY = "token"  # the key a kubernetes.io/service-account-token Secret holds its token under
 
 
@@ -52,7 +57,8 @@ def render_podmonitor(dm: DecisionModel, reader_secret: str = DEFAULT_METRICS_RE
             # prometheus-operator release OpenShift ships, unlike the newer `portNumber`.
             "podMetricsEndpoints": [
                 {"port": SERVING_PORT_NAME, "path": METRICS_PATH, "scheme": "http", **auth},
-                {"port": SERVING_PORT_NAME, "path": VLLM_METRICS_PATH, "scheme": "http", **auth},
+                {"port": SERVING_PORT_NAME, "path": VLLM_METRICS_PATH, "scheme": "http", **auth,
+                 "relabelings": [VLLM_ENDPOINT_LABEL]},
             ],
         },
     }

@@ -79,7 +79,8 @@ def test_apply_example_to_ready(control_plane, namespace, api, operator_process,
     bearer = {"type": "Bearer", "credentials": {"name": "arbiter-metrics-reader", "key": "token"}}
     assert pm["spec"]["podMetricsEndpoints"] == [
         {"port": "http1", "path": "/metrics", "scheme": "http", "authorization": bearer},
-        {"port": "http1", "path": "/metrics/vllm", "scheme": "http", "authorization": bearer}]
+        {"port": "http1", "path": "/metrics/vllm", "scheme": "http", "authorization": bearer,
+         "relabelings": [{"action": "replace", "targetLabel": "endpoint", "replacement": "vllm"}]}]
     assert runtime["spec"]["containers"][0]["ports"][0] == {"containerPort": 8080, "name": "http1", "protocol": "TCP"}
 
     status = dm["status"]

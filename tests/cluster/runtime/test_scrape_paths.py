@@ -56,11 +56,19 @@ def scrape_jobs(podmonitor: dict[str, Any], runtime: dict[str, Any], proc: Any) 
     # arbiter_dev_version); the process's labels() are the pod's under those names.
     copied = {n: pod[n] for n in (re.sub(r"[^a-zA-Z0-9_]", "_", label)
                                   for label in podmonitor["spec"]["podTargetLabels"])}
+
+    def labels(endpoint: dict[str, Any]) -> dict[str, str]:
+        # prometheus-operator's own labels (`endpoint`: the port's name), then the endpoint's relabelings (here only
+        # `replace` of a fixed value, which is all the operator renders).
+        out = {"job": f"{ns}/{name}", "namespace": pod["namespace"], "pod": pod["pod"], "container": pod["container"],
+               "endpoint": endpoint["port"], **copied}
+        for rule in endpoint.get("relabelings", []):
+            assert rule["action"] == "replace" and "sourceLabels" not in rule, rule
+            out[rule["targetLabel"]] = rule["replacement"]
+        return out
+
     jobs = [{"job_name": f"podMonitor/{ns}/{name}/{i}/{pod['pod']}", "scrape_interval": "1s",
-             "metrics_path": endpoint["path"],
-             "static_configs": [{"targets": [target], "labels": {
-                 "job": f"{ns}/{name}", "namespace": pod["namespace"], "pod": pod["pod"],
-                 "container": pod["container"], **copied}}]}
+             "metrics_path": endpoint["path"], "static_configs": [{"targets": [target], "labels": labels(endpoint)}]}
             for i, endpoint in enumerate(podmonitor["spec"]["podMetricsEndpoints"])]
     isvc = pod["serving_kserve_io_inferenceservice"]
     jobs += [{"job_name": f"serviceMonitor/{ns}/{isvc}-metrics/{i}/{pod['pod']}", "scrape_interval": "1s",
@@ -130,6 +138,9 @@ def test_each_decision_series_is_stored_once_with_the_charts_defaults(tmp_path: 
             vllm = query(url, f'count by (job) (vllm:kv_cache_usage_perc{{pod="{now.labels()["pod"]}"}})')
             assert [(s["metric"]["job"], s["value"][1]) for s in vllm] == [
                 (f"{dm.metadata.namespace}/{dm.metadata.name}", "1")], vllm
+            # Each of the PodMonitor's two targets on the pod has an `up` of its own (one port, two endpoints).
+            ups = query(url, f'up{{pod="{now.labels()["pod"]}"}}')
+            assert sorted((s["metric"]["endpoint"], s["value"][1]) for s in ups) == [("http1", "1"), ("vllm", "1")], ups
         finally:
             prom.terminate()
             prom.wait(timeout=10)

@@ -193,7 +193,8 @@ def test_podmonitor_presents_the_operators_metrics_reader_secret_only_when_auth_
     assert all("bearerTokenFile" not in e and "bearerTokenSecret" not in e for e in pm["spec"]["podMetricsEndpoints"])
     raw["spec"]["exposure"]["auth"] = False
     pm = render_podmonitor(make_dm(raw), "team-a-prometheus")
-    assert [set(e) for e in pm["spec"]["podMetricsEndpoints"]] == [{"port", "path", "scheme"}] * 2
+    assert [set(e) for e in pm["spec"]["podMetricsEndpoints"]] == [{"port", "path", "scheme"},
+                                                                  {"port", "path", "scheme", "relabelings"}]
 
 
 def test_servingruntime_is_owned_and_uses_the_image():
@@ -223,7 +224,9 @@ def test_podmonitor_scrapes_the_predictors_of_this_decision_model_by_version():
     bearer = {"type": "Bearer", "credentials": {"name": "arbiter-metrics-reader", "key": "token"}}
     assert pm["spec"]["podMetricsEndpoints"] == [
         {"port": "http1", "path": "/metrics", "scheme": "http", "authorization": bearer},
-        {"port": "http1", "path": "/metrics/vllm", "scheme": "http", "authorization": bearer}]
+        {"port": "http1", "path": "/metrics/vllm", "scheme": "http", "authorization": bearer,
+         # one port, two endpoints: the second names itself, so each target's `up` is a series of its own
+         "relabelings": [{"action": "replace", "targetLabel": "endpoint", "replacement": "vllm"}]}]
     assert {"containerPort": 8080, "name": "http1", "protocol": "TCP"} in runtime_ports
     # The predictor pods carry the selected and copied labels.
     pod_labels = _isvc()["spec"]["predictor"]["labels"]
