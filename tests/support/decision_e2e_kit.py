@@ -105,14 +105,7 @@ class DecisionE2E(E2E):
 
     def shadow_json(self, version: str) -> str | None:
         """The version's shadow.json as the apiserver holds it; None without one (or without the ConfigMap)."""
-        try:
-            cm = client.CoreV1Api(self.api).read_namespaced_config_map(f"{isvc_name(self.name, version)}-decision",
-                                                                       self.ns)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return (cm.data or {}).get("shadow.json")
+        return decision_file(self.api, self.ns, self.name, version, "shadow.json")
 
     def close(self) -> None:
         self.sync.stop()
@@ -120,3 +113,32 @@ class DecisionE2E(E2E):
             self.stack.remove_runtime(proc)
         self.fleet.stop()
         super().close()
+
+
+def decision_file(api: Any, ns: str, model: str, version: str, key: str) -> str | None:
+    """A key of a version's decision ConfigMap (decision.json, shadow.json, routing.json) as the apiserver holds it;
+    None without the key or the ConfigMap."""
+    try:
+        cm = client.CoreV1Api(api).read_namespaced_config_map(f"{isvc_name(model, version)}-decision", ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return (cm.data or {}).get(key)
+
+
+def decision_e2e_fixture():  # type: ignore[no-untyped-def]
+    """A module's `e2e` fixture: a DecisionE2E in the test's namespace with the real operator started, closed after
+    the test (the module also defines `stack`, e.g. `stack = module_stack()`)."""
+    import pytest
+
+    @pytest.fixture
+    def e2e(control_plane, namespace, stack, tmp_path, s3_server):  # type: ignore[no-untyped-def]
+        env = DecisionE2E(control_plane, namespace, stack, tmp_path, s3_server)
+        env.start_operator()
+        try:
+            yield env
+        finally:
+            env.close()
+
+    return e2e

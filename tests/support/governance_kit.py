@@ -24,6 +24,7 @@ from arbiter_operator.api.models import isvc_name
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from support.decision_e2e_kit import decision_file
 from support.identities import bind_auth_delegator, service_account_token
 from support.operator_kit import seed_model_storage
 from support.plannerdrive import two_versions
@@ -131,14 +132,7 @@ class Governed:
 
     def live_file(self, version: str, key: str) -> str | None:
         """A key of the version's decision ConfigMap as the apiserver holds it (None: absent)."""
-        try:
-            cm = client.CoreV1Api(self.api).read_namespaced_config_map(f"{isvc_name(self.name, version)}-decision",
-                                                                       self.ns)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return (cm.data or {}).get(key)
+        return decision_file(self.api, self.ns, self.name, version, key)
 
     def dns(self, url: str) -> str:
         """Cluster DNS for a predictor Service URL the operator wrote: the loopback URL of that version's process."""

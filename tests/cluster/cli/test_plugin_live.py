@@ -21,7 +21,7 @@ from arbiter_operator.cli.cluster import Cluster
 from arbiter_operator.cli.dashboard.server import Dashboard
 from arbiter_operator.cli.kubectl_arbiter import main
 from kubernetes import client
-from support.decision_e2e_kit import DecisionE2E
+from support.decision_e2e_kit import DecisionE2E, decision_e2e_fixture
 from support.e2e_kit import V1, V2, fast_canary
 from support.plannerdrive import two_versions
 from support.promstack import module_stack
@@ -32,15 +32,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 stack = module_stack()
 
-
-@pytest.fixture
-def e2e(control_plane, namespace, stack, tmp_path, s3_server):
-    env = DecisionE2E(control_plane, namespace, stack, tmp_path, s3_server)
-    env.start_operator()
-    try:
-        yield env
-    finally:
-        env.close()
+e2e = decision_e2e_fixture()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from arbiter_operator.api.models import isvc_name
 from arbiter_operator.cli.kubectl_arbiter import main as kubectl_arbiter
 from kubernetes import client
 from support.argocd_health import health
-from support.decision_e2e_kit import DecisionE2E
+from support.decision_e2e_kit import DecisionE2E, decision_e2e_fixture
 from support.e2e_kit import V1, V2, fast_canary
 from support.promstack import module_stack
 
@@ -31,15 +31,7 @@ ANALYSIS = {"intervalSeconds": 5, "minRequests": 20, "insufficientTraffic": "Wai
 
 stack = module_stack()
 
-
-@pytest.fixture
-def e2e(control_plane, namespace, stack, tmp_path, s3_server):
-    env = DecisionE2E(control_plane, namespace, stack, tmp_path, s3_server)
-    env.start_operator()
-    try:
-        yield env
-    finally:
-        env.close()
+e2e = decision_e2e_fixture()
 
 
 def stable_on_v1(e: DecisionE2E, candidate: str = "healthy", **promote) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from support.decision_e2e_kit import DecisionE2E
+from support.decision_e2e_kit import DecisionE2E, decision_e2e_fixture
 from support.e2e_kit import V1, V2, fast_canary
 from support.promstack import module_stack
 from support.runtime_procs import Traffic
@@ -28,15 +28,7 @@ CALLERS = 5  # closed-loop callers sharing RATE (one alone cannot keep 50/s on t
 
 stack = module_stack()
 
-
-@pytest.fixture
-def e2e(control_plane, namespace, stack, tmp_path, s3_server):
-    env = DecisionE2E(control_plane, namespace, stack, tmp_path, s3_server)
-    env.start_operator()
-    try:
-        yield env
-    finally:
-        env.close()
+e2e = decision_e2e_fixture()
 
 
 def to_the_candidate_step(e: DecisionE2E, candidate: str, rates: dict[str, float], **promote) -> dict:
