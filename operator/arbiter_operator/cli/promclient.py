@@ -45,7 +45,8 @@ class Prometheus:
         if status in (401, 403):
             raise PrometheusError(f"Prometheus at {self.url} answered {status}: the kubeconfig's token may not read "
                                   "metrics (on OpenShift: cluster-monitoring-view, or the namespace's monitoring view)")
-        if not isinstance(doc, dict) or doc.get("status") != "success" or not isinstance(doc.get("data"), dict):
+        if status // 100 != 2 or not isinstance(doc, dict) or doc.get("status") != "success" \
+                or not isinstance(doc.get("data"), dict):
             detail = doc.get("error") if isinstance(doc, dict) else body[:120].decode("utf-8", "replace")
             raise PrometheusError(f"Prometheus at {self.url} answered {status}: {detail}")
         return doc["data"]
@@ -54,13 +55,13 @@ class Prometheus:
         """An instant query: (labels, value) per series; NaN and unparseable values left out."""
         data = self._get("/api/v1/query", {"query": promql})
         out: list[tuple[dict[str, str], float]] = []
-        for item in data.get("result") or [] if data.get("resultType") == "vector" else []:
+        for item in _series(data, "vector"):
             try:
                 value = float(item["value"][1])
             except (KeyError, IndexError, TypeError, ValueError):
                 continue
             if value == value:  # not NaN (an empty histogram's quantile)
-                out.append(({str(k): str(v) for k, v in (item.get("metric") or {}).items()}, value))
+                out.append((_labels(item), value))
         return out
 
     def scalar(self, promql: str) -> float | None:
@@ -73,14 +74,26 @@ class Prometheus:
         data = self._get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
                                                   "step": f"{step:g}"})
         out = []
-        for item in data.get("result") or [] if data.get("resultType") == "matrix" else []:
+        for item in _series(data, "matrix"):
             points = []
-            for pair in item.get("values") or []:
+            values = item.get("values")
+            for pair in values if isinstance(values, list) else []:
                 try:
                     t, v = float(pair[0]), float(pair[1])
-                except (IndexError, TypeError, ValueError):
+                except (KeyError, IndexError, TypeError, ValueError):
                     continue
                 if v == v:
                     points.append((t, v))
-            out.append(({str(k): str(v) for k, v in (item.get("metric") or {}).items()}, points))
+            out.append((_labels(item), points))
         return out
+
+
+def _series(data: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The answer's series when it is of `kind`; anything that is not a series object is left out."""
+    result = data.get("result") if data.get("resultType") == kind else None
+    return [item for item in result if isinstance(item, dict)] if isinstance(result, list) else []
+
+
+def _labels(item: dict[str, Any]) -> dict[str, str]:
+    metric = item.get("metric")
+    return {str(k): str(v) for k, v in metric.items()} if isinstance(metric, dict) else {}
