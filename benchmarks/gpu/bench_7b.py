@@ -131,9 +131,16 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
 # ---------------------------------------------------------------- serve
 
 
+# Arms that add vLLM flags to another arm's rendered arguments: `fp8-api4` runs four API server processes in
+# front of the engine (`--api-server-count`, which a DecisionModel passes in extraArgs), to see whether one API
+# process's CPU is what bounds decisions/s at concurrency 64.
+FLAGGED = {"fp8-api4": ("fp8", {"api_server_count": 4})}
+
+
 def arm_args(arm: str, model_dir: str | None = None) -> list[str]:
     """The operator's rendered arguments of an arm, serving `model_dir` (default: where they serve from)."""
-    return stack.with_args(stack.fixture(ARMS[arm]), model_dir=model_dir or stack.MODEL_DIR)
+    base, flags = FLAGGED.get(arm, (arm, {}))
+    return stack.with_args(stack.fixture(ARMS[base]), model_dir=model_dir or stack.MODEL_DIR, **flags)
 
 
 def start(arm: str) -> None:
@@ -305,7 +312,7 @@ def table(results: list[dict]) -> str:
 def report(out: Path) -> dict:
     """Every arm measured in `out` and the fixture agreement: one JSON and the table."""
     results = []
-    for arm in ARMS:
+    for arm in [*ARMS, *FLAGGED]:
         path = out / f"bench-7b-{arm}.json"
         if path.is_file():
             results.append(json.loads(path.read_text()))
@@ -332,7 +339,7 @@ def agreement_line(a: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("step", choices=["build", "start", "switch", "bench", "report", "stop"])
-    ap.add_argument("--arm", default="bf16", choices=[*ARMS, "ngram"])
+    ap.add_argument("--arm", default="bf16", choices=[*ARMS, *FLAGGED, "ngram"])
     ap.add_argument("--tokenizer-dir", type=Path)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--layers", type=int, help="fewer layers (a smoke run on a small GPU or CPU)")

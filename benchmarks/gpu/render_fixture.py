@@ -5,7 +5,8 @@
 Writes, for tensor parallel 1 and 2 and each answer format (scored compact, the default; scored lines; generated):
   vllm-args-tp1.json, vllm-args-tp2.json     `vllm serve` arguments (arbiter_operator.render.vllm_args)
   vllm-args-tp1-fp8.json, -fp8-kv.json       the same for a version with quantization: fp8 (and kvCacheDtype: fp8),
-  vllm-args-tp1-fp8[-kv]-ngram.json          and with n-gram speculative decoding in extraArgs (bench_7b.py's arms);
+  vllm-args-tp1-fp8[-kv]-ngram.json          and with n-gram speculative decoding appended (bench_7b.py's arms; the
+                                             operator refuses it in extraArgs: these arms measure why);
   vllm-args-tp2-fp8.json                     FP8 at tensor parallel 2 (scale_gpus.py);
                                              each DecisionModel must pass the operator's own checks
   decision-scored.json, decision-scored-lines.json, decision-generated.json
@@ -47,11 +48,16 @@ def render() -> dict[str, object]:
         dm = DecisionModel.model_validate(uw.decision_model(gpus=tp))
         files[f"vllm-args-tp{tp}.json"] = vllm_args(dm)
     fp8, kv = {"quantization": "fp8"}, {"quantization": "fp8", "kvCacheDtype": "fp8"}
-    for name, own, extra in (("fp8", fp8, []), ("fp8-kv", kv, []), ("fp8-ngram", fp8, [NGRAM]),
-                             ("fp8-kv-ngram", kv, [NGRAM])):
-        dm = DecisionModel.model_validate(uw.decision_model(version_vllm=own, extra_args=extra))
+    for name, own in (("fp8", fp8), ("fp8-kv", kv)):
+        dm = DecisionModel.model_validate(uw.decision_model(version_vllm=own))
         assert not spec_problems(dm), spec_problems(dm)  # what the operator would refuse is no arm
-        files[f"vllm-args-tp1-{name}.json"] = vllm_args(dm, dm.spec.versions[0])
+        args = vllm_args(dm, dm.spec.versions[0])
+        files[f"vllm-args-tp1-{name}.json"] = args
+        # The n-gram arms show why the operator refuses speculative decoding: it does, so they are the FP8 arms'
+        # arguments with the flag appended where extraArgs would have put it.
+        dm = DecisionModel.model_validate(uw.decision_model(version_vllm=own, extra_args=[NGRAM]))
+        assert any("--speculative-config" in p for p in spec_problems(dm)), spec_problems(dm)
+        files[f"vllm-args-tp1-{name}-ngram.json"] = [*args, NGRAM]
     dm = DecisionModel.model_validate(uw.decision_model(gpus=2, version_vllm=fp8))
     files["vllm-args-tp2-fp8.json"] = vllm_args(dm, dm.spec.versions[0])  # scale_gpus.py: TP2 of the FP8 arm
     prompts = {}

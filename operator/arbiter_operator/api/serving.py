@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StringConstraints
 
 from .fields import Arg, ShortStr, _cel, _checked, _Model, _rules
-from .vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, flag_rule
+from .vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, UNSAFE_VLLM_FLAGS, flag_rule
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 # The operator's built-in runtime image (the one released with it); the Helm value runtime.image / the operator's
@@ -74,6 +74,7 @@ class VllmSettings(_Model):
         description="More `vllm serve` arguments, passed as given after the rendered ones.",
         json_schema_extra={
             "x-kubernetes-validations": [flag_rule(f, m) for f, m in REMOVED_VLLM_FLAGS.items()]  # type: ignore[dict-item]
+            + [flag_rule(f, m) for f, m in UNSAFE_VLLM_FLAGS.items()]
             + [
                 flag_rule(f, f"{f} is set by the operator from {field}; set that field instead of extraArgs")
                 for f, field in MANAGED_VLLM_FLAGS.items()

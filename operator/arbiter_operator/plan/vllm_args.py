@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..api.vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, VLLM_SHORT_ALIASES
+from ..api.vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, UNSAFE_VLLM_FLAGS, VLLM_SHORT_ALIASES
 
 # Flags a config file could set unseen: refused outright.
 OPAQUE_FLAGS = {"--config": "--config loads flags from a file the operator cannot check; put the flags in extraArgs"}
@@ -35,6 +35,7 @@ def flag_name(arg: str) -> str | None:
 def _checked() -> dict[str, str]:
     out = dict(OPAQUE_FLAGS)
     out.update(REMOVED_VLLM_FLAGS)
+    out.update(UNSAFE_VLLM_FLAGS)
     out.update({f: f"{f} is set by the operator from {field}; set that field instead of extraArgs"
                 for f, field in MANAGED_VLLM_FLAGS.items()})
     return out

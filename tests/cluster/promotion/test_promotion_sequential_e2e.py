@@ -51,8 +51,9 @@ def to_the_candidate_step(e: DecisionE2E, candidate: str, rates: dict[str, float
     [
         # The stable version keeps 5% of the traffic: 1/s, 5 decisions per 5 s window, fewer than minRequests=20.
         ("a 95% step", {V1: 1.0, V2: 8.0}, {**LOOSE, "intervalSeconds": 5}, [{"weight": 95, "holdSeconds": 8}]),
-        # 1.2 decisions/s on each version, minRequests 5: a 60-point shift over 6 decisions each is within noise.
-        ("1.2 decisions/s", {V1: 1.2, V2: 1.2}, {**LOOSE, "intervalSeconds": 5, "minRequests": 5},
+        # 1.2 decisions/s on each version, minRequests 3 (6 expected per 5 s window: a missed scrape on a busy
+        # machine still leaves the window counted): a 60-point shift over 6 decisions each is within noise.
+        ("1.2 decisions/s", {V1: 1.2, V2: 1.2}, {**LOOSE, "intervalSeconds": 5, "minRequests": 3},
          [{"weight": 50, "holdSeconds": 8}]),
     ],
 )
@@ -64,7 +65,13 @@ def test_an_approve_all_candidate_whose_mix_cannot_be_judged_is_not_promoted(e2e
     assert p["stable"] == V1, f"{case}: the approve-all candidate was promoted: {p}"
     assert p["failureReason"] == "AnalysisFailed", p
     message = e.condition("Stalled")["message"]
-    mix = next(c for c in p["lastAnalysis"]["checks"] if c["name"] == "decisionMixShift")
+    checks = p["lastAnalysis"].get("checks") or []
+    if not checks:
+        # The last window's count fell below minRequests (the gates were not read): held for want of traffic too.
+        assert "insufficient traffic" in message and "fewer than minRequests" in message, (message, p)
+        e.wait(lambda: e.route_weights() == {V1: 100}, "traffic back on 1.0.0")
+        return
+    mix = next(c for c in checks if c["name"] == "decisionMixShift")
     # Held for want of evidence (failed at the end of the hold), or shown to be shifted: never passed.
     assert mix["verdict"] in ("Pending", "Fail"), mix
     if mix["verdict"] == "Pending":

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from arbiter_operator.api.models import DecisionModel
-from arbiter_operator.api.vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS
+from arbiter_operator.api.vllm_flags import MANAGED_VLLM_FLAGS, REMOVED_VLLM_FLAGS, UNSAFE_VLLM_FLAGS
 from arbiter_operator.plan import Observations, plan
 from arbiter_operator.plan.vllm_args import arg_problems, flag_name
 from hypothesis import given, settings
@@ -34,6 +34,8 @@ from test_planner import T0
         (["-q", "fp8"], "--quantization"),
         (["--quantization", "fp8"], "--quantization"),
         (["--kv_cache_dtype=fp8"], "--kv-cache-dtype"),
+        (["--speculative_config", '{"method": "ngram", "num_speculative_tokens": 3}'], "--speculative-config"),
+        (["--speculative-config.method=ngram"], "--speculative-config"),
     ],
 )
 def test_spellings_vllm_accepts_are_refused(args: list[str], flag: str) -> None:
@@ -59,7 +61,7 @@ def _respell(flag: str, draw: st.DrawFn) -> str:
 
 @st.composite
 def smuggled(draw: st.DrawFn) -> tuple[str, str]:
-    flag = draw(st.sampled_from(sorted({**MANAGED_VLLM_FLAGS, **REMOVED_VLLM_FLAGS})))
+    flag = draw(st.sampled_from(sorted({**MANAGED_VLLM_FLAGS, **REMOVED_VLLM_FLAGS, **UNSAFE_VLLM_FLAGS})))
     return flag, _respell(flag, draw)
 
 
