@@ -16,7 +16,7 @@
 #   scale    DEV/c3 WHL              (after stage1-3, on a host of several GPUs) unpack; build the 7B model; one
 #                                    replica per GPU; 1, 2, 4, 8 replicas measured (scale_gpus.py)
 #   frontend DEV/c3 WHL              (after stage1-3) unpack; build the 7B model (no training); fp8 measured, then
-#                                    fp8 with four API server processes (fp8-api4) measured; table
+#                                    fp8 with four API server processes (fp8-api4) measured (FRONTEND_ARMS); table
 #   tp2                              replicas 0 and 1 give way to one replica of tensor parallel 2; measured; table
 # With network access and vLLM 0.26.0 installed: `bash benchmarks/gpu/device_7b.sh local` does it all.
 #   standin                        without a GPU: start, bench1 and bench2 against the vLLM stand-in (no vLLM, no
@@ -127,8 +127,9 @@ case $step in
     t0=$(date +%s); [ -d $SITE/vllm ] || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"
     pkill -f build_model.py; sleep 2  # the tokenizer is saved; the GPU is the benchmark's alone
     [ -d $BIG ] || $B7 build --tokenizer-dir $FIXTURE --out $BIG 2>&1 | tail -1 | tee "$RESULTS/build-7b.log"
-    serve_7b; $B7 start --arm fp8 --wait "${START_WAIT:-200}" 2>&1 | tail -3
-    measure; switch fp8-api4; measure
+    serve_7b; set -- ${FRONTEND_ARMS:-fp8 fp8-api4}  # the arms measured, the first started, the others switched to
+    $B7 start --arm "$1" --wait "${START_WAIT:-200}" 2>&1 | tail -3; measure
+    for arm in "${@:2}"; do switch "$arm"; measure; done
     stamp "stop"; $B7 stop; $B7 report --out "$RESULTS" ;;
   tp2)
     stamp "tp2"; $py benchmarks/gpu/scale_gpus.py tp2 --arm "${SCALE_ARM:-fp8}" --out "$RESULTS" 2>&1 |
