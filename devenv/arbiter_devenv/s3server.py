@@ -89,6 +89,11 @@ def cluster_issuer(cluster: Any, audience: str, subjects: tuple[str, ...]) -> Oi
 # What `weed mini` would otherwise start or call: the WebDAV gateway, the admin UI, the Iceberg and Lance catalogs,
 # the telemetry report.
 _OFF = ("-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0", "-master.telemetry=false")
+# Its capacity, fixed rather than derived from the host: left to itself `weed mini` allows free disk / volume size
+# volumes (1 GiB each), and every bucket takes a volume of its own: at 5 volumes (a host with 5 GiB free) the sixth
+# bucket's first PutObject answered InternalError, which the suite read as a fault of the code under test. Volumes
+# are not preallocated: the count costs no disk until written.
+_CAPACITY = ("-volume.max=1000", "-master.volumeSizeLimitMB=64")
 # Every listener `weed mini` opens, each given a free port (its defaults are fixed ports, and the gRPC ones follow
 # from the HTTP ones: two servers on one machine would collide).
 _PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
@@ -150,7 +155,7 @@ class S3Server:
                 # only the work dir's, which holds none.
                 env["HOME"] = str(self.workdir)
                 argv = [str(binary), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                        *(f"-{name}={port}" for name, port in ports.items()), *_OFF,
+                        *(f"-{name}={port}" for name, port in ports.items()), *_OFF, *_CAPACITY,
                         f"-s3.config={config}", "-s3.allowDeleteBucketNotEmpty=true", "-s3.autoCreateBucket=false"]
                 if self.web_identity is not None:
                     argv.append(f"-s3.iam.config={config}")
