@@ -21,6 +21,20 @@ with start_model_registry() as mr:
 """
 
 
+STOP_BOUND = 2 * (20 + 5 + 5)  # registryserver._stop for the registry, then for PostgreSQL
+
+
+def log_tails(workdir: str) -> str:
+    out = []
+    for log in ("model-registry.log", "pg/postgres.log"):
+        try:
+            with open(os.path.join(workdir, log), errors="replace") as f:
+                out.append(f"--- {log}\n" + "".join(f.readlines()[-20:]))
+        except OSError as exc:
+            out.append(f"--- {log}: {exc}")
+    return "\n".join(out)
+
+
 def uid_of(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         return int(next(line for line in f if line.startswith("Uid:")).split()[1])
@@ -41,7 +55,14 @@ def test_registry_and_database_die_with_their_owner(sig):
             assert uid_of(postgres_pid) != 0  # PostgreSQL refuses root; it runs as the postgres user
 
         child.send_signal(sig)
-        child.wait(timeout=60)
+        try:
+            # The owner's stop is bounded: each server gets its own signal for 20 s, then SIGTERM and SIGKILL 5 s
+            # each, registry before database: 60 s at worst, on a loaded machine.
+            child.wait(timeout=STOP_BOUND + 30)
+        except subprocess.TimeoutExpired:
+            alive = [p for p in (registry_pid, postgres_pid) if pid_alive(p)]
+            raise AssertionError(f"the owner was still running {STOP_BOUND + 30} s after {sig.name}; servers alive: "
+                                 f"{alive}\n{log_tails(started['dir'])}") from None
         assert wait_gone([registry_pid, postgres_pid], timeout=30) == []
         if sig != signal.SIGKILL:
             assert not os.path.exists(started["dir"])  # database files removed on an orderly exit
