@@ -20,7 +20,7 @@ from arbiter_operator.api.models import isvc_name
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from support.e2e_kit import E2E, V1, V2, G, P, V
+from support.e2e_kit import E2E, V1, V2, G, P, V, e2e_fixture
 from support.plannerdrive import two_versions
 from support.runtime_procs import RuntimeFleet, RuntimeProc, Traffic
 
@@ -128,17 +128,5 @@ def decision_file(api: Any, ns: str, model: str, version: str, key: str) -> str 
 
 
 def decision_e2e_fixture():  # type: ignore[no-untyped-def]
-    """A module's `e2e` fixture: a DecisionE2E in the test's namespace with the real operator started, closed after
-    the test (the module also defines `stack`, e.g. `stack = module_stack()`)."""
-    import pytest
-
-    @pytest.fixture
-    def e2e(control_plane, namespace, stack, tmp_path, s3_server):  # type: ignore[no-untyped-def]
-        env = DecisionE2E(control_plane, namespace, stack, tmp_path, s3_server)
-        env.start_operator()
-        try:
-            yield env
-        finally:
-            env.close()
-
-    return e2e
+    """A module's `e2e` fixture: a DecisionE2E with the real operator started (e2e_kit.e2e_fixture)."""
+    return e2e_fixture(DecisionE2E)

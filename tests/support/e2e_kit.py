@@ -156,3 +156,20 @@ class E2E:
         obj["metadata"] = {k: meta[k] for k in ("name", "namespace", "generation") if k in meta}
         SNAPSHOTS.mkdir(exist_ok=True)
         (SNAPSHOTS / f"{label}.json").write_text(json.dumps({"health": health, "object": obj}, indent=1) + "\n")
+
+
+def e2e_fixture(kind: type[E2E] = E2E):  # type: ignore[no-untyped-def]
+    """A module's `e2e` fixture: a `kind` (E2E or a kit built on it) in the test's namespace with the real operator
+    started, closed after the test (the module also defines `stack`, e.g. `stack = module_stack()`)."""
+    import pytest
+
+    @pytest.fixture
+    def e2e(control_plane, namespace, stack, tmp_path, s3_server):  # type: ignore[no-untyped-def]
+        env = kind(control_plane, namespace, stack, tmp_path, s3_server)
+        env.start_operator()
+        try:
+            yield env
+        finally:
+            env.close()
+
+    return e2e

@@ -9,7 +9,7 @@ import subprocess
 from datetime import UTC, datetime
 
 import pytest
-from support.e2e_kit import E2E, V1, V2, fast_canary
+from support.e2e_kit import E2E, V1, V2, e2e_fixture, fast_canary
 from support.promstack import module_stack
 
 pytestmark = [
@@ -21,14 +21,7 @@ pytestmark = [
 stack = module_stack()
 
 
-@pytest.fixture
-def e2e(control_plane, namespace, stack, tmp_path, s3_server):
-    env = E2E(control_plane, namespace, stack, tmp_path, s3_server)
-    env.start_operator()
-    try:
-        yield env
-    finally:
-        env.close()
+e2e = e2e_fixture()
 
 
 def stable_on_v1(e: E2E, **promote) -> None:
