@@ -58,6 +58,7 @@ for p in (HERE, ROOT / "operator", ROOT / "runtime"):
         sys.path.insert(0, str(p))
 
 import loadgen  # noqa: E402
+import proc_cpu  # noqa: E402
 import stack  # noqa: E402
 import underwriting as uw  # noqa: E402
 import vllm_counters  # noqa: E402
@@ -65,9 +66,12 @@ import vllm_counters  # noqa: E402
 ARMS = {"bf16": "vllm-args-tp1.json", "fp8": "vllm-args-tp1-fp8.json", "fp8-kv": "vllm-args-tp1-fp8-kv.json",
         "fp8-ngram": "vllm-args-tp1-fp8-ngram.json", "fp8-kv-ngram": "vllm-args-tp1-fp8-kv-ngram.json"}
 PORT = 8080
-CONCURRENCY = (1, 64)
+CONCURRENCY = tuple(int(c) for c in os.environ.get("BENCH_7B_CONCURRENCY", "1 64").split())
 SEED = 4242
-REQUESTS = {1: int(os.environ.get("BENCH_7B_C1", "300")), 64: 6000}
+C1_REQUESTS = int(os.environ.get("BENCH_7B_C1", "300"))
+# Diagnostic paths (BENCH_7B_DIAG=1): the runtime's body without what costs per token, to see where a pass's time
+# goes. They measure vLLM, not decisions: their answers are not judged.
+DIAG = os.environ.get("BENCH_7B_DIAG") == "1"
 MAX_SECONDS = float(os.environ.get("BENCH_7B_SECONDS", "10"))
 GEMMA_7B = dict(hidden_size=3072, intermediate_size=24576, num_hidden_layers=28, num_attention_heads=16,
                 num_key_value_heads=16, head_dim=256, hidden_activation="gelu_pytorch_tanh",
@@ -134,7 +138,13 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
 # Arms that add vLLM flags to another arm's rendered arguments: `fp8-api4` runs four API server processes in
 # front of the engine (`--api-server-count`, which a DecisionModel passes in extraArgs), to see whether one API
 # process's CPU is what bounds decisions/s at concurrency 64.
-FLAGGED = {"fp8-api4": ("fp8", {"api_server_count": 4})}
+FLAGGED: dict[str, tuple[str, dict[str, object]]] = {
+    "fp8-api4": ("fp8", {"api_server_count": 4}),
+    "fp8-api8": ("fp8", {"api_server_count": 8}),
+    # The other structured-outputs backend (llguidance) and vLLM's latency-first CUDA graph sizes.
+    "fp8-guidance": ("fp8", {"structured_outputs_config.backend": "guidance"}),
+    "fp8-interactive": ("fp8", {"performance_mode": "interactivity"}),
+}
 
 
 def arm_args(arm: str, model_dir: str | None = None) -> list[str]:
@@ -229,6 +239,12 @@ def _judge(cell: dict, run: loadgen.Run, target: str, load: list, mode, checker,
     ok = tokens_used = 0
     own: list[float] = []
     finish: dict[str, int] = {}
+    if target in ("direct-nolp", "direct-free"):  # diagnostic: vLLM's speed, not a decision
+        bodies = [r.body for r in run.results if r.status == 200 and isinstance(r.body, dict)]
+        cell["valid_share"] = None
+        cell["tokens_per_decision"] = round(sum(b["usage"]["completion_tokens"] for b in bodies) / len(bodies), 2) \
+            if bodies else None
+        return
     for r in (r for r in run.results if r.status == 200):
         body = r.body if isinstance(r.body, dict) else {}
         if target.startswith("direct"):
@@ -267,6 +283,13 @@ async def bench(arm: str, out: Path | None) -> dict:
     if arm == "bf16" and mode.roomy:
         # The bound the runtime asked for before it ended on the last label: the end of sequence is generated too.
         loads["direct-eos"] = (chat, [dict(b, max_tokens=mode.roomy) for b in bodies])
+    if DIAG:
+        # Without log-probabilities; then without the regex constraint too (as many tokens, the end of sequence
+        # ignored): what each costs per pass.
+        plain = [{k: v for k, v in b.items() if k not in ("logprobs", "logprob_token_ids")} for b in bodies]
+        loads["direct-nolp"] = (chat, plain)
+        loads["direct-free"] = (chat, [dict({k: v for k, v in b.items() if k != "structured_outputs"},
+                                            ignore_eos=True) for b in plain])
     # One pass over the prompts warms vLLM's prefix cache for every path alike.
     await loadgen.closed_loop(chat, bodies, 64, n=len(bodies), max_seconds=60)
     cells = []
@@ -274,10 +297,13 @@ async def bench(arm: str, out: Path | None) -> dict:
         for target, (url, load) in loads.items():
             await loadgen.closed_loop(url, load, conc, n=max(4 * conc, 16), max_seconds=10)  # warm-up
             before = await vllm_counters.read(stack.VLLM_URL)
-            run = await loadgen.closed_loop(url, load, conc, n=REQUESTS[conc], max_seconds=MAX_SECONDS)
+            cpu_before = proc_cpu.snapshot()
+            n = C1_REQUESTS if conc == 1 else 100 * conc
+            run = await loadgen.closed_loop(url, load, conc, n=n, max_seconds=MAX_SECONDS)
+            cpu = proc_cpu.shares(cpu_before, proc_cpu.snapshot(), run.wall)
             after = await vllm_counters.read(stack.VLLM_URL)
             cell = {"arm": arm, "target": target, "concurrency": conc, **run.stats(),
-                    "vllm": vllm_counters.cell(before, after)}
+                    "vllm": vllm_counters.cell(before, after), "cpu_cores": cpu}
             _judge(cell, run, target, load, mode, checker, schema)
             cells.append(cell)
             print(json.dumps(cell), flush=True)
@@ -294,18 +320,28 @@ async def bench(arm: str, out: Path | None) -> dict:
 # ---------------------------------------------------------------- report
 
 
+def busiest(cell: dict) -> str:
+    """The process of the cell that ran the most CPU (a single process near 1.0 cores bounds the cell)."""
+    cpu = cell.get("cpu_cores") or {}
+    if not cpu:
+        return ""
+    part = max(cpu, key=lambda k: cpu[k]["busiest"])
+    return f"{part} {cpu[part]['busiest']}"
+
+
 def table(results: list[dict]) -> str:
     rows = ["| arm | path | conc. | decisions/s | p50 ms | p99 ms | valid | tokens/decision | forward passes/decision "
-            "| vLLM ITL ms | vLLM TTFT ms | runtime own p50 ms |", "|---" * 12 + "|"]
+            "| vLLM ITL ms | vLLM TTFT ms | runtime own p50 ms | busiest process, cores |", "|---" * 13 + "|"]
     for result in results:
         for c in result["cells"]:
             v = c["vllm"]
             spec = f" (accepted {v['spec_accepted_tokens_per_request']})" if "spec_accepted_tokens_per_request" in v \
                 else ""
+            valid = "-" if c["valid_share"] is None else f"{c['valid_share']:.1%}"
             rows.append(f"| {c['arm']} | {c['target']} | {c['concurrency']} | {c['decisions_per_s']} | {c['p50_ms']} "
-                        f"| {c['p99_ms']} | {c['valid_share']:.1%} | {c.get('tokens_per_decision', '')} | "
+                        f"| {c['p99_ms']} | {valid} | {c.get('tokens_per_decision', '')} | "
                         f"{v.get('forward_passes_per_request', '')}{spec} | {v.get('itl_mean_ms', '')} | "
-                        f"{v.get('ttft_mean_ms', '')} | {c.get('server_own_p50_ms', '')} |")
+                        f"{v.get('ttft_mean_ms', '')} | {c.get('server_own_p50_ms', '')} | {busiest(c)} |")
     return "\n".join(rows)
 
 
