@@ -69,9 +69,9 @@ PORT = 8080
 CONCURRENCY = tuple(int(c) for c in os.environ.get("BENCH_7B_CONCURRENCY", "1 64").split())
 SEED = 4242
 C1_REQUESTS = int(os.environ.get("BENCH_7B_C1", "300"))
-# Diagnostic paths (BENCH_7B_DIAG=1): the runtime's body without what costs per token, to see where a pass's time
-# goes. They measure vLLM, not decisions: their answers are not judged.
-DIAG = os.environ.get("BENCH_7B_DIAG") == "1"
+# Diagnostic paths for the arms BENCH_7B_DIAG names (`all`: every arm): the runtime's body without what costs per
+# token, to see where a pass's time goes. They measure vLLM, not decisions: their answers are not judged.
+DIAG = os.environ.get("BENCH_7B_DIAG", "").split()
 MAX_SECONDS = float(os.environ.get("BENCH_7B_SECONDS", "10"))
 GEMMA_7B = dict(hidden_size=3072, intermediate_size=24576, num_hidden_layers=28, num_attention_heads=16,
                 num_key_value_heads=16, head_dim=256, hidden_activation="gelu_pytorch_tanh",
@@ -283,7 +283,7 @@ async def bench(arm: str, out: Path | None) -> dict:
     if arm == "bf16" and mode.roomy:
         # The bound the runtime asked for before it ended on the last label: the end of sequence is generated too.
         loads["direct-eos"] = (chat, [dict(b, max_tokens=mode.roomy) for b in bodies])
-    if DIAG:
+    if arm in DIAG or "all" in DIAG:
         # Without log-probabilities; then without the regex constraint too (as many tokens, the end of sequence
         # ignored): what each costs per pass.
         plain = [{k: v for k, v in b.items() if k not in ("logprobs", "logprob_token_ids")} for b in bodies]
