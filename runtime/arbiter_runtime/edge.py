@@ -151,136 +151,139 @@ def _reply(transport: asyncio.Transport, status: int, reason: str, message: str)
     transport.close()
 
 
-class GuardedBase(HttpToolsProtocol):
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's HttpToolsProtocol with the edge's limits: per-connection deadlines for the head and the body, a
+    head size bound, and a connection cap. `guarded_protocol` makes one subclass per server, bound to its _Edge."""
+
+    edge: _Edge  # the server's shared state, set by guarded_protocol
     cap = 0  # the connection cap of the server the class was made for
+    _head_bytes = 0  # bytes received while the head is incomplete
+    _parsed = 0  # the head's bytes as the parser reported them
+    _in_head = True
+    _in_body = False  # the head is read, the body is not all read yet
+    _idle = False  # between requests on keep-alive
 
+    @property
+    def max_head(self) -> int:
+        return self.edge.limits.max_header_bytes
 
-def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedBase]:
-    """An HttpToolsProtocol class enforcing `limits`, for uvicorn.Config(http=...); one call per server."""
-    edge = _Edge(limits, limits.connection_cap(reserved_fds))
-    max_head = limits.max_header_bytes
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.edge.heads[self] = time.monotonic()
+        self.edge.ensure_sweeping(self.loop)
+        if len(self.connections) > self.edge.cap:
+            self.edge.shed(self)
 
-    class GuardedProtocol(GuardedBase):
-        cap = edge.cap
-        _head_bytes = 0  # bytes received while the head is incomplete
-        _parsed = 0  # the head's bytes as the parser reported them
-        _in_head = True
-        _in_body = False  # the head is read, the body is not all read yet
-        _idle = False  # between requests on keep-alive
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._forget()
+        super().connection_lost(exc)
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            edge.heads[self] = time.monotonic()
-            edge.ensure_sweeping(self.loop)
-            if len(self.connections) > edge.cap:
-                edge.shed(self)
+    def _forget(self) -> None:
+        self.edge.heads.pop(self, None)
+        self.edge.bodies.pop(self, None)
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._forget()
-            super().connection_lost(exc)
+    def drop(self) -> None:
+        self._forget()
+        self.transport.close()
 
-        def _forget(self) -> None:
-            edge.heads.pop(self, None)
-            edge.bodies.pop(self, None)
-
-        def drop(self) -> None:
-            self._forget()
+    def expire(self, message: str) -> None:
+        log.debug("closing a connection from %s: %s", self.client, message)
+        self._forget()
+        cycle = self.cycle
+        # The status line goes out only where no answer is: not into one on its way out, and not after the
+        # answer to a request whose body is still coming in (a 413 sent early).
+        answered = cycle is not None and cycle.response_started and (self._in_body or not cycle.response_complete)
+        if answered:
             self.transport.close()
+        else:
+            _reply(self.transport, 408, "Request Timeout", message)
 
-        def expire(self, message: str) -> None:
-            log.debug("closing a connection from %s: %s", self.client, message)
-            self._forget()
-            cycle = self.cycle
-            # The status line goes out only where no answer is: not into one on its way out, and not after the
-            # answer to a request whose body is still coming in (a 413 sent early).
-            answered = cycle is not None and cycle.response_started and (self._in_body or not cycle.response_complete)
-            if answered:
-                self.transport.close()
+    def data_received(self, data: bytes) -> None:
+        # uvicorn's, plus the head accounting: a head that grows past the limit before it is complete is
+        # refused as soon as it does, so at most the limit plus one read is ever held for it.
+        self._unset_keepalive_if_required()
+        if self._in_head:
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:  # no WebSocket routes: uvicorn's answer to an upgrade
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
             else:
-                _reply(self.transport, 408, "Request Timeout", message)
-
-        def data_received(self, data: bytes) -> None:
-            # uvicorn's, plus the head accounting: a head that grows past the limit before it is complete is
-            # refused as soon as it does, so at most the limit plus one read is ever held for it.
-            self._unset_keepalive_if_required()
-            if self._in_head:
-                self._head_bytes += len(data)
-            try:
-                self.parser.feed_data(data)
-            except httptools.HttpParserUpgrade:  # no WebSocket routes: uvicorn's answer to an upgrade
-                if self._should_upgrade():
-                    self.handle_websocket_upgrade()
-                else:
-                    self._unsupported_upgrade_warning()
-                return
-            except httptools.HttpParserError as exc:
-                if isinstance(exc.__context__, HeadTooLarge):  # raised by _count in a parser callback
-                    self._too_large()
-                else:
-                    self.logger.warning("Invalid HTTP request received.")
-                    self.send_400_response("Invalid HTTP request received.")
-                return
-            if self._in_head and self._head_bytes > max_head and not self.transport.is_closing():
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, HeadTooLarge):  # raised by _count in a parser callback
                 self._too_large()
+            else:
+                self.logger.warning("Invalid HTTP request received.")
+                self.send_400_response("Invalid HTTP request received.")
+            return
+        if self._in_head and self._head_bytes > self.max_head and not self.transport.is_closing():
+            self._too_large()
 
-        def _too_large(self) -> None:
-            log.debug("refusing a request head over %d bytes from %s", max_head, self.client)
-            self._forget()
-            _reply(self.transport, 431, "Request Header Fields Too Large",
-                   f"request head larger than {max_head} bytes")
+    def _too_large(self) -> None:
+        log.debug("refusing a request head over %d bytes from %s", self.max_head, self.client)
+        self._forget()
+        _reply(self.transport, 431, "Request Header Fields Too Large",
+               f"request head larger than {self.max_head} bytes")
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._parsed, self._in_head = 0, True
-            if self._idle or self not in edge.heads:
-                # After a keep-alive pause (or pipelined behind a request) the head's deadline counts from its first
-                # byte; a connection's first head is timed from the connection.
-                self._idle = False
-                edge.heads.pop(self, None)
-                edge.heads[self] = time.monotonic()
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._parsed, self._in_head = 0, True
+        if self._idle or self not in self.edge.heads:
+            # After a keep-alive pause (or pipelined behind a request) the head's deadline counts from its first
+            # byte; a connection's first head is timed from the connection.
+            self._idle = False
+            self.edge.heads.pop(self, None)
+            self.edge.heads[self] = time.monotonic()
 
-        def on_url(self, url: bytes) -> None:
-            self._count(len(url))
-            super().on_url(url)
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
 
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._count(len(name) + len(value) + 4)
-            super().on_header(name, value)
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
 
-        def _count(self, n: int) -> None:
-            self._parsed += n
-            if self._parsed > max_head:
-                raise HeadTooLarge
+    def _count(self, n: int) -> None:
+        self._parsed += n
+        if self._parsed > self.max_head:
+            raise HeadTooLarge
 
-        def on_headers_complete(self) -> None:
-            # The request's arrival, for its deadline (server.py): the head is read, the handler may only run after
-            # the other requests of a burst, and that wait is the server's, not the caller's.
-            self.scope["extensions"] = {EXTENSION: {"arrived": time.perf_counter()}}
-            self._in_head, self._in_body, self._head_bytes = False, True, 0
-            edge.heads.pop(self, None)
-            edge.bodies[self] = time.monotonic()
-            super().on_headers_complete()
+    def on_headers_complete(self) -> None:
+        # The request's arrival, for its deadline (server.py): the head is read, the handler may only run after
+        # the other requests of a burst, and that wait is the server's, not the caller's.
+        self.scope["extensions"] = {EXTENSION: {"arrived": time.perf_counter()}}
+        self._in_head, self._in_body, self._head_bytes = False, True, 0
+        self.edge.heads.pop(self, None)
+        self.edge.bodies[self] = time.monotonic()
+        super().on_headers_complete()
 
-        def on_message_complete(self) -> None:
-            edge.bodies.pop(self, None)
-            self._in_body = False
-            super().on_message_complete()
-            if self.cycle is not None and self.cycle.response_complete:
-                self._become_idle()  # answered before its body was all read (a 413): idle from now on
+    def on_message_complete(self) -> None:
+        self.edge.bodies.pop(self, None)
+        self._in_body = False
+        super().on_message_complete()
+        if self.cycle is not None and self.cycle.response_complete:
+            self._become_idle()  # answered before its body was all read (a 413): idle from now on
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self._in_head and not self._in_body and self.cycle.response_complete:
-                self._become_idle()  # not while a pipelined request or the rest of this body is still read
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._in_head and not self._in_body and self.cycle.response_complete:
+            self._become_idle()  # not while a pipelined request or the rest of this body is still read
 
-        def _become_idle(self) -> None:
-            # Idle on keep-alive: shed first when the cap is reached; uvicorn's keep-alive timeout closes it before
-            # the head's deadline would.
-            if not self.transport.is_closing():
-                self._in_head = self._idle = True
-                edge.heads[self] = time.monotonic()
+    def _become_idle(self) -> None:
+        # Idle on keep-alive: shed first when the cap is reached; uvicorn's keep-alive timeout closes it before
+        # the head's deadline would.
+        if not self.transport.is_closing():
+            self._in_head = self._idle = True
+            self.edge.heads[self] = time.monotonic()
 
-    return GuardedProtocol
+
+def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedProtocol]:
+    """A GuardedProtocol class enforcing `limits`, for uvicorn.Config(http=...); one call per server."""
+    edge = _Edge(limits, limits.connection_cap(reserved_fds))
+    return type("GuardedProtocol", (GuardedProtocol,), {"edge": edge, "cap": edge.cap})
 
 
 def arrived(scope: Mapping[str, Any]) -> float:
