@@ -64,7 +64,10 @@ import underwriting as uw  # noqa: E402
 import vllm_counters  # noqa: E402
 
 ARMS = {"bf16": "vllm-args-tp1.json", "fp8": "vllm-args-tp1-fp8.json", "fp8-kv": "vllm-args-tp1-fp8-kv.json",
-        "fp8-ngram": "vllm-args-tp1-fp8-ngram.json", "fp8-kv-ngram": "vllm-args-tp1-fp8-kv-ngram.json"}
+        "fp8-ngram": "vllm-args-tp1-fp8-ngram.json", "fp8-kv-ngram": "vllm-args-tp1-fp8-kv-ngram.json",
+        # One serving setting of the FP8 version changed (render_fixture.SERVING_ARMS): `device_7b.sh frontend`.
+        "fp8-api4": "vllm-args-tp1-fp8-api4.json", "fp8-api8": "vllm-args-tp1-fp8-api8.json",
+        "fp8-guidance": "vllm-args-tp1-fp8-guidance.json", "fp8-interactive": "vllm-args-tp1-fp8-interactive.json"}
 PORT = 8080
 CONCURRENCY = tuple(int(c) for c in os.environ.get("BENCH_7B_CONCURRENCY", "1 64").split())
 SEED = 4242
@@ -135,22 +138,9 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
 # ---------------------------------------------------------------- serve
 
 
-# Arms that add vLLM flags to another arm's rendered arguments: `fp8-api4` runs four API server processes in
-# front of the engine (`--api-server-count`, which a DecisionModel passes in extraArgs), to see whether one API
-# process's CPU is what bounds decisions/s at concurrency 64.
-FLAGGED: dict[str, tuple[str, dict[str, object]]] = {
-    "fp8-api4": ("fp8", {"api_server_count": 4}),
-    "fp8-api8": ("fp8", {"api_server_count": 8}),
-    # The other structured-outputs backend (llguidance) and vLLM's latency-first CUDA graph sizes.
-    "fp8-guidance": ("fp8", {"structured_outputs_config.backend": "guidance"}),
-    "fp8-interactive": ("fp8", {"performance_mode": "interactivity"}),
-}
-
-
 def arm_args(arm: str, model_dir: str | None = None) -> list[str]:
     """The operator's rendered arguments of an arm, serving `model_dir` (default: where they serve from)."""
-    base, flags = FLAGGED.get(arm, (arm, {}))
-    return stack.with_args(stack.fixture(ARMS[base]), model_dir=model_dir or stack.MODEL_DIR, **flags)
+    return stack.with_args(stack.fixture(ARMS[arm]), model_dir=model_dir or stack.MODEL_DIR)
 
 
 def start(arm: str) -> None:
@@ -348,7 +338,7 @@ def table(results: list[dict]) -> str:
 def report(out: Path) -> dict:
     """Every arm measured in `out` and the fixture agreement: one JSON and the table."""
     results = []
-    for arm in [*ARMS, *FLAGGED]:
+    for arm in ARMS:
         path = out / f"bench-7b-{arm}.json"
         if path.is_file():
             results.append(json.loads(path.read_text()))
@@ -375,7 +365,7 @@ def agreement_line(a: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("step", choices=["build", "start", "switch", "bench", "report", "stop"])
-    ap.add_argument("--arm", default="bf16", choices=[*ARMS, *FLAGGED, "ngram"])
+    ap.add_argument("--arm", default="bf16", choices=[*ARMS, "ngram"])
     ap.add_argument("--tokenizer-dir", type=Path)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--layers", type=int, help="fewer layers (a smoke run on a small GPU or CPU)")

@@ -7,6 +7,8 @@ Writes, for tensor parallel 1 and 2 and each answer format (scored compact, the 
   vllm-args-tp1-fp8.json, -fp8-kv.json       the same for a version with quantization: fp8 (and kvCacheDtype: fp8),
   vllm-args-tp1-fp8[-kv]-ngram.json          and with n-gram speculative decoding appended (bench_7b.py's arms; the
                                              operator refuses it in extraArgs: these arms measure why);
+  vllm-args-tp1-fp8-<serving>.json           the FP8 version with one serving setting changed (SERVING_ARMS:
+                                             API servers, structured-outputs backend, vLLM's performance mode);
   vllm-args-tp2-fp8.json                     FP8 at tensor parallel 2 (scale_gpus.py);
                                              each DecisionModel must pass the operator's own checks
   decision-scored.json, decision-scored-lines.json, decision-generated.json
@@ -34,6 +36,16 @@ import underwriting as uw  # noqa: E402
 NGRAM = ('--speculative-config={"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":2,'
          '"prompt_lookup_min":1}')
 
+# bench_7b.py's arms that change one serving setting of the FP8 version: vLLM's API server processes (the bound of
+# decisions/s at concurrency 64 with one), the other structured-outputs backend, and vLLM's latency-first CUDA
+# graph sizes (a flag without a field: extraArgs).
+SERVING_ARMS = {
+    "fp8-api4": {"apiServers": 4},
+    "fp8-api8": {"apiServers": 8},
+    "fp8-guidance": {"structuredOutputsBackend": "guidance"},
+    "fp8-interactive": {"extraArgs": ["--performance-mode=interactivity"]},
+}
+
 
 def render() -> dict[str, object]:
     from arbiter_operator.api.models import DecisionModel
@@ -58,6 +70,10 @@ def render() -> dict[str, object]:
         dm = DecisionModel.model_validate(uw.decision_model(version_vllm=own, extra_args=[NGRAM]))
         assert any("--speculative-config" in p for p in spec_problems(dm)), spec_problems(dm)
         files[f"vllm-args-tp1-{name}-ngram.json"] = [*args, NGRAM]
+    for name, serving in SERVING_ARMS.items():
+        dm = DecisionModel.model_validate(uw.decision_model(version_vllm=fp8, serving_vllm=serving))
+        assert not spec_problems(dm), spec_problems(dm)
+        files[f"vllm-args-tp1-{name}.json"] = vllm_args(dm, dm.spec.versions[0])
     dm = DecisionModel.model_validate(uw.decision_model(gpus=2, version_vllm=fp8))
     files["vllm-args-tp2-fp8.json"] = vllm_args(dm, dm.spec.versions[0])  # scale_gpus.py: TP2 of the FP8 arm
     prompts = {}

@@ -221,10 +221,12 @@ def output_schema(bounds: bool = True) -> dict:
 
 
 def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True, scored_format: str = "compact",
-                   version_vllm: dict | None = None, extra_args: list[str] | None = None) -> dict:
+                   version_vllm: dict | None = None, extra_args: list[str] | None = None,
+                   serving_vllm: dict | None = None) -> dict:
     """The DecisionModel a user would apply for this fixture; the operator's builders render vLLM args and
     decision.json from it. maxNumSeqs covers the benchmark's highest concurrency (64) with room to spare.
-    `version_vllm`: the version's own vLLM settings (quantization, kvCacheDtype); `extra_args`: extraArgs."""
+    `version_vllm`: the version's own vLLM settings (quantization, kvCacheDtype); `extra_args`: extraArgs;
+    `serving_vllm`: more of spec.serving.vllm (apiServers, structuredOutputsBackend)."""
     dm = {
         "apiVersion": "arbiter.dev/v1alpha1",
         "kind": "DecisionModel",
@@ -244,7 +246,8 @@ def decision_model(gpus: int = 1, mode: str = "scored", bounds: bool = True, sco
             }],
             "promote": {"version": MODEL_VERSION},
             "serving": {"gpus": gpus, "gpuProduct": "NVIDIA-H200",
-                        "vllm": {"maxModelLen": 2048, "maxNumSeqs": 128, "seed": 42, "extraArgs": extra_args or []}},
+                        "vllm": {"maxModelLen": 2048, "maxNumSeqs": 128, "seed": 42, "extraArgs": extra_args or [],
+                                 **(serving_vllm or {})}},
             "decision": {
                 "labels": list(LABELS),
                 "reasoningCodes": list(CODES),

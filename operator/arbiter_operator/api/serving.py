@@ -68,6 +68,12 @@ class VllmSettings(_Model):
     structuredOutputsBackend: Literal["auto", "xgrammar", "guidance", "outlines", "lm-format-enforcer"] = Field(
         "auto", description="Constrained-decoding backend (--structured-outputs-config.backend)."
     )
+    apiServers: int = Field(
+        1, ge=1, le=16,
+        description="vLLM API server processes in front of its engine (--api-server-count). Under load one process "
+        "is the bound (a core each: chat template, log-probabilities, JSON); more raise decisions/s at high "
+        "concurrency and cost a CPU core each under load. 1 renders no flag.",
+    )
     extraArgs: list[Arg] = Field(
         default_factory=list,
         max_length=64,

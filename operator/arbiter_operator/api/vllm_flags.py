@@ -47,6 +47,7 @@ MANAGED_VLLM_FLAGS: dict[str, str] = {
     "--kv-cache-dtype": "spec.serving.vllm.kvCacheDtype (or a version's vllm.kvCacheDtype)",
     "--seed": "spec.serving.vllm.seed",
     "--structured-outputs-config": "spec.serving.vllm.structuredOutputsBackend",
+    "--api-server-count": "spec.serving.vllm.apiServers",
     "--port": "the runtime contract (vLLM listens on 8000 inside the pod, behind the decision server)",
     "--served-model-name": "spec.model.name",
 }
@@ -60,6 +61,7 @@ VLLM_SHORT_ALIASES: dict[str, str] = {
     "-dpp": "--data-parallel-rpc-port",
     "-q": "--quantization",
     "-O": "--optimization-level",
+    "-asc": "--api-server-count",
 }
 
 

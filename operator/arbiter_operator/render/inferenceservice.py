@@ -70,6 +70,8 @@ def vllm_args(dm: DecisionModel, version: ModelVersion | None = None, diffusion:
         args += [f"--pipeline-parallel-size={s.nodes}", "--distributed-executor-backend=ray"]
     if v.enforceEager:
         args.append("--enforce-eager")
+    if v.apiServers > 1:
+        args.append(f"--api-server-count={v.apiServers}")
     if not diffusion:
         # vLLM 0.26's diffusion models reject a seed and structured outputs; the runtime validates after generation.
         args.append(f"--seed={v.seed}")

@@ -36,6 +36,8 @@ from test_planner import T0
         (["--kv_cache_dtype=fp8"], "--kv-cache-dtype"),
         (["--speculative_config", '{"method": "ngram", "num_speculative_tokens": 3}'], "--speculative-config"),
         (["--speculative-config.method=ngram"], "--speculative-config"),
+        (["--api_server_count=4"], "--api-server-count"),
+        (["-asc", "4"], "--api-server-count"),
     ],
 )
 def test_spellings_vllm_accepts_are_refused(args: list[str], flag: str) -> None:
@@ -82,3 +84,25 @@ def test_operator_reports_a_smuggled_flag_as_invalid_spec_and_touches_nothing() 
     assert p.children is None  # nothing that serves is changed
     ready = next(c for c in p.status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "InvalidSpec" and "--tensor-parallel-size" in ready["message"]
+
+
+def test_api_servers_render_vllms_flag_and_one_renders_none() -> None:
+    """One API server is vLLM's default: no flag, so the pods of a model that does not ask stay as they were."""
+    from arbiter_operator.render.inferenceservice import vllm_args
+    from test_quantization import dm_with
+
+    plain = vllm_args(dm_with())
+    assert not any(a.startswith("--api-server-count") for a in plain)
+    assert vllm_args(dm_with(vllm={"apiServers": 1})) == plain
+    four = vllm_args(dm_with(vllm={"apiServers": 4}))
+    assert [a for a in four if a not in plain] == ["--api-server-count=4"]
+    assert [a for a in four if a != "--api-server-count=4"] == plain
+
+
+@pytest.mark.parametrize("value", [0, 17, 2.5])
+def test_api_servers_out_of_range_are_refused(value: object) -> None:
+    from pydantic import ValidationError
+    from test_quantization import dm_with
+
+    with pytest.raises(ValidationError, match="apiServers"):
+        dm_with(vllm={"apiServers": value})
