@@ -134,8 +134,10 @@ def test_each_decision_series_is_stored_once_with_the_charts_defaults(tmp_path: 
             # With the prometheus.io annotations the same pod's decisions are stored twice.
             assert sums[before.labels()["pod"]] == 2 * want[before.labels()["pod"]]
             # The PodMonitor's second endpoint brings vLLM's series, stored once too (one job; the stand-in's
-            # KV-cache gauge is one series per pod).
-            vllm = query(url, f'count by (job) (vllm:kv_cache_usage_perc{{pod="{now.labels()["pod"]}"}})')
+            # KV-cache gauge is one series per pod). It is a target of its own, scraped on its own schedule: wait
+            # for its first scrape rather than assume the decisions' target's scrape brought it.
+            vllm = eventually(lambda: query(url, f'count by (job) (vllm:kv_cache_usage_perc{{pod="{now_pod}"}})'),
+                              30, "the vLLM endpoint scraped", interval=0.5)
             assert [(s["metric"]["job"], s["value"][1]) for s in vllm] == [
                 (f"{dm.metadata.namespace}/{dm.metadata.name}", "1")], vllm
             # Each of the PodMonitor's two targets on the pod has an `up` of its own (one port, two endpoints).
