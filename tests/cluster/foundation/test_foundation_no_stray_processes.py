@@ -14,7 +14,10 @@ from support.polling import eventually
 
 # Starts a control plane and the S3 server, reports their pids and work dirs, then idles until it is signalled.
 CHILD = r"""
-import json, sys, time
+import json, signal, sys, time
+# A process started in the background of a non-interactive shell inherits SIGINT ignored: give the owner Python's
+# own SIGINT handling, as it has when started from a terminal, whatever runs the suite.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from arbiter_devenv.controlplane import ControlPlane
 from arbiter_devenv.s3server import S3Server
 cp = ControlPlane().start()

@@ -117,6 +117,8 @@ def test_a_rollback_shows_in_the_state_series_fires_its_alert_and_fills_every_pa
     assert alert["annotations"]["runbook_url"].endswith("#arbiterpromotionrolledback")
     assert f"{ns}/{e.name}" in alert["annotations"]["summary"]
 
+    # The rolled-back phase reaches Prometheus at the next scrape of the state series, which may come after the alert.
+    e.wait(lambda: query(stack, f'arbiter_decisionmodel_phase{{{sel},phase="Failed"}}'), "Failed in Prometheus", 30)
     end = time.time() + 1
     # The state series followed the promotion: the phases it went through, the canary's weight, the failing gate.
     phases = {s["metric"]["phase"] for s in query_range(stack, f"arbiter_decisionmodel_phase{{{sel}}}", start, end)}
