@@ -25,8 +25,11 @@ supervise -- <args>`, what the container runs) with the compact-format decision.
   ngram         the better FP8 arm (by p50 at concurrency 1 through the runtime) plus vLLM's n-gram prompt-lookup
                 speculative decoding (extraArgs --speculative-config), which vLLM 0.26 runs with structured outputs
                 (xgrammar rolls rejected drafts back)
+  fp8-api4, fp8-api8, fp8-guidance, fp8-interactive
+                the FP8 version with one serving setting changed (render_fixture.SERVING_ARMS): apiServers 4 and 8,
+                structuredOutputsBackend guidance, vLLM's interactivity performance mode (device_7b.sh frontend)
 
-Per arm and concurrency (1 and 64), closed loop, the same applicants:
+Per arm and concurrency (1 and 64; BENCH_7B_CONCURRENCY), closed loop, the same applicants:
   direct      the runtime's own request body straight to vLLM (vLLM alone), parsed and checked by the runtime's code
   server      the applicant to the decision server's /v1/decisions; the trajectory checked again independently
               (jsonschema against the version's output schema, probabilities summing to 1, steps 1..K)
