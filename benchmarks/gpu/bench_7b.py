@@ -233,10 +233,11 @@ def _judge(cell: dict, run: loadgen.Run, target: str, load: list, mode, checker,
     own: list[float] = []
     finish: dict[str, int] = {}
     if target in ("direct-nolp", "direct-free"):  # diagnostic: vLLM's speed, not a decision
-        bodies = [r.body for r in run.results if r.status == 200 and isinstance(r.body, dict)]
+        used = [(r.body.get("usage") or {}).get("completion_tokens") for r in run.results
+                if r.status == 200 and isinstance(r.body, dict)]
+        counted = [n for n in used if isinstance(n, int)]
         cell["valid_share"] = None
-        cell["tokens_per_decision"] = round(sum(b["usage"]["completion_tokens"] for b in bodies) / len(bodies), 2) \
-            if bodies else None
+        cell["tokens_per_decision"] = round(sum(counted) / len(counted), 2) if counted else None
         return
     for r in (r for r in run.results if r.status == 200):
         body = r.body if isinstance(r.body, dict) else {}

@@ -120,12 +120,21 @@ def spawn(argv: list[str], *, log_path: os.PathLike[str] | str, env: dict[str, s
     return proc
 
 
-def terminate(proc: subprocess.Popen[bytes] | None, *, grace: float = 10.0) -> None:
+TERM_GRACE_S = 10.0  # how long terminate() waits after SIGTERM
+KILL_WAIT_S = 5.0  # and after SIGKILL
+
+
+def stop_bound(grace: float = TERM_GRACE_S) -> float:
+    """The longest terminate(proc, grace=grace) takes (what a test of an owner's stop may wait, plus a margin)."""
+    return grace + KILL_WAIT_S
+
+
+def terminate(proc: subprocess.Popen[bytes] | None, *, grace: float = TERM_GRACE_S) -> None:
     """SIGTERM the process group, SIGKILL it after ``grace`` seconds, reap, and tell the watchdog."""
     if proc is None:
         return
     pgid = proc.pid
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, KILL_WAIT_S)):
         if proc.poll() is not None:
             break
         try:

@@ -91,7 +91,12 @@ def _tail(path: pathlib.Path, n: int = 40) -> str:
         return "(no log)"
 
 
-def _stop(proc: subprocess.Popen | None, sig: int, timeout: float = 20) -> None:
+_OWN_SIGNAL_S = 20  # how long _stop waits after the server's own orderly signal
+_TERM_GRACE_S = 5
+STOP_BOUND_S = _OWN_SIGNAL_S + _procs.stop_bound(_TERM_GRACE_S)  # the longest _stop takes, per server
+
+
+def _stop(proc: subprocess.Popen | None, sig: int, timeout: float = _OWN_SIGNAL_S) -> None:
     """The server's own orderly signal first, then the shared terminate (group SIGTERM/SIGKILL, watchdog forgets)."""
     if proc is None:
         return
@@ -99,7 +104,7 @@ def _stop(proc: subprocess.Popen | None, sig: int, timeout: float = 20) -> None:
         proc.send_signal(sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout)
-    _procs.terminate(proc, grace=5)
+    _procs.terminate(proc, grace=_TERM_GRACE_S)
 
 
 @dataclass(eq=False)  # hashable by identity: the devenv registry of live servers holds it

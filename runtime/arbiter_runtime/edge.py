@@ -155,17 +155,14 @@ class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's HttpToolsProtocol with the edge's limits: per-connection deadlines for the head and the body, a
     head size bound, and a connection cap. `guarded_protocol` makes one subclass per server, bound to its _Edge."""
 
-    edge: _Edge  # the server's shared state, set by guarded_protocol
+    edge: _Edge  # the server's shared state, set by guarded_protocol (as are cap and max_head)
     cap = 0  # the connection cap of the server the class was made for
     _head_bytes = 0  # bytes received while the head is incomplete
     _parsed = 0  # the head's bytes as the parser reported them
     _in_head = True
     _in_body = False  # the head is read, the body is not all read yet
     _idle = False  # between requests on keep-alive
-
-    @property
-    def max_head(self) -> int:
-        return self.edge.limits.max_header_bytes
+    max_head = 0  # the largest request head in bytes: the edge's limits.max_header_bytes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -283,7 +280,8 @@ class GuardedProtocol(HttpToolsProtocol):
 def guarded_protocol(limits: EdgeLimits, reserved_fds: int = 0) -> type[GuardedProtocol]:
     """A GuardedProtocol class enforcing `limits`, for uvicorn.Config(http=...); one call per server."""
     edge = _Edge(limits, limits.connection_cap(reserved_fds))
-    return type("GuardedProtocol", (GuardedProtocol,), {"edge": edge, "cap": edge.cap})
+    return type("GuardedProtocol", (GuardedProtocol,),
+                {"edge": edge, "cap": edge.cap, "max_head": limits.max_header_bytes})
 
 
 def arrived(scope: Mapping[str, Any]) -> float:

@@ -49,6 +49,8 @@ CASES = {
     "api-server-count-in-extra-args": (set_field("spec.serving.vllm.extraArgs", ["--api-server-count=4"]),
                                        "--api-server-count is set by the operator from spec.serving.vllm.apiServers"),
     "api-servers-0": (set_field("spec.serving.vllm.apiServers", 0), "apiServers"),
+    "api-servers-17": (set_field("spec.serving.vllm.apiServers", 17), "apiServers"),
+    "api-servers-string": (set_field("spec.serving.vllm.apiServers", "4"), "apiServers"),
     "disable-log-requests": (set_field("spec.serving.vllm.extraArgs", ["--disable-log-requests"]),
                              "--enable-log-requests turns logging on"),
     "guided-decoding-backend": (set_field("spec.serving.vllm.extraArgs", ["--guided-decoding-backend", "xgrammar"]),

@@ -20,7 +20,7 @@ from arbiter_operator.api.models import isvc_name
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from support.e2e_kit import E2E, V1, V2, G, P, V, e2e_fixture
+from support.e2e_kit import E2E, V1, V2, G, P, V
 from support.plannerdrive import two_versions
 from support.runtime_procs import RuntimeFleet, RuntimeProc, Traffic
 
@@ -125,8 +125,3 @@ def decision_file(api: Any, ns: str, model: str, version: str, key: str) -> str 
             return None
         raise
     return (cm.data or {}).get(key)
-
-
-def decision_e2e_fixture():  # type: ignore[no-untyped-def]
-    """A module's `e2e` fixture: a DecisionE2E with the real operator started (e2e_kit.e2e_fixture)."""
-    return e2e_fixture(DecisionE2E)

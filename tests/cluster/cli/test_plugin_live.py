@@ -21,8 +21,8 @@ from arbiter_operator.cli.cluster import Cluster
 from arbiter_operator.cli.dashboard.server import Dashboard
 from arbiter_operator.cli.kubectl_arbiter import main
 from kubernetes import client
-from support.decision_e2e_kit import DecisionE2E, decision_e2e_fixture
-from support.e2e_kit import V1, V2, fast_canary
+from support.decision_e2e_kit import DecisionE2E
+from support.e2e_kit import V1, V2, e2e_fixture, fast_canary
 from support.plannerdrive import two_versions
 from support.promstack import module_stack
 
@@ -32,7 +32,7 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 stack = module_stack()
 
-e2e = decision_e2e_fixture()
+e2e = e2e_fixture(DecisionE2E)
 
 
 @pytest.fixture(scope="module")

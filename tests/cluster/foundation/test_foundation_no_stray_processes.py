@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from arbiter_devenv._procs import pid_alive, wait_gone
+from arbiter_devenv._procs import pid_alive, stop_bound, wait_gone
 from support.polling import eventually
 
 # Starts a control plane and the S3 server, reports their pids and work dirs, then idles until it is signalled.
@@ -25,9 +25,9 @@ s3 = S3Server().start()
 print(json.dumps({"pids": [*cp.pids.values(), s3.pid], "dirs": [str(cp.workdir), str(s3.workdir)]}), flush=True)
 time.sleep(600)
 """
-# The owner's stop is bounded: kube-apiserver, etcd and the S3 server, one after another, each SIGTERM for 10 s and
-# then SIGKILL for 5 s (_procs.terminate): 45 s at worst, on a loaded machine.
-STOP_BOUND = 3 * (10 + 5)
+# The owner's stop is bounded: kube-apiserver, etcd and the S3 server, one after another, each by _procs.terminate
+# (45 s at worst).
+STOP_BOUND = 3 * stop_bound()
 
 
 @pytest.mark.slow

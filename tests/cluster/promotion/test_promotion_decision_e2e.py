@@ -16,8 +16,8 @@ from arbiter_operator.api.models import isvc_name
 from arbiter_operator.cli.kubectl_arbiter import main as kubectl_arbiter
 from kubernetes import client
 from support.argocd_health import health
-from support.decision_e2e_kit import DecisionE2E, decision_e2e_fixture
-from support.e2e_kit import V1, V2, fast_canary
+from support.decision_e2e_kit import DecisionE2E
+from support.e2e_kit import V1, V2, e2e_fixture, fast_canary
 from support.promstack import module_stack
 
 pytestmark = [
@@ -31,7 +31,7 @@ ANALYSIS = {"intervalSeconds": 5, "minRequests": 20, "insufficientTraffic": "Wai
 
 stack = module_stack()
 
-e2e = decision_e2e_fixture()
+e2e = e2e_fixture(DecisionE2E)
 
 
 def stable_on_v1(e: DecisionE2E, candidate: str = "healthy", **promote) -> None:

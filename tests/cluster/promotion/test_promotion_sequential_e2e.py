@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from support.decision_e2e_kit import DecisionE2E, decision_e2e_fixture
-from support.e2e_kit import V1, V2, fast_canary
+from support.decision_e2e_kit import DecisionE2E
+from support.e2e_kit import V1, V2, e2e_fixture, fast_canary
 from support.promstack import module_stack
 from support.runtime_procs import Traffic
 
@@ -28,7 +28,7 @@ CALLERS = 5  # closed-loop callers sharing RATE (one alone cannot keep 50/s on t
 
 stack = module_stack()
 
-e2e = decision_e2e_fixture()
+e2e = e2e_fixture(DecisionE2E)
 
 
 def to_the_candidate_step(e: DecisionE2E, candidate: str, rates: dict[str, float], **promote) -> dict:

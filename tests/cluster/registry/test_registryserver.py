@@ -11,6 +11,7 @@ import sys
 
 import pytest
 from arbiter_devenv._procs import pid_alive, wait_gone
+from arbiter_devenv.registryserver import STOP_BOUND_S
 
 CHILD = r"""
 import json, time
@@ -21,7 +22,8 @@ with start_model_registry() as mr:
 """
 
 
-STOP_BOUND = 2 * (20 + 5 + 5)  # registryserver._stop for the registry, then for PostgreSQL
+# The owner's stop: registryserver._stop for the registry, then for PostgreSQL.
+STOP_BOUND = 2 * STOP_BOUND_S
 
 
 def log_tails(workdir: str) -> str:
@@ -56,8 +58,7 @@ def test_registry_and_database_die_with_their_owner(sig):
 
         child.send_signal(sig)
         try:
-            # The owner's stop is bounded: each server gets its own signal for 20 s, then SIGTERM and SIGKILL 5 s
-            # each, registry before database: 60 s at worst, on a loaded machine.
+            # The owner's stop is bounded (STOP_BOUND, 60 s); a loaded machine may take longer to run it.
             child.wait(timeout=STOP_BOUND + 30)
         except subprocess.TimeoutExpired:
             alive = [p for p in (registry_pid, postgres_pid) if pid_alive(p)]
