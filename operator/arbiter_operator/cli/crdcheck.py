@@ -140,8 +140,9 @@ def validate(value: Any, node: dict[str, Any], path: str) -> list[FieldError]:
     name = path.lstrip(".")
     wanted = node.get("type")
     if wanted and not _type_ok(value, wanted):
+        # kube-openapi reports the type it found as the invalid value, not the value itself.
         return [FieldError(name, "Invalid value", f"{name} in body must be of type {wanted}: "
-                           f"{json.dumps(_type_of(value))}", value, blocking=True)]
+                           f"{json.dumps(_type_of(value))}", _type_of(value), blocking=True)]
     errors: list[FieldError] = []
     if isinstance(value, dict):
         errors += _object(value, node, path)

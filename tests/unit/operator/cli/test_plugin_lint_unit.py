@@ -10,7 +10,7 @@ import json
 import pytest
 import yaml
 from arbiter_operator.cli import kubectl_arbiter as plugin
-from arbiter_operator.cli.crdcheck import FieldError, go_value
+from arbiter_operator.cli.crdcheck import FieldError, go_value, validate
 from arbiter_operator.cli.lint import lint_one
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -118,6 +118,9 @@ def test_field_errors_read_like_the_apiserver_s():
         'spec.tls: Unsupported value: "p": supported values: "edge"'
     assert str(FieldError("spec.v", "Too long", "may not be more than 40 bytes")) == \
         "spec.v: Too long: may not be more than 40 bytes"
+    # A wrong type names the type found, not the value: the apiserver's words for `apiServers: "4"`.
+    assert [str(e) for e in validate("4", {"type": "integer"}, ".spec.n")] == \
+        ['spec.n: Invalid value: "string": spec.n in body must be of type integer: "string"']
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) |
