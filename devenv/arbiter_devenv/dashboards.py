@@ -280,6 +280,11 @@ def model_board() -> Board:
               Target(f"sum by ({V}) (vllm:num_requests_waiting{{{RT}}})", "{{arbiter_dev_version}} waiting"), width=8),
         graph("GPU utilisation by version", "Average GPU utilisation (DCGM) of each version's predictor pods.",
               Target(f"avg by ({V}) ({gpu}) / 100", VERSION_LEGEND), unit="percentunit", width=8),
+        graph("vLLM processes: busiest core", "CPU of the busiest vLLM process of each kind (API server, engine "
+              "core, worker), in cores: near 1 that process, not the GPU, bounds the pod (raise apiServers for an "
+              "API server, add replicas for the engine core).",
+              Target(f"max by ({V}, process) (rate(arbiter_vllm_process_cpu_seconds_total{{{RT}}}{RATE}))",
+                     "{{arbiter_dev_version}}: {{process}}"), width=8),
     ])
     audit = Row("Audit trail", [
         graph("Audit queue depth", "Audit records reserved or waiting for the writer, per pod.",

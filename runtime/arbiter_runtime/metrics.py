@@ -41,6 +41,9 @@
               time or at all: 503) | refused (no identity to pass on: 421) | loop (the routes disagree: 508)
       a forwarded request is counted by the version that decides it, never in this version's decisions
   arbiter_routing_config_errors_total{model,version}   routing.json contents that could not be used (no routes)
+  vLLM's processes (vllm_processes.py), when the supervisor started vLLM:
+  arbiter_vllm_process_cpu_seconds_total{model,version,process,index}
+      process: api-server | engine-core | worker; a rate near 1 is the process that bounds the pod
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import vllm_processes
 from .audit import AuditLog, S3BatchSink, S3Settings, Sink, StdoutSink, Trace, now_iso
 from .auth import current_caller
 from .config import DecisionConfig
@@ -72,6 +73,7 @@ class Runtime:
         objective = cfg.sla_p95_latency_ms / 1000.0 if cfg.sla_p95_latency_ms else None
         self.metrics = Metrics(cfg.model, cfg.version, objective_seconds=objective)
         self.metrics.configure_labels(cfg.labels)
+        vllm_processes.register(self.metrics.registry, cfg.model, cfg.version, options.env)
         self.validator = InputValidator(cfg.input_schema)
         self.ready = False
         self.loaded = False  # the decider can decide (with the rules when the upstream is gone)

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
+from . import vllm_processes
+
 log = logging.getLogger("arbiter.supervisor")
 
 DEFAULT_VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve"]
@@ -199,10 +201,13 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._signal)
         signal.signal(signal.SIGINT, self._signal)
+        # The children get the same grace: the decision server times its audit flush to end before the SIGKILL.
+        env = dict(os.environ, ARBITER_SHUTDOWN_GRACE_S=str(self.grace_s))
         for name, cmd in self.children:
             log.info("starting %s: %s", name, shlex.join(cmd))
-            # The children get the same grace: the decision server times its audit flush to end before the SIGKILL.
-            self.procs[name] = subprocess.Popen(cmd, env=dict(os.environ, ARBITER_SHUTDOWN_GRACE_S=str(self.grace_s)))
+            self.procs[name] = subprocess.Popen(cmd, env=env)
+            if name == "vllm":  # started first: the decision server reports the CPU of vLLM's processes
+                env = dict(env, **{vllm_processes.PID_ENV: str(self.procs[name].pid)})
         code = 0
         while True:
             if os.getpid() == 1:

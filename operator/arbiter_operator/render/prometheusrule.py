@@ -9,7 +9,8 @@ Each version is judged against what its metadata.sla promises (else the promotio
 of decisions the rules made, rejected model answers per decision, and the latency objective, whose error budget is
 the 5% of decisions a p95 lets be slower (burn rates as in Google's SRE workbook, "Alerting on SLOs": 14.4x over
 1 h and 5 m pages, 6x over 6 h and 30 m warns). The GPU and KV-cache alerts read the NVIDIA DCGM exporter's and
-vLLM's series for the same pods. docs/operations.md has a section per alert; `runbook_url` points at it.
+vLLM's series for the same pods; the API-server alert, the CPU of vLLM's processes that the decision server reports
+(runtime vllm_processes.py). docs/operations.md has a section per alert; `runbook_url` points at it.
 Rendered where the monitoring.coreos.com API is served, beside the PodMonitor. Pure.
 """
 
@@ -30,6 +31,8 @@ LATENCY_BUDGET = 0.05
 FAST_BURN, SLOW_BURN = 14.4, 6.0
 GPU_UNDERUSED_PERCENT = 30  # "GPU utilisation persistently under 30%": what operations watches first
 KV_CACHE_SATURATED = 0.9
+# Cores one vLLM API server process runs: its event loop is one thread, and at the measured bound it ran 0.99.
+API_SERVER_SATURATED = 0.9
 BY_VERSION = "namespace, arbiter_dev_decision_model, arbiter_dev_version"
 BY_POD = f"{BY_VERSION}, pod"
 
@@ -115,6 +118,13 @@ def _serving_alerts(selector: str, namespace: str) -> list[dict[str, Any]]:
                "15m", "warning", f"{pod}: vLLM's KV cache is full",
                f"{pod}: vLLM's KV cache has been over {KV_CACHE_SATURATED:.0%} for 15 minutes: requests queue "
                "and decisions slow down (more replicas, or a smaller max-num-seqs)."),
+        _alert("ArbiterVLLMAPIServerSaturated",
+               f"max by ({BY_POD}) (rate(arbiter_vllm_process_cpu_seconds_total{{{selector},"
+               f'process="api-server"}}[5m])) > {API_SERVER_SATURATED:g}', "15m", "warning",
+               f"{pod}: a vLLM API server process, not the GPU, bounds its decisions",
+               f"{pod}: a vLLM API server process has run {{{{ printf \"%.2f\" $value }}}} cores for 15 minutes: "
+               "it runs on one core, so requests wait for it while the GPU has room. Raise "
+               "spec.serving.vllm.apiServers (one process per core), or add replicas."),
         _alert("ArbiterGPUUnderused", f"{gpu_util} < {GPU_UNDERUSED_PERCENT}", "1h", "info",
                f"{pod} uses its GPUs under {GPU_UNDERUSED_PERCENT}%",
                f"{pod}: GPU utilisation {{{{ printf \"%.0f\" $value }}}}% for an hour (DCGM_FI_DEV_GPU_UTIL): fewer "

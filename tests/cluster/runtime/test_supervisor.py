@@ -21,6 +21,7 @@ from arbiter_runtime.supervisor import (
     uses_ray,
     vllm_args_from_env,
 )
+from prometheus_client.parser import text_string_to_metric_families
 from support.runtime_helpers import LABELS, base_config
 
 
@@ -90,6 +91,25 @@ def test_sigterm_stops_both_and_the_audit_is_on_stdout(supervised):
                    for c in children)
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert len(records) == 1 and records[0]["traceId"] == r.json()["traceId"]
+
+
+def _vllm_cpu(url: str) -> dict[tuple[str, str], float]:
+    page = httpx.get(url + "/metrics", timeout=10).text
+    return {(x.labels["process"], x.labels["index"]): x.value for family in text_string_to_metric_families(page)
+            if family.name == "arbiter_vllm_process_cpu_seconds" for x in family.samples}
+
+
+def test_the_metrics_page_reports_the_cpu_of_the_vllm_it_started(supervised):
+    """vLLM's one API server is the process the supervisor started: its CPU is on the decision server's page and
+    grows with the decisions it answers (the alert ArbiterVLLMAPIServerSaturated reads its rate)."""
+    _proc, url = supervised
+    before = _vllm_cpu(url)
+    assert list(before) == [("api-server", "0")]
+    with httpx.Client(base_url=url, timeout=10) as c:
+        for n in range(200):
+            c.post("/v1/decisions", json={"amount": n, "country": "DE"}).raise_for_status()
+    after = _vllm_cpu(url)
+    assert after[("api-server", "0")] > before[("api-server", "0")]
 
 
 def test_a_lost_audit_record_is_the_containers_exit_code(supervised):

@@ -28,7 +28,8 @@ UIDS = {"arbiter-model", "arbiter-fleet", "arbiter-operator"}
 # The metric interface besides what the runtime's and the operator's registries hold today (read from them below):
 # series being added to both (as the dashboards' specification names them), vLLM's re-exported from the predictor
 # pods, and NVIDIA's DCGM exporter. Written out here, not taken from the generator, so a typo on either side fails.
-NEW_RUNTIME = {"arbiter_decision_latency_objective_seconds", "arbiter_decisions_over_objective_total"}
+NEW_RUNTIME = {"arbiter_decision_latency_objective_seconds", "arbiter_decisions_over_objective_total",
+               "arbiter_vllm_process_cpu_seconds_total"}
 NEW_OPERATOR = {
     "arbiter_build_info", "arbiter_decisionmodel_info", "arbiter_decisionmodel_phase",
     "arbiter_decisionmodel_condition", "arbiter_decisionmodel_traffic_weight", "arbiter_decisionmodel_promotion_step",
