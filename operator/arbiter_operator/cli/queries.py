@@ -43,6 +43,8 @@ def version_metrics(p: Prometheus, namespace: str, model: str, version: str, win
     m.prompt_tokens_p99 = p.scalar(f"histogram_quantile(0.99, {prompt})")
     m.prompt_tokens_max = highest_filled((float(labels["le"]), v) for labels, v in p.vector(prompt) if "le" in labels)
     m.finished = by(p, "vllm:request_success_total", "finished_reason", sel, w)
+    m.busiest_cores = {labels.get("process", ""): v for labels, v in p.vector(
+        f"max by (process) (rate(arbiter_vllm_process_cpu_seconds_total{{{sel}}}[{w}]))")}
     m.vllm_read = any(x is not None for x in (m.waiting, m.running, m.kv_cache))
     return m
 

@@ -10,10 +10,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 from arbiter_devenv.vllm_standin import free_port
+from arbiter_operator.cli.promclient import Prometheus
+from arbiter_operator.cli.queries import version_metrics
 from arbiter_runtime.supervisor import (
     find_model_dir,
     ray_head_address,
@@ -22,7 +25,10 @@ from arbiter_runtime.supervisor import (
     vllm_args_from_env,
 )
 from prometheus_client.parser import text_string_to_metric_families
+from support.promstack import module_stack
 from support.runtime_helpers import LABELS, base_config
+
+stack = module_stack()
 
 
 def _children(pid: int) -> list[int]:
@@ -110,6 +116,33 @@ def test_the_metrics_page_reports_the_cpu_of_the_vllm_it_started(supervised):
             c.post("/v1/decisions", json={"amount": n, "country": "DE"}).raise_for_status()
     after = _vllm_cpu(url)
     assert after[("api-server", "0")] > before[("api-server", "0")]
+
+
+def test_prometheus_reads_the_busiest_vllm_process_as_diagnose_asks(supervised, stack):
+    """The real Prometheus scrapes the supervised decision server as the PodMonitor does; diagnose's query of the
+    busiest vLLM process (queries.version_metrics) reads the API server's cores from it while callers decide."""
+    _proc, url = supervised
+    port = int(url.rsplit(":", 1)[1])
+    namespace = f"vllm-cpu-{port}"
+    target = SimpleNamespace(port=port, model="credit", version="v1", labels=lambda: {
+        "namespace": namespace, "pod": f"credit--v1-predictor-{port}", "container": "kserve-container",
+        "arbiter_dev_decision_model": "credit", "arbiter_dev_version": "v1"})
+    stack.add_runtime(target)
+    prom = Prometheus(stack.url, None, 10.0)
+    try:
+        deadline = time.monotonic() + 60
+        with httpx.Client(base_url=url, timeout=10) as c:
+            while True:
+                for n in range(50):
+                    c.post("/v1/decisions", json={"amount": n, "country": "DE"}).raise_for_status()
+                seen = version_metrics(prom, namespace, "credit", "v1", 10).busiest_cores
+                if seen.get("api-server", 0.0) > 0.0:
+                    break
+                assert time.monotonic() < deadline, f"Prometheus never reported vLLM's API server: {seen}"
+        assert set(seen) == {"api-server"} and seen["api-server"] < 2.0, seen  # the stand-in is one process
+    finally:
+        prom.close()
+        stack.remove_runtime(target)
 
 
 def test_a_lost_audit_record_is_the_containers_exit_code(supervised):

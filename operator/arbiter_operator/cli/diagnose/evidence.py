@@ -37,6 +37,9 @@ class VersionMetrics:
     prompt_tokens_p99: float | None = None
     prompt_tokens_max: float | None = None  # the largest prompt the histogram proves (its top filled bucket's floor)
     finished: dict[str, float] = field(default_factory=dict)  # finished_reason -> requests (stop, length, abort)
+    # The busiest vLLM process of each kind (api-server, engine-core, worker), in cores over the window: a rate, so
+    # Prometheus only (a decision server's page has the CPU seconds since the process started, not over a window).
+    busiest_cores: dict[str, float] = field(default_factory=dict)
     vllm_read: bool = False  # whether vLLM's families were read at all
 
     @property

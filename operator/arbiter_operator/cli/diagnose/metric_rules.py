@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from .evidence import VersionMetrics
 from .rules import (
+    API_SERVER_BOUND,
     INPUT_NEAR_LIMIT,
     KV_CACHE_FULL,
     LOW_CONFIDENCE_SHARE,
+    MAX_API_SERVERS,
     MIN_SHARE,
+    PROBLEM_SCORE,
     Finding,
     Settings,
     _pct,
@@ -44,6 +47,7 @@ def metric_findings(m: VersionMetrics, s: Settings, weight: float | None) -> lis
     out += _deadline(m, s, who, saturated)
     out += saturated
     out += _kv_cache(m, s, who)
+    out += _api_server(m, s, who)
     out += _answers(m, s, who)
     out += _confidence(m, s, who)
     if m.audit_refused:
@@ -157,6 +161,26 @@ def _kv_cache(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:
                     [f"lower spec.serving.vllm.maxNumSeqs (now {s.max_num_seqs}) or maxModelLen (now "
                      f"{s.max_model_len}), raise gpuMemoryUtilization (now {s.gpu_memory:g}), or more GPUs "
                      f"(spec.serving.gpus, now {s.gpus}: tensor parallel spreads the cache)"])]
+
+
+def _api_server(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:
+    """vLLM's API server (chat template, constraint set-up, log-probabilities, JSON) runs on one core: near a whole
+    core it bounds decisions/s while the GPU has room. A problem when decisions miss the deadline or the objective,
+    else a hint: the pod has no headroom left."""
+    cores = m.busiest_cores.get("api-server")
+    if cores is None or cores < API_SERVER_BOUND:
+        return []
+    late = share(m.fallbacks.get("deadline", 0.0), m)
+    slow = m.objective_s is not None and m.latency_p99_s is not None and m.latency_p99_s > m.objective_s
+    score = _share_score(late) if late >= MIN_SHARE else (PROBLEM_SCORE if slow else 15)
+    fix = (f"raise spec.serving.vllm.apiServers (now {s.api_servers}): one process per core, with "
+           "spec.serving.resources.cpu above the processes' sum" if s.api_servers < MAX_API_SERVERS else
+           f"add replicas (spec.serving.replicas, now {s.replicas}): apiServers is at its most")
+    busiest = ", ".join(f"{k} {v:.2f}" for k, v in sorted(m.busiest_cores.items()))
+    return [Finding("APIServerBound", f"{who}: a vLLM API server process runs {cores:.2f} cores: it, not the GPU, "
+                    "bounds decisions/s", score,
+                    [*_base(m), f"busiest vLLM process of each kind, in cores: {busiest}",
+                     f"decision latency p50 {_ms(m.latency_p50_s)}, p99 {_ms(m.latency_p99_s)}"], [fix])]
 
 
 def _answers(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:

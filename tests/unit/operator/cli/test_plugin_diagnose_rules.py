@@ -59,6 +59,7 @@ CAUSES = {
                                 violations={"length": 1500.0}),
     "LowConfidence": metrics(decisions={"ok": 600.0, "low_confidence": 400.0}),
     "AuditQueueFull": metrics(audit_refused=12.0),
+    "APIServerBound": metrics(busiest_cores={"api-server": 0.98, "engine-core": 0.71}),
 }
 
 
@@ -83,6 +84,29 @@ def test_a_full_cache_changes_the_saturation_fix_to_more_gpus():
     found = {f.code: f for f in diagnose(ev, reason_table()).findings}
     assert "add replicas" in " ".join(found["Saturated"].fix) and "GPUs" in " ".join(found["Saturated"].fix)
     assert "lower spec.serving.vllm.maxNumSeqs" in " ".join(found["KvCachePressure"].fix)
+
+
+def test_a_busy_api_server_says_which_setting_to_raise():
+    ev = Evidence("team", "credit-limit", dm=dm(apiServers=4))
+    ev.metrics["1.0.0"] = CAUSES["APIServerBound"]
+    d = diagnose(ev, reason_table())
+    top = d.findings[0]
+    assert (top.code, d.problems) == ("APIServerBound", [])  # decisions are on time: a hint, not a problem
+    assert "0.98 cores" in top.verdict and "apiServers (now 4)" in " ".join(top.fix)
+    assert "api-server 0.98, engine-core 0.71" in " ".join(top.evidence)
+    ev = Evidence("team", "credit-limit", dm=dm(apiServers=16))
+    ev.metrics["1.0.0"] = CAUSES["APIServerBound"]
+    assert "add replicas" in " ".join(diagnose(ev, reason_table()).findings[0].fix)
+
+
+def test_a_busy_api_server_with_late_decisions_is_a_problem_and_an_idle_one_is_nothing():
+    late = metrics(decisions={"ok": 800.0, "fallback": 200.0}, fallbacks={"deadline": 200.0},
+                   busiest_cores={"api-server": 0.99})
+    ev = Evidence("team", "credit-limit", dm=dm())
+    ev.metrics["1.0.0"] = late
+    found = {f.code: f for f in diagnose(ev, reason_table()).problems}
+    assert "APIServerBound" in found and "DeadlineExceeded" in found
+    assert verdict(metrics(busiest_cores={"api-server": 0.6, "engine-core": 0.99})) == ["NoProblemFound"]
 
 
 def test_a_healthy_version_has_no_problem():
