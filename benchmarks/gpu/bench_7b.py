@@ -28,6 +28,9 @@ supervise -- <args>`, what the container runs) with the compact-format decision.
   fp8-api4, fp8-api8, fp8-guidance, fp8-interactive
                 the FP8 version with one serving setting changed (render_fixture.SERVING_ARMS): apiServers 4 and 8,
                 structuredOutputsBackend guidance, vLLM's interactivity performance mode (device_7b.sh frontend)
+  fp8-regex-timeout
+                the FP8 arm with vLLM's own per-request regex timeout (VLLM_REGEX_COMPILATION_TIMEOUT_S=5, which the
+                runtime's supervisor sets to 0): what that default saves, measured side by side with fp8
 
 Per arm and concurrency (1 and 64; BENCH_7B_CONCURRENCY), closed loop, the same applicants:
   direct      the runtime's own request body straight to vLLM (vLLM alone), parsed and checked by the runtime's code
@@ -70,7 +73,11 @@ ARMS = {"bf16": "vllm-args-tp1.json", "fp8": "vllm-args-tp1-fp8.json", "fp8-kv":
         "fp8-ngram": "vllm-args-tp1-fp8-ngram.json", "fp8-kv-ngram": "vllm-args-tp1-fp8-kv-ngram.json",
         # One serving setting of the FP8 version changed (render_fixture.SERVING_ARMS): `device_7b.sh frontend`.
         "fp8-api4": "vllm-args-tp1-fp8-api4.json", "fp8-api8": "vllm-args-tp1-fp8-api8.json",
-        "fp8-guidance": "vllm-args-tp1-fp8-guidance.json", "fp8-interactive": "vllm-args-tp1-fp8-interactive.json"}
+        "fp8-guidance": "vllm-args-tp1-fp8-guidance.json", "fp8-interactive": "vllm-args-tp1-fp8-interactive.json",
+        # The FP8 version with vLLM's own regex timeout (the runtime's supervisor sets it to 0; grammar_setup.py).
+        "fp8-regex-timeout": "vllm-args-tp1-fp8.json"}
+# What an arm changes in the container's environment rather than in the rendered arguments.
+ARM_ENV = {"fp8-regex-timeout": {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"}}
 PORT = 8080
 CONCURRENCY = tuple(int(c) for c in os.environ.get("BENCH_7B_CONCURRENCY", "1 64").split())
 SEED = 4242
@@ -152,7 +159,8 @@ def start(arm: str) -> None:
     stack.STATE.mkdir(parents=True, exist_ok=True)
     cfg = stack.write_config("scored")
     stack.start("supervisor", [sys.executable, "-m", "arbiter_runtime", "supervise", "--config", str(cfg), "--host",
-                               "127.0.0.1", "--port", str(PORT), "--", *arm_args(arm)], stack.supervisor_env())
+                               "127.0.0.1", "--port", str(PORT), "--", *arm_args(arm)],
+                {**stack.supervisor_env(), **ARM_ENV.get(arm, {})})
     (stack.STATE / "arm").write_text(arm)
 
 

@@ -23,6 +23,7 @@ from arbiter_runtime.supervisor import (
     upstream_url_from_args,
     uses_ray,
     vllm_args_from_env,
+    vllm_env,
 )
 from prometheus_client.parser import text_string_to_metric_families
 from support.promstack import module_stack
@@ -161,9 +162,18 @@ def test_a_lost_audit_record_is_the_containers_exit_code(supervised):
     assert found and int(found[1]) == 300 - out.count("\n") > 0
 
 
+def _environ(pid: int) -> dict[str, str]:
+    raw = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+    return dict(x.decode().split("=", 1) for x in raw if b"=" in x)
+
+
 def test_supervisor_exits_when_vllm_dies(supervised):
     proc, _url = supervised
     (upstream,) = [c for c in _children(proc.pid) if "vllm_standin" in _cmdline(c)]
+    # vLLM runs without its per-request regex timeout threads; the decision server is told vLLM's pid.
+    assert _environ(upstream)["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "0"
+    (server,) = [c for c in _children(proc.pid) if c != upstream]
+    assert _environ(server)["ARBITER_VLLM_PID"] == str(upstream)
     os.kill(upstream, signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode != 0
@@ -180,3 +190,6 @@ def test_supervisor_argument_handling(tmp_path):
     assert find_model_dir(["--dtype", "bfloat16", str(tmp_path / "m")]) == str(tmp_path / "m")
     assert ray_head_address({"HEAD_SVC": "m-head", "POD_NAMESPACE": "ns"}) == "m-head.ns.svc.cluster.local:6379"
     assert uses_ray(["m", "--distributed-executor-backend=ray"]) and not uses_ray(["m"])
+    # The container's own setting wins over the supervisor's default for vLLM.
+    assert vllm_env({})["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "0"
+    assert vllm_env({"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"})["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "5"
