@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parents[1] / "runtime"))
 import underwriting as uw  # noqa: E402
 
 
-def compile_regex_with_timeout(fn, pattern: str, timeout: float):  # type: ignore[no-untyped-def]
+def compile_regex_with_timeout(fn, pattern: str, timeout: float):
     """vllm/v1/structured_output/utils.py compile_regex_with_timeout, with its timeout as an argument."""
     if timeout <= 0:
         return fn(pattern)
@@ -51,7 +51,7 @@ def compile_regex_with_timeout(fn, pattern: str, timeout: float):  # type: ignor
     return result
 
 
-def tokenizer_info():  # type: ignore[no-untyped-def]
+def tokenizer_info():
     import prompts
     import xgrammar as xgr
     from build_model import build_tokenizer
@@ -62,13 +62,13 @@ def tokenizer_info():  # type: ignore[no-untyped-def]
     return xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok)), len(tok)
 
 
-def run_arm(compiler, vocab: int, regex: str, timeout: float, requests: int, busy: bool) -> dict:  # type: ignore[no-untyped-def]
+def run_arm(compiler, vocab: int, regex: str, timeout: float, requests: int, busy: bool) -> dict:
     import xgrammar as xgr
 
     pool = ThreadPoolExecutor()  # StructuredOutputManager.executor
     bitmask = xgr.allocate_token_bitmask(1, vocab)
 
-    def create():  # type: ignore[no-untyped-def]  # StructuredOutputManager._create_grammar + XgrammarBackend
+    def create():  # StructuredOutputManager._create_grammar + XgrammarBackend
         ctx = compile_regex_with_timeout(compiler.compile_regex, regex, timeout)
         return xgr.GrammarMatcher(ctx, max_rollback_tokens=0)
 
