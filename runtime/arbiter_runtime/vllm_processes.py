@@ -36,7 +36,8 @@ TITLES = (("APIServer", "api-server"), ("EngineCore", "engine-core"), ("Worker",
 
 def role(title: str) -> tuple[str, str] | None:
     """(process, index) for a vLLM process title, or None for a process that is none of the three."""
-    head = title.split(" ", 1)[0]
+    words = title.split()
+    head = words[0] if words else ""
     if "::" not in head:
         return None
     name = head.split("::", 1)[1]

@@ -13,6 +13,8 @@ import textwrap
 import pytest
 from arbiter_runtime import vllm_processes
 from arbiter_runtime.vllm_processes import cpu_seconds, register, role
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -60,6 +62,13 @@ def _tree(children: list[tuple[str, float]], root_burn_s: float) -> subprocess.P
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
+
+
+@given(st.text())
+def test_any_title_is_named_or_left_out_never_an_error(title):
+    named = role(title)
+    assert named is None or (named[0] in {"api-server", "engine-core", "worker"} and not any(
+        c.isspace() for c in named[1]))
 
 
 def _samples(registry: CollectorRegistry) -> list[dict[str, str]]:
