@@ -36,14 +36,15 @@ TITLES = (("APIServer", "api-server"), ("EngineCore", "engine-core"), ("Worker",
 
 def role(title: str) -> tuple[str, str] | None:
     """(process, index) for a vLLM process title, or None for a process that is none of the three."""
-    words = title.split()
+    words = title.replace("\0", " ").split()
     head = words[0] if words else ""
     if "::" not in head:
         return None
     name = head.split("::", 1)[1]
     for prefix, process in TITLES:
-        if name == prefix or name.startswith(prefix + "_"):
-            return process, name[len(prefix) + 1:] or "0"
+        index = name[len(prefix) + 1:] if name.startswith(prefix + "_") else None
+        if name == prefix or (index and index.isascii() and index.isalnum()):
+            return process, index or "0"
     return None
 
 

@@ -31,6 +31,9 @@ BURN = "import time\nend = time.process_time() + {s}\nwhile time.process_time() 
     ("/usr/bin/python3 -m vllm.entrypoints.cli.main serve /mnt/models", None),
     ("VLLM::DPCoordinator", None),
     ("VLLM::APIServerX", None),
+    ("VLLM::APIServer_", None),
+    ("VLLM::Worker_TP0\x00\x00", ("worker", "TP0")),
+    ("VLLM::Worker_TP{0}", None),
     ("", None),
 ])
 def test_vllm_titles_name_the_process(title, named):
@@ -67,8 +70,8 @@ def _tree(children: list[tuple[str, float]], root_burn_s: float) -> subprocess.P
 @given(st.text())
 def test_any_title_is_named_or_left_out_never_an_error(title):
     named = role(title)
-    assert named is None or (named[0] in {"api-server", "engine-core", "worker"} and not any(
-        c.isspace() for c in named[1]))
+    assert named is None or (named[0] in {"api-server", "engine-core", "worker"} and named[1].isascii()
+                             and named[1].isalnum())
 
 
 def _samples(registry: CollectorRegistry) -> list[dict[str, str]]:
