@@ -95,7 +95,7 @@ def register(registry: CollectorRegistry, model: str, version: str, env: dict[st
     """Adds the collector when the supervisor named vLLM's pid; False (nothing added) when it did not: a decision
     server in front of another upstream has no vLLM processes of its own to read."""
     raw = (os.environ if env is None else env).get(PID_ENV, "")
-    if not raw.isdigit() or int(raw) <= 1:
+    if not (raw.isascii() and raw.isdigit()) or int(raw) <= 1:
         return False
     registry.register(VLLMProcessCollector(model, version, int(raw)))
     return True

@@ -135,7 +135,8 @@ def test_vllm_gone_leaves_the_family_empty_and_the_page_whole():
 
 
 @pytest.mark.parametrize("env", [{}, {vllm_processes.PID_ENV: ""}, {vllm_processes.PID_ENV: "abc"},
-                                 {vllm_processes.PID_ENV: "1"}, {vllm_processes.PID_ENV: "-5"}])
+                                 {vllm_processes.PID_ENV: "1"}, {vllm_processes.PID_ENV: "-5"},
+                                 {vllm_processes.PID_ENV: "\u00b2"}])
 def test_without_a_vllm_of_its_own_nothing_is_registered(env):
     registry = CollectorRegistry()
     assert not register(registry, "m", "v", env)
