@@ -696,6 +696,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--diffusion", action="store_true", help="reject structured_outputs and seed (400)")
     p.add_argument("--added-tokens", action="store_true",
                    help="the words are added tokens: one token wherever they stand (a fine-tuned tokenizer)")
+    # vLLM's own flag, accepted as vLLM accepts it (the runtime's supervisor passes it); the stand-in logs no access.
+    p.add_argument("--disable-uvicorn-access-log", action=argparse.BooleanOptionalAction, default=False)
     args = p.parse_args(argv)
     words = tuple(w for w in args.words.split(",") if w)
     if args.model_dir:

@@ -41,6 +41,12 @@ DEFAULT_VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serv
 # engine core's per decision, the processes that bound a pod's decisions/s (on a development machine's CPU:
 # benchmarks/gpu/grammar_setup.py).
 VLLM_ENV_DEFAULTS = {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "0"}
+# vLLM's API server writes a uvicorn access-log line per request: from 127.0.0.1 (the decision server, its /health
+# checks every 2 s, the /metrics/vllm scrapes), so it says nothing the decision server's metrics do not, costs
+# 45-75 us of the API server's CPU per request (a bare uvicorn on httptools, 72 bytes a line: benchmarks/
+# access_log.py) and, at 400 decisions/s, 2.5 GB of logs a day per pod. Off unless the arguments say either way
+# (`--no-disable-uvicorn-access-log` in spec.serving.vllm.extraArgs keeps it).
+ACCESS_LOG_FLAG = "--disable-uvicorn-access-log"
 # From SIGTERM, how long the shutdown may take: the supervisor's SIGKILL bound, and the decision server's deadline
 # for its audit (service.Runtime.stop). Below Kubernetes' default terminationGracePeriodSeconds (30 s).
 DEFAULT_SHUTDOWN_GRACE_S = 25.0
@@ -94,6 +100,11 @@ def upstream_url_from_args(args: list[str]) -> str:
     return f"http://{host}:{port}/v1"
 
 
+def _flag(arg: str) -> str:
+    """A `vllm serve` flag as vLLM reads it: without its `=value`, underscores as dashes."""
+    return arg.split("=", 1)[0].replace("_", "-") if arg.startswith("--") else arg
+
+
 def vllm_env(env: dict[str, str]) -> dict[str, str]:
     """vLLM's environment: the container's, with VLLM_ENV_DEFAULTS where it sets none of them."""
     return {**VLLM_ENV_DEFAULTS, **env}
@@ -113,6 +124,8 @@ def build_commands(opts: argparse.Namespace, vllm_args: list[str],
             vllm_args += ["--host", "127.0.0.1"]
         if not any(a == "--port" or a.startswith("--port=") for a in vllm_args):
             vllm_args += ["--port", "8000"]
+        if not any(_flag(a) in (ACCESS_LOG_FLAG, "--no-" + ACCESS_LOG_FLAG[2:]) for a in vllm_args):
+            vllm_args.append(ACCESS_LOG_FLAG)
         children.append(("vllm", command + vllm_args))
         upstream = upstream_url_from_args(vllm_args)
         model_dir = model_dir or find_model_dir(vllm_args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from arbiter_devenv.vllm_standin import free_port
 from arbiter_operator.cli.promclient import Prometheus
 from arbiter_operator.cli.queries import version_metrics
 from arbiter_runtime.supervisor import (
+    build_commands,
     find_model_dir,
     ray_head_address,
     upstream_url_from_args,
@@ -172,6 +174,7 @@ def test_supervisor_exits_when_vllm_dies(supervised):
     (upstream,) = [c for c in _children(proc.pid) if "vllm_standin" in _cmdline(c)]
     # vLLM runs without its per-request regex timeout threads; the decision server is told vLLM's pid.
     assert _environ(upstream)["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "0"
+    assert "--disable-uvicorn-access-log" in _cmdline(upstream).split()
     (server,) = [c for c in _children(proc.pid) if c != upstream]
     assert _environ(server)["ARBITER_VLLM_PID"] == str(upstream)
     os.kill(upstream, signal.SIGKILL)
@@ -190,6 +193,15 @@ def test_supervisor_argument_handling(tmp_path):
     assert find_model_dir(["--dtype", "bfloat16", str(tmp_path / "m")]) == str(tmp_path / "m")
     assert ray_head_address({"HEAD_SVC": "m-head", "POD_NAMESPACE": "ns"}) == "m-head.ns.svc.cluster.local:6379"
     assert uses_ray(["m", "--distributed-executor-backend=ray"]) and not uses_ray(["m"])
+    # vLLM's access log is off unless the arguments say either way, in any spelling vLLM reads.
+    opts = argparse.Namespace(upstream=None, model_dir=None, port=8080, host="0.0.0.0", config=None)
+
+    def served(*args: str) -> list[str]:
+        return dict(build_commands(opts, ["m", *args], {}))["vllm"]
+
+    assert served().count("--disable-uvicorn-access-log") == 1
+    assert "--disable-uvicorn-access-log" not in served("--no-disable-uvicorn-access-log")
+    assert "--disable-uvicorn-access-log" not in served("--disable_uvicorn_access_log")
     # The container's own setting wins over the supervisor's default for vLLM.
     assert vllm_env({})["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "0"
     assert vllm_env({"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"})["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "5"
