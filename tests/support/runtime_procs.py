@@ -204,9 +204,12 @@ class RuntimeProc:
     def _start_server(self) -> None:
         audit = open(self.workdir / "audit.jsonl", "ab")
         log = open(self.workdir / "runtime.log", "ab")
+        # The stand-in's pid, as the container's supervisor tells the decision server vLLM's: its CPU is on /metrics.
+        assert self.upstream is not None
+        pid = {"ARBITER_VLLM_PID": str(self.upstream.pid)}
         self.server = subprocess.Popen(
             [sys.executable, "-m", "arbiter_runtime", "serve", "--config", str(self.config_path), "--host",
-             "127.0.0.1", "--port", str(self.port)], env={**_env(), **self.env}, stdout=audit, stderr=log)
+             "127.0.0.1", "--port", str(self.port)], env={**_env(), **pid, **self.env}, stdout=audit, stderr=log)
         self._wait(f"{self.url}/v2/health/ready", self.server, "decision server")
 
     def _wait(self, url: str, proc: subprocess.Popen, what: str, timeout: float = 60.0) -> None:
