@@ -42,6 +42,34 @@ def _token(entry: Any, where: str) -> None:
         raise WireError(f"{where}.bytes is not a list of byte values")
 
 
+_NEG_INF = -math.inf
+
+
+def token_ok(entry: Any) -> bool:
+    """_token's checks for the common, well-formed entry, without building a location string per entry or a
+    generator per byte list: an answer carries an entry per generated token and per label at each, and check_choice
+    took 156 us of the decision server's CPU on the 30-token scored answer of benchmarks/runtime_overhead.py (about 1
+    ms per decision in all); 62 us with this (both timed in a loop). False is not a verdict: _token then names the
+    deviation, or passes what it accepts."""
+    if type(entry) is not dict:  # decoded JSON objects are dicts
+        return False
+    get = entry.get
+    if type(get("token")) is not str:
+        return False
+    lp = get("logprob")
+    if not ((type(lp) is float and _NEG_INF < lp <= 0.0) or (type(lp) is int and lp <= 0)):
+        return False
+    b = get("bytes")
+    if b is None:
+        return True
+    if type(b) is not list:
+        return False
+    for x in b:
+        if type(x) is not int or not 0 <= x <= 255:
+            return False
+    return True
+
+
 def check_choice(response: Any, want_logprobs: bool) -> dict[str, Any]:
     """choices[0] of a well-formed answer, or WireError naming the first deviation."""
     if not isinstance(response, dict):
@@ -73,13 +101,14 @@ def check_choice(response: Any, want_logprobs: bool) -> dict[str, Any]:
         raise WireError("choices[0].logprobs.content is not a list")
     if want_logprobs:
         for i, entry in enumerate(entries):
-            where = f"logprobs.content[{i}]"
-            _token(entry, where)
+            if not token_ok(entry):
+                _token(entry, f"logprobs.content[{i}]")
             top = entry.get("top_logprobs")
             if top is None:
                 continue
             if not isinstance(top, list):
-                raise WireError(f"{where}.top_logprobs is not a list")
+                raise WireError(f"logprobs.content[{i}].top_logprobs is not a list")
             for j, alt in enumerate(top):
-                _token(alt, f"{where}.top_logprobs[{j}]")
+                if not token_ok(alt):
+                    _token(alt, f"logprobs.content[{i}].top_logprobs[{j}]")
     return choice
