@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from types import FrameType
+from typing import Any
 
 from .config import ConfigError, load_config
 
@@ -19,7 +20,7 @@ def _fast(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def serve(argv: list[str]) -> int:
+def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="arbiter-runtime serve", description="Run the decision server")
     p.add_argument("--config", default=os.environ.get("ARBITER_DECISION_CONFIG"),
                    help="decision.json (default: $ARBITER_DECISION_CONFIG)")
@@ -29,19 +30,21 @@ def serve(argv: list[str]) -> int:
                    help="model directory with tokenizer.json (default: ask the upstream's /tokenize)")
     p.add_argument("--upstream", default=os.environ.get("ARBITER_UPSTREAM_URL") or None,
                    help="OpenAI-compatible base URL, overriding upstream.url of the config")
-    args = p.parse_args(argv)
+    return p
+
+
+def _app(args: argparse.Namespace) -> tuple[Any, Any] | int:
+    """(the app, the edge's limits), or the exit code of a setting that cannot run: 2 a bad config, 3 a tokenizer
+    that cannot serve scored mode."""
     import asyncio
     import dataclasses
 
-    import uvicorn
-
-    from .edge import EdgeConfigError, EdgeLimits, guarded_protocol, raise_fd_limit
+    from .edge import EdgeConfigError, EdgeLimits
     from .routing import routing_path_for
     from .server import create_app
     from .service import RuntimeOptions, resolve_from_model_dir
     from .shadow import shadow_path_for
     from .tokens import TokenizerRefused
-    from .upstream import UPSTREAM_MAX_CONNECTIONS
 
     try:
         limits = EdgeLimits.from_env(os.environ)
@@ -60,6 +63,16 @@ def serve(argv: list[str]) -> int:
         except TokenizerRefused as exc:
             print(f"arbiter-runtime: {exc}", file=sys.stderr)
             return 3
+    return app, limits
+
+
+def _server(app: Any, limits: Any, args: argparse.Namespace) -> Any:
+    """uvicorn with the edge's limits, whose signals start the runtime's shutdown clock."""
+    import uvicorn
+
+    from .edge import guarded_protocol, raise_fd_limit
+    from .upstream import UPSTREAM_MAX_CONNECTIONS
+
     rt = app.state.runtime
     # The edge's limits (edge.py) live in uvicorn's httptools protocol: read deadlines, the head's size, a
     # connection cap below the descriptor limit, which is first lifted to the hard limit.
@@ -81,7 +94,18 @@ def serve(argv: list[str]) -> int:
         handle_exit(sig, frame)
 
     server.handle_exit = on_signal  # type: ignore[method-assign]  # uvicorn installs it as the signal handler
-    options.on_fatal = lambda _msg: setattr(server, "should_exit", True)
+    rt.options.on_fatal = lambda _msg: setattr(server, "should_exit", True)
+    return server
+
+
+def serve(argv: list[str]) -> int:
+    args = _serve_parser().parse_args(argv)
+    built = _app(args)
+    if isinstance(built, int):
+        return built
+    app, limits = built
+    rt = app.state.runtime
+    server = _server(app, limits, args)
     # uvicorn re-raises the signal it shut down on once it is done, with the handler that was there before it:
     # make that one a no-op, so a clean SIGTERM/SIGINT shutdown exits 0 (not 143), as the supervisor expects.
     import signal
@@ -95,7 +119,6 @@ def serve(argv: list[str]) -> int:
         logging.getLogger("arbiter.audit").error("audit not closed: the shutdown did not run to its end")
         return EXIT_AUDIT_LOST
     return EXIT_AUDIT_LOST if any(rt.audit_lost.values()) else 0
-
 
 
 COMMANDS = ("serve", "supervise", "worker")

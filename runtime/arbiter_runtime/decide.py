@@ -149,6 +149,24 @@ class ScoredMode:
         """`max_tokens`: what the request asked for. finish_reason `length` is read only when that was the exact
         count and the answer is exactly that many tokens forming K whole steps: generation ended on the last label,
         and the regex allows nothing after it but the end of sequence. Any other `length` is a cut answer."""
+        split, entries = self._answer(response, max_tokens)
+        steps = []
+        # Walk the tokens by byte offset to the position where each step's label starts.
+        offset = 0
+        index = 0
+        for n, (code, label, label_at) in enumerate(split, start=1):
+            while index < len(entries) and offset < label_at:
+                offset += _token_len(entries[index])
+                index += 1
+            if offset != label_at or index >= len(entries):
+                raise TrajectoryInvalid("logprobs", f"step {n}: no token starts where the label is written; the "
+                                                    "label was merged with the text before it")
+            steps.append(self._step(n, code, label, entries[index]))
+        return {"steps": steps}
+
+    def _answer(self, response: dict[str, Any], max_tokens: int | None) -> tuple[Any, list[Any]]:
+        """The answer's steps as written (code, label, the label's byte offset) and its log-probability entries,
+        or TrajectoryInvalid: cut short, no text, no log-probabilities."""
         choice = check_choice(response, want_logprobs=True)
         content = choice["message"].get("content")
         cut = choice.get("finish_reason") == "length"
@@ -171,47 +189,37 @@ class ScoredMode:
         if cut and len(entries) != self.exact:
             raise TrajectoryInvalid("length", f"finish_reason length after {len(entries)} tokens, not the "
                                               f"{self.exact} asked for")
+        return split, entries
+
+    def _step(self, n: int, code: str, label: str, entry: dict[str, Any]) -> dict[str, Any]:
+        """Step n from the log-probabilities of every label at the position where its label is written."""
         labels = self.cfg.labels
-        steps = []
-        # Walk the tokens by byte offset to the position where each step's label starts.
-        offset = 0
-        index = 0
-        for n, (code, label, label_at) in enumerate(split, start=1):
-            while index < len(entries) and offset < label_at:
-                offset += _token_len(entries[index])
-                index += 1
-            if offset != label_at or index >= len(entries):
-                raise TrajectoryInvalid("logprobs", f"step {n}: no token starts where the label is written; the "
-                                                    "label was merged with the text before it")
-            found: dict[str, float] = {}
-            for alt in entries[index].get("top_logprobs") or ():
-                tok = alt.get("token")
-                if tok not in self._label_set:
-                    # A server that writes tokens in vocabulary form (e.g. with a word-boundary marker) still
-                    # sends the bytes: match on them.
-                    tok = self._label_by_bytes.get(tuple(alt.get("bytes") or ()))
-                if tok is not None and tok not in found:
-                    found[tok] = float(alt["logprob"])
-            missing = [x for x in labels if x not in found]
-            if missing:
-                raise TrajectoryInvalid("logprobs", f"step {n}: no log-probability for label(s) {missing}; does the "
-                                                    "upstream honour logprob_token_ids?")
-            live = {x: lp for x, lp in found.items() if lp > MASKED_AT and math.isfinite(lp)}
-            if not live:
-                raise TrajectoryInvalid("logprobs", f"step {n}: every label is masked at the label position")
-            top = max(live.values())
-            weights = {x: (math.exp(live[x] - top) if x in live else 0.0) for x in labels}
-            total = sum(weights.values())
-            probs = {x: w / total for x, w in weights.items()}
-            best = max(labels, key=lambda x: probs[x])
-            if probs[label] < probs[best] - self.cfg.probability_tolerance:
-                # The text says one label, the model's own probabilities another: not a decision to act on.
-                raise TrajectoryInvalid("inconsistent", f"step {n}: the answer writes {label} (p={probs[label]:.4f}) "
-                                                        f"but the log-probabilities favour {best} "
-                                                        f"(p={probs[best]:.4f})")
-            steps.append({"step": n, "reasoningCode": code, "label": label, "probabilities": probs,
-                          "confidence": probs[best]})
-        return {"steps": steps}
+        found: dict[str, float] = {}
+        for alt in entry.get("top_logprobs") or ():
+            tok = alt.get("token")
+            if tok not in self._label_set:
+                # A server that writes tokens in vocabulary form (e.g. with a word-boundary marker) still sends the
+                # bytes: match on them.
+                tok = self._label_by_bytes.get(tuple(alt.get("bytes") or ()))
+            if tok is not None and tok not in found:
+                found[tok] = float(alt["logprob"])
+        missing = [x for x in labels if x not in found]
+        if missing:
+            raise TrajectoryInvalid("logprobs", f"step {n}: no log-probability for label(s) {missing}; does the "
+                                                "upstream honour logprob_token_ids?")
+        live = {x: lp for x, lp in found.items() if lp > MASKED_AT and math.isfinite(lp)}
+        if not live:
+            raise TrajectoryInvalid("logprobs", f"step {n}: every label is masked at the label position")
+        top = max(live.values())
+        weights = {x: (math.exp(live[x] - top) if x in live else 0.0) for x in labels}
+        total = sum(weights.values())
+        probs = {x: w / total for x, w in weights.items()}
+        best = max(labels, key=lambda x: probs[x])
+        if probs[label] < probs[best] - self.cfg.probability_tolerance:
+            # The text says one label, the model's own probabilities another: not a decision to act on.
+            raise TrajectoryInvalid("inconsistent", f"step {n}: the answer writes {label} (p={probs[label]:.4f}) "
+                                                    f"but the log-probabilities favour {best} (p={probs[best]:.4f})")
+        return {"step": n, "reasoningCode": code, "label": label, "probabilities": probs, "confidence": probs[best]}
 
 
 class GeneratedMode:
