@@ -37,8 +37,8 @@ DEFAULT_VLLM_COMMAND = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serv
 # request's regex with a thread pool made for the request (in the API server, which parses the regex to validate
 # it, and again in the engine core, which compiles it), so that a caller's pathological pattern times out. vLLM's
 # only caller here is the decision server, on 127.0.0.1, and its regex is a fixed concatenation of escaped label and
-# code alternatives, linear to compile. The two threads cost 0.25 ms of the API server's CPU and 0.22 ms of the
-# engine core's per decision, the processes that bound a pod's decisions/s (on a development machine's CPU:
+# code alternatives, linear to compile. The two threads cost about 0.25 ms of the API server's CPU and 0.2 ms of
+# the engine core's per decision, the processes that bound a pod's decisions/s (on a development machine's CPU:
 # benchmarks/gpu/grammar_setup.py).
 VLLM_ENV_DEFAULTS = {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "0"}
 # vLLM's API server writes a uvicorn access-log line per request: from 127.0.0.1 (the decision server, its /health
