@@ -61,6 +61,7 @@ def cluster_issuer(cluster: Any, audience: str, subjects: tuple[str, ...]) -> Oi
     system:unauthenticated, as a cluster whose issuer AWS trusts does; named DISCOVERY_BINDING), read once over HTTPS
     to find the issuer's name and its keys' address on loopback (the control plane's --service-account-jwks-uri)."""
     import ssl
+    import urllib.error
     import urllib.request
 
     from kubernetes import client as k8s
@@ -80,8 +81,19 @@ def cluster_issuer(cluster: Any, audience: str, subjects: tuple[str, ...]) -> Oi
     finally:
         api.close()
     ctx = ssl.create_default_context(cafile=str(cluster.ca_file))
-    with urllib.request.urlopen(f"{cluster.server}/.well-known/openid-configuration", context=ctx, timeout=10) as r:
-        doc = json.load(r)  # anonymously, as an identity provider reads it
+    # The apiserver's RBAC authorizer reads bindings from its informer: a binding just made may not count for a
+    # moment (403 to an anonymous GET on a busy machine), so the read is retried for a while.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            url = f"{cluster.server}/.well-known/openid-configuration"
+            with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+                doc = json.load(r)  # anonymously, as an identity provider reads it
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code != 403 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     return OidcIssuer(issuer=doc["issuer"], jwks_url=doc["jwks_uri"], audience=audience, subjects=subjects,
                       ca_file=pathlib.Path(cluster.ca_file))
 
