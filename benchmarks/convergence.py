@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+import fleet
 from arbiter_operator.kube.client import RestKubeClient
 from arbiter_operator.kube.kinds import KINDS
 
@@ -85,7 +86,7 @@ def strip(obj: dict[str, Any]) -> dict[str, Any]:
 class Floor:
     """Replays the template's writes for a new DecisionModel in FLOOR_NS (see the module docstring)."""
 
-    def __init__(self, stack: common.Stack, dm_watch: common.Watcher, isvc_watch: common.Watcher):
+    def __init__(self, stack: fleet.Stack, dm_watch: fleet.Watcher, isvc_watch: fleet.Watcher):
         self.stack = stack
         self.kube = RestKubeClient(stack.cp.api_client())
         # One loop, in a thread of its own, for the floor's requests (the client is async only): its connections are
@@ -132,7 +133,7 @@ class Floor:
     def start(self, name: str, namespace: str = FLOOR_NS) -> dict[str, Any]:
         """Create the DecisionModel and replay the template's first pass; returns what `finish` goes on from."""
         dm = self.stack.custom().create_namespaced_custom_object(common.GROUP, common.VERSION, namespace,
-                                                                 common.PLURAL, common.example_body(name, namespace))
+                                                                 common.PLURAL, fleet.example_body(name, namespace))
         state: dict[str, Any] = {"name": name, "namespace": namespace, "dm": dm, "status_i": 0, "isvcs": []}
         if self.passes:
             self._replay(state, self.passes[0])
@@ -234,10 +235,10 @@ def breakdown(audit_log: Path, names: list[str]) -> dict[str, float]:
     return {step: common.statistics.median(r[i] for r in rows) for i, step in enumerate(STEPS)}
 
 
-def run_operator_once(stack: common.Stack, watch: common.Watcher, name: str, timeout: float = 120.0) -> float:
+def run_operator_once(stack: fleet.Stack, watch: fleet.Watcher, name: str, timeout: float = 120.0) -> float:
     t0 = time.perf_counter()
     stack.custom().create_namespaced_custom_object(common.GROUP, common.VERSION, OP_NS, common.PLURAL,
-                                                   common.example_body(name, OP_NS))
+                                                   fleet.example_body(name, OP_NS))
     if not watch.wait([(OP_NS, name)], timeout):
         raise TimeoutError(f"{name} not Ready after {timeout:.0f}s:\n{stack.op.log()[-3000:]}")
     return watch.first[(OP_NS, name)] - t0
@@ -251,10 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {"benchmark": "convergence", "machine": common.machine(), "args": vars(args),
                               "storage": "s3:// on SeaweedFS (artifact check reads config.json and the weights' size)"}
     # Every repetition leaves two 1-GPU predictors (operator's and floor's) on the simulated A100 nodes.
-    with common.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep,
+    with fleet.Stack([OP_NS], [FLOOR_NS], operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=(2 * args.repetitions + 2) // 8 + 2) as stack:
-        dm_watch = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
-        isvc_watch = common.Watcher(stack.api, *CHILD_API["InferenceService"], pred=isvc_ready).start()
+        dm_watch = fleet.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
+        isvc_watch = fleet.Watcher(stack.api, *CHILD_API["InferenceService"], pred=isvc_ready).start()
         stack.start_operator()
         warm = run_operator_once(stack, dm_watch, TEMPLATE)
         time.sleep(1.0)  # let the template's last pass log its line

@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+import fleet
 from convergence import CHILD_API, OP_NS, TEMPLATE, Floor, isvc_ready, run_operator_once
 
 # KServe's clientset: controller-runtime v0.19's GetConfig gives it QPS 20 (burst 30); KServe sets none of its own.
@@ -45,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     nss = [f"floor-{i:02d}" for i in range(args.namespaces)]
     keys = [(nss[i % len(nss)], f"dm-{i:04d}") for i in range(args.count)]
     result: dict = {"benchmark": "fleet-floor", "machine": common.machine(), "args": vars(args)}
-    with common.Stack([OP_NS], nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
+    with fleet.Stack([OP_NS], nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=args.count // 8 + 2) as stack:
-        dm_watch = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
-        isvc_watch = common.Watcher(stack.api, *CHILD_API["InferenceService"], pred=isvc_ready).start()
+        dm_watch = fleet.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
+        isvc_watch = fleet.Watcher(stack.api, *CHILD_API["InferenceService"], pred=isvc_ready).start()
         stack.start_operator()
         warm = run_operator_once(stack, dm_watch, TEMPLATE)
         time.sleep(1.0)  # the template's last pass logs its line

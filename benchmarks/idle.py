@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+import fleet
 import scale
 from scale import run_scale
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     nss = [f"idle-{i:02d}" for i in range(args.namespaces)]
     result = {"benchmark": "idle", "machine": common.machine(), "args": vars(args)}
     # One 1-GPU predictor per DecisionModel, eight per simulated A100 node, and a spare node (as scale.py).
-    with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
+    with fleet.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=args.count // 8 + 2, watch=args.watch) as stack:
         stack.start_operator()
         setup = run_scale(stack, args.count, nss, args.timeout, own_models=args.model_per_dm)

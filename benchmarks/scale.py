@@ -17,9 +17,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+import fleet
+import profiler
 
 
-def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: float, threads: int = 8,
+def run_scale(stack: fleet.Stack, count: int, namespaces: list[str], timeout: float, threads: int = 8,
               profile: bool = False, profile_gil: bool = False, profile_rate: int = 50,
               own_models: bool = False) -> dict:
     """Create `count` DecisionModels spread over `namespaces` and wait until all are Ready (operator running).
@@ -29,14 +31,14 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
     if own_models:
         assert stack.s3 is not None
         t = time.monotonic()
-        common.seed_own_models(stack.s3, [name for _, name in keys], threads)
+        fleet.seed_own_models(stack.s3, [name for _, name in keys], threads)
         common.log(f"a model of its own for each DecisionModel on S3 in {time.monotonic() - t:.1f}s")
-    watcher = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
+    watcher = fleet.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
     # The operator's share of the wall time: when it had made every InferenceService, and how long after KServe
     # marked one Ready its DecisionModel was Ready (the rest is KServe, the controller-manager, scheduler and kwok).
-    isvc_made = common.Watcher(stack.api, "serving.kserve.io", "v1beta1", "inferenceservices",
+    isvc_made = fleet.Watcher(stack.api, "serving.kserve.io", "v1beta1", "inferenceservices",
                                pred=lambda _obj: True).start()
-    isvc_ready = common.Watcher(stack.api, "serving.kserve.io", "v1beta1", "inferenceservices").start()
+    isvc_ready = fleet.Watcher(stack.api, "serving.kserve.io", "v1beta1", "inferenceservices").start()
     stats = stack.stats()
     cpu0, sys0 = stats.cpu_seconds(), stats.system_cpu_seconds()
     metrics0 = common.metrics_requests(stack.api)
@@ -53,9 +55,9 @@ def run_scale(stack: common.Stack, count: int, namespaces: list[str], timeout: f
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    prof = (common.Profiler(stats.pid, stack.workdir / "profile.txt", rate=profile_rate, gil=profile_gil)
+    prof = (profiler.Profiler(stats.pid, stack.workdir / "profile.txt", rate=profile_rate, gil=profile_gil)
             if profile else None)
-    create_s = common.create_many(custom, keys, threads, own_models)
+    create_s = fleet.create_many(custom, keys, threads, own_models)
     common.log(f"{count} DecisionModels created in {create_s:.1f}s; waiting for Ready")
     last_report = time.monotonic()
     deadline = time.monotonic() + timeout
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     nss = [f"scale-{i:02d}" for i in range(args.namespaces)]
     result = {"benchmark": "scale", "machine": common.machine(), "args": vars(args)}
     # One 1-GPU predictor per DecisionModel, eight per simulated A100 node, and a spare node.
-    with common.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
+    with fleet.Stack(nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=args.count // 8 + 2, shards=args.shards, watch=args.watch,
                       web_identity=args.web_identity) as stack:
         stack.start_operator()

@@ -41,6 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+import fleet
 
 ISVC_KIND = "InferenceService"
 
@@ -290,7 +291,7 @@ def replay(spec_path: str) -> int:
 
 # -- the benchmark ----------------------------------------------------------------------------------------------------
 
-def build_spec(stack: common.Stack, floor: Any, template_uid: str, namespaces: list[str] | None,
+def build_spec(stack: fleet.Stack, floor: Any, template_uid: str, namespaces: list[str] | None,
                writers: int, client: str) -> dict:
     """What the replayer needs: the operator's kubeconfig, its watches (cluster-wide, or in each of `namespaces`), the
     template's passes as requests (names still the template's; the replayer swaps them)."""
@@ -378,10 +379,10 @@ def main(argv: list[str] | None = None) -> int:
     nss = [f"wire-{i:02d}" for i in range(args.namespaces)]
     keys = [(nss[i % len(nss)], f"dm-{i:04d}") for i in range(args.count)]
     result: dict[str, Any] = {"benchmark": "wire-floor", "machine": common.machine(), "args": vars(args)}
-    with common.Stack([OP_NS], nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
+    with fleet.Stack([OP_NS], nss, operator_env=common.parse_env(args.operator_env), keep=args.keep,
                       gpu_nodes=args.count // 8 + 2) as stack:
-        dm_watch = common.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
-        isvc_watch = common.Watcher(stack.api, *CHILD_API[ISVC_KIND], pred=isvc_ready).start()
+        dm_watch = fleet.Watcher(stack.api, common.GROUP, common.VERSION, common.PLURAL).start()
+        isvc_watch = fleet.Watcher(stack.api, *CHILD_API[ISVC_KIND], pred=isvc_ready).start()
         stack.start_operator()
         run_operator_once(stack, dm_watch, TEMPLATE)
         time.sleep(1.0)  # the template's last pass logs its line
@@ -407,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             cpu0, sys0 = stats.cpu_seconds(), stats.system_cpu_seconds()
             wall0 = time.time()
             t0 = time.perf_counter()
-            common.create_many(stack.custom(), keys, args.threads)
+            fleet.create_many(stack.custom(), keys, args.threads)
             deadline = time.monotonic() + args.timeout
             while not (ok := dm_watch.wait(keys, 15.0)) and time.monotonic() < deadline:
                 common.log(f"  {sum(1 for k in keys if k in dm_watch.first)}/{args.count} Ready after "
