@@ -10,16 +10,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from arbiter_runtime.vllm_processes import role as vllm_role
+
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def role(cmdline: str, me: int, pid: int) -> str | None:
-    """The part a process plays in a cell, or None for a process that plays none."""
+    """The part a process plays in a cell, or None for a process that plays none. vLLM's titles are read as the
+    decision server reads them for its own metrics (arbiter_runtime.vllm_processes.role)."""
     if pid == me:
         return "loadgen"
-    if "EngineCore" in cmdline or "VLLM::Worker" in cmdline:
-        return "vllm-engine"
-    if "APIServer" in cmdline or "vllm.entrypoints" in cmdline or "vllm serve" in cmdline:
+    titled = vllm_role(cmdline)
+    if titled is not None:
+        return "vllm-api" if titled[0] == "api-server" else "vllm-engine"
+    if "vllm.entrypoints" in cmdline or "vllm serve" in cmdline:
         return "vllm-api"
     if "arbiter_runtime" in cmdline:
         return "runtime"

@@ -120,11 +120,12 @@ def build_commands(opts: argparse.Namespace, vllm_args: list[str],
             list(DEFAULT_VLLM_COMMAND)
         vllm_args = list(vllm_args)
         # vLLM stays private to the pod (only the decision server is exposed) and off the server's port.
-        if not any(a == "--host" or a.startswith("--host=") for a in vllm_args):
+        given = {_flag(a) for a in vllm_args}
+        if "--host" not in given:
             vllm_args += ["--host", "127.0.0.1"]
-        if not any(a == "--port" or a.startswith("--port=") for a in vllm_args):
+        if "--port" not in given:
             vllm_args += ["--port", "8000"]
-        if not any(_flag(a) in (ACCESS_LOG_FLAG, "--no-" + ACCESS_LOG_FLAG[2:]) for a in vllm_args):
+        if not given & {ACCESS_LOG_FLAG, "--no-" + ACCESS_LOG_FLAG[2:]}:
             vllm_args.append(ACCESS_LOG_FLAG)
         children.append(("vllm", command + vllm_args))
         upstream = upstream_url_from_args(vllm_args)

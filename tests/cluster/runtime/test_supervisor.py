@@ -200,6 +200,8 @@ def test_supervisor_argument_handling(tmp_path):
         return dict(build_commands(opts, ["m", *args], {}))["vllm"]
 
     assert served().count("--disable-uvicorn-access-log") == 1
+    # A host or port the arguments give, in any spelling vLLM reads, is not given again.
+    assert "8000" not in served("--port=9000") and "127.0.0.1" not in served("--host", "0.0.0.0")
     assert "--disable-uvicorn-access-log" not in served("--no-disable-uvicorn-access-log")
     assert "--disable-uvicorn-access-log" not in served("--disable_uvicorn_access_log")
     # The container's own setting wins over the supervisor's default for vLLM.

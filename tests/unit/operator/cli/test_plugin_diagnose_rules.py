@@ -225,10 +225,14 @@ status_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text
 
 
 @settings(max_examples=200, deadline=None)
-@given(status=status_values, spec=status_values, page=st.text(max_size=300))
-def test_hostile_status_and_pages_never_raise(status, spec, page):
+@given(status=status_values, spec=status_values, page=st.text(max_size=300),
+       cores=st.dictionaries(st.text(max_size=12), st.floats(allow_nan=False), max_size=4))
+def test_hostile_status_and_pages_never_raise(status, spec, page, cores):
+    """Any status, spec and metrics page, and any busiest-process reading a Prometheus may answer (any label, any
+    value, infinities included)."""
     body = {"metadata": {"name": "x", "namespace": "y", "generation": 2}, "spec": spec, "status": status}
     ev = Evidence("y", "x", dm=body if isinstance(status, dict) and isinstance(spec, dict) else dm())
     ev.metrics["v"] = from_pages("v", "x", page, page)
+    ev.metrics["v"].busiest_cores = cores
     d = diagnose(ev, reason_table())
     assert d.findings and all(isinstance(f.verdict, str) for f in d.findings)
