@@ -15,6 +15,8 @@ whole token, but under a regex a random model may as well spell `INCOME_OK` from
 piece a forward pass. So one residual direction carries a constant that no layer writes to, larger for the whole
 label, code and end-of-sequence tokens, and the final norm keeps it while it damps the rest: among the tokens the
 constraint allows, a whole token always wins, as it does for a trained model; which code and which label stays random.
+The (code, label) pair tokens of the fused format's tokenizer carry a larger constant still: where they are allowed
+(the fused arms), a pair wins over its code; with the plain tokenizer their ids are padding the grammar never allows.
 
 Arms: the operator's rendered `vllm serve` arguments for the fixture's DecisionModel (fixture/vllm-args-tp1*.json,
 model at /mnt/models), one vLLM at a time, started through the runtime's real entrypoint (`python -m arbiter_runtime
@@ -31,6 +33,9 @@ supervise -- <args>`, what the container runs) with the compact-format decision.
   fp8-regex-timeout
                 the FP8 arm with vLLM's own per-request regex timeout (VLLM_REGEX_COMPILATION_TIMEOUT_S=5, which the
                 runtime's supervisor sets to 0): what that default saves, measured side by side with fp8
+  bf16-fused, fp8-fused, fp8-fused-api4
+                scoredFormat fused: the same weights with the tokenizer that has each (code, label) pair as one
+                token (built beside the model, served from /mnt/models-fused), one forward pass per step
 
 Per arm and concurrency (1 and 64; BENCH_7B_CONCURRENCY), closed loop, the same applicants:
   direct      the runtime's own request body straight to vLLM (vLLM alone), parsed and checked by the runtime's code
@@ -75,7 +80,11 @@ ARMS = {"bf16": "vllm-args-tp1.json", "fp8": "vllm-args-tp1-fp8.json", "fp8-kv":
         "fp8-api4": "vllm-args-tp1-fp8-api4.json", "fp8-api8": "vllm-args-tp1-fp8-api8.json",
         "fp8-guidance": "vllm-args-tp1-fp8-guidance.json", "fp8-interactive": "vllm-args-tp1-fp8-interactive.json",
         # The FP8 version with vLLM's own regex timeout (the runtime's supervisor sets it to 0; grammar_setup.py).
-        "fp8-regex-timeout": "vllm-args-tp1-fp8.json"}
+        "fp8-regex-timeout": "vllm-args-tp1-fp8.json",
+        # scoredFormat fused: the same weights served with the tokenizer that has each (code, label) pair as one
+        # token (stack.FUSED_MODEL_DIR), one forward pass per step.
+        "bf16-fused": "vllm-args-tp1.json", "fp8-fused": "vllm-args-tp1-fp8.json",
+        "fp8-fused-api4": "vllm-args-tp1-fp8-api4.json"}
 # What an arm changes in the container's environment rather than in the rendered arguments.
 ARM_ENV = {"fp8-regex-timeout": {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"}}
 PORT = 8080
@@ -96,17 +105,26 @@ GEMMA_7B = dict(hidden_size=3072, intermediate_size=24576, num_hidden_layers=28,
 
 def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
     import torch
+    from tokenizers import AddedToken
     from transformers import AutoTokenizer, GemmaConfig, GemmaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     whole = [tok.convert_tokens_to_ids(t) for t in (*uw.CODES, *uw.LABELS)] + [tok.eos_token_id]
     for name, tid in zip((*uw.CODES, *uw.LABELS), whole, strict=False):
         assert tok.encode(name, add_special_tokens=False) == [tid], f"{name} is not one token"
+    # The fused format's tokenizer: the same one with every (code, label) pair added as one token, as fine-tuning
+    # for that format adds them. The model's vocabulary covers it; served with the plain tokenizer, the pair rows are
+    # padding the grammar never allows (ids past the tokenizer's vocabulary).
+    pair_tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    pair_tok.add_tokens([AddedToken(p, normalized=False, special=False) for p in uw.PAIRS])
+    pairs = [pair_tok.convert_tokens_to_ids(p) for p in uw.PAIRS]
+    for name, tid in zip(uw.PAIRS, pairs, strict=True):
+        assert pair_tok.encode(name, add_special_tokens=False) == [tid], f"{name} is not one token"
     shape = dict(GEMMA_7B)
     if layers:
         shape["num_hidden_layers"] = layers
     # Tied embeddings: vLLM's Gemma reads the output head from the embedding table.
-    config = GemmaConfig(vocab_size=len(tok), tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
+    config = GemmaConfig(vocab_size=len(pair_tok), tie_word_embeddings=True, pad_token_id=tok.pad_token_id,
                          bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, **shape)
     t0 = time.time()
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -123,6 +141,7 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
         emb = model.model.embed_tokens.weight
         emb[:, d0] = 1.0
         emb[whole, d0] = 5.0
+        emb[pairs, d0] = 7.0  # a pair outranks its code, as the fused format's fine-tuned model writes it
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight[d0, :] = 0
             layer.mlp.down_proj.weight[d0, :] = 0
@@ -137,8 +156,17 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
                                                                            "arbiter-fixture.json",
                                                                            "model.safetensors.index.json")):
             shutil.copy(f, out / f.name)
-    info = {"parameters": params, "config": shape, "vocab": len(tok), "dtype": "bfloat16", "build_s": round(built_s, 1),
-            "saved_s": round(time.time() - t0 - built_s, 1), "whole_token_ids": whole,
+    fused_dir = out.with_name(out.name + "-fused")  # the same weights (linked), the pair tokenizer
+    fused_dir.mkdir(parents=True, exist_ok=True)
+    for f in out.iterdir():
+        if f.suffix == ".safetensors" or f.name in ("config.json", "generation_config.json",
+                                                     "model.safetensors.index.json"):
+            (fused_dir / f.name).unlink(missing_ok=True)
+            (fused_dir / f.name).symlink_to(f.resolve())
+    pair_tok.save_pretrained(str(fused_dir))
+    info = {"parameters": params, "config": shape, "vocab": len(pair_tok), "dtype": "bfloat16",
+            "build_s": round(built_s, 1), "saved_s": round(time.time() - t0 - built_s, 1), "whole_token_ids": whole,
+            "pair_token_ids": pairs, "fused_dir": str(fused_dir),
             "bytes": sum(f.stat().st_size for f in out.iterdir())}
     (out / "arbiter-bench-model.json").write_text(json.dumps(info, indent=2))
     print(json.dumps(info), flush=True)
@@ -148,16 +176,29 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
 # ---------------------------------------------------------------- serve
 
 
+def fused(arm: str) -> bool:
+    return "fused" in arm.split("-")
+
+
+def arm_model_dir(arm: str) -> str:
+    return stack.FUSED_MODEL_DIR if fused(arm) else stack.MODEL_DIR
+
+
+def arm_config(arm: str) -> str:
+    """The arm's decision.json (fixture/decision-NAME.json): the fused format's, or the default compact one."""
+    return "scored-fused" if fused(arm) else "scored"
+
+
 def arm_args(arm: str, model_dir: str | None = None) -> list[str]:
-    """The operator's rendered arguments of an arm, serving `model_dir` (default: where they serve from)."""
-    return stack.with_args(stack.fixture(ARMS[arm]), model_dir=model_dir or stack.MODEL_DIR)
+    """The operator's rendered arguments of an arm, serving `model_dir` (default: the arm's model directory)."""
+    return stack.with_args(stack.fixture(ARMS[arm]), model_dir=model_dir or arm_model_dir(arm))
 
 
 def start(arm: str) -> None:
     """vLLM through the runtime's entrypoint: the supervisor runs `vllm serve` and the decision server (port 8080)
     in one session, so they outlive this command."""
     stack.STATE.mkdir(parents=True, exist_ok=True)
-    cfg = stack.write_config("scored")
+    cfg = stack.write_config(arm_config(arm))
     stack.start("supervisor", [sys.executable, "-m", "arbiter_runtime", "supervise", "--config", str(cfg), "--host",
                                "127.0.0.1", "--port", str(PORT), "--", *arm_args(arm)],
                 {**stack.supervisor_env(), **ARM_ENV.get(arm, {})})
@@ -213,17 +254,17 @@ def independent_check(trajectory, schema_validator) -> bool:
 _TIMING = re.compile(r"(\w+);dur=([0-9.]+)")
 
 
-async def _requests(model_dir: str):
-    """The runtime's own request builder and checker for the fixture's decision.json, with label tokens resolved from
-    the model directory as the decision server resolves them."""
+async def _requests(model_dir: str, config: str = "scored"):
+    """The runtime's own request builder and checker for the fixture's decision.json (fixture/decision-CONFIG.json),
+    with label tokens resolved from the model directory as the decision server resolves them."""
     from arbiter_runtime.config import parse_config
     from arbiter_runtime.decide import ScoredMode, canonical_json, derive_seed
-    from arbiter_runtime.tokens import TokenizerJsonSource, resolve
+    from arbiter_runtime.tokens import TokenizerJsonSource, resolve_for
     from arbiter_runtime.trajectory import TrajectoryChecker
 
-    cfg = parse_config(stack.fixture("decision-scored.json"))
+    cfg = parse_config(stack.fixture(f"decision-{config}.json"))
     source = TokenizerJsonSource(model_dir)
-    tokens = await resolve(source, cfg.labels, cfg.reasoning_codes, source.description, cfg.label_joiner)
+    tokens = await resolve_for(source, cfg, source.description)
     mode = ScoredMode(cfg, tokens)
     apps = uw.applicants(int(os.environ.get("BENCH_7B_APPS", "2000")), SEED)
     bodies = []
@@ -279,7 +320,7 @@ async def bench(arm: str, out: Path | None) -> dict:
     import jsonschema
 
     schema = jsonschema.Draft202012Validator(uw.output_schema())
-    apps, bodies, mode, checker, tokens = await _requests(stack.MODEL_DIR)
+    apps, bodies, mode, checker, tokens = await _requests(arm_model_dir(arm), arm_config(arm))
     chat = stack.VLLM_URL + "/v1/chat/completions"
     loads = {"direct": (chat, bodies), "server": (f"http://127.0.0.1:{PORT}/v1/decisions", apps)}
     if arm == "bf16" and mode.roomy:

@@ -16,7 +16,9 @@
 #   scale    DEV/c3 WHL              (after stage1-3, on a host of several GPUs) unpack; build the 7B model; one
 #                                    replica per GPU; 1, 2, 4, 8 replicas measured (scale_gpus.py)
 #   frontend DEV/c3 WHL              (after stage1-3) unpack; build the 7B model (no training); fp8 measured, then
-#                                    fp8 with four API server processes (fp8-api4) measured (FRONTEND_ARMS); table
+#                                    fp8 with four API server processes (fp8-api4) measured (FRONTEND_ARMS); table.
+#                                    Run again with other FRONTEND_ARMS (e.g. bf16 fp8-fused fp8-fused-api4): the
+#                                    unpacked vLLM and the model are kept, and the table grows
 #   tp2                              replicas 0 and 1 give way to one replica of tensor parallel 2; measured; table
 # With network access and vLLM 0.26.0 installed: `bash benchmarks/gpu/device_7b.sh local` does it all.
 #   standin                        without a GPU: start, bench1 and bench2 against the vLLM stand-in (no vLLM, no
@@ -56,8 +58,10 @@ unpack() {
   export PYTHONPATH=$SITE:$PWD/operator:$PWD/runtime
 }
 
-serve_7b() {  # the 7B model where the rendered arguments serve from
-  if [ "$ARBITER_GPU_MODEL_DIR" = /mnt/models ]; then mkdir -p /mnt && ln -sfn $BIG /mnt/models; fi
+serve_7b() {  # the 7B model where the rendered arguments serve from (and beside it, with the fused format's tokenizer)
+  if [ "$ARBITER_GPU_MODEL_DIR" = /mnt/models ]; then
+    mkdir -p /mnt && ln -sfn $BIG /mnt/models && ln -sfn $BIG-fused /mnt/models-fused
+  fi
 }
 
 agreement() {  # the fixture, bf16 and FP8 side by side; the 7B model builds meanwhile unless it exists
@@ -93,7 +97,7 @@ case $step in
   stage3)  # also a one-layer smoke build of the 7B model with the fixture's tokenizer (saved before training)
     cp $DEV/c2 $DEV/dc/*.whl $WORK/stash/ && tail -2 $WORK/train.log
     $B7 build --tokenizer-dir $FIXTURE --out $WORK/smoke --layers 1 2>&1 | tail -3
-    rm -rf $WORK/smoke ;;
+    rm -rf $WORK/smoke $WORK/smoke-fused ;;
   start)
     t0=$(date +%s); [ -d $SITE/vllm ] || $py -c "import vllm" 2>/dev/null || unpack; stamp "vLLM unpacked in $(( $(date +%s) - t0 ))s"
     wait_fixture; tail -4 $WORK/train.log

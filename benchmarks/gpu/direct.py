@@ -34,11 +34,11 @@ class Modes:
     @classmethod
     async def create(cls, model_dir: str = stack.MODEL_DIR) -> Modes:
         from arbiter_runtime.config import parse_config
-        from arbiter_runtime.tokens import TokenizerJsonSource, resolve
+        from arbiter_runtime.tokens import TokenizerJsonSource, resolve_for
 
         cfg = {m: parse_config(stack.fixture(f"decision-{m}.json")) for m in ("scored", "scored-lines", "generated")}
         source = TokenizerJsonSource(model_dir)
-        tokens = {m: await resolve(source, c.labels, c.reasoning_codes, source.description, c.label_joiner)
+        tokens = {m: await resolve_for(source, c, source.description)
                   for m, c in cfg.items() if c.trajectory_mode == "scored"}
         return cls(cfg, tokens)
 

@@ -11,7 +11,7 @@ Writes, for tensor parallel 1 and 2 and each answer format (scored compact, the 
                                              API servers, structured-outputs backend, vLLM's performance mode);
   vllm-args-tp2-fp8.json                     FP8 at tensor parallel 2 (scale_gpus.py);
                                              each DecisionModel must pass the operator's own checks
-  decision-scored.json, decision-scored-lines.json, decision-generated.json
+  decision-scored.json, decision-scored-fused.json, decision-scored-lines.json, decision-generated.json
                                              decision.json (arbiter_operator.render.decision_config)
   prompts.json                               the system message the runtime sends per format (arbiter_runtime.decide)
 The model is trained on prompts.json (build_model.py runs where the operator's and runtime's dependencies may be
@@ -77,8 +77,8 @@ def render() -> dict[str, object]:
     dm = DecisionModel.model_validate(uw.decision_model(gpus=2, version_vllm=fp8))
     files["vllm-args-tp2-fp8.json"] = vllm_args(dm, dm.spec.versions[0])  # scale_gpus.py: TP2 of the FP8 arm
     prompts = {}
-    for name, mode, fmt in (("scored", "scored", "compact"), ("scored-lines", "scored", "lines"),
-                            ("generated", "generated", "compact")):
+    for name, mode, fmt in (("scored", "scored", "compact"), ("scored-fused", "scored", "fused"),
+                            ("scored-lines", "scored", "lines"), ("generated", "generated", "compact")):
         dm = DecisionModel.model_validate(uw.decision_model(mode=mode, scored_format=fmt))
         # decision.json exactly as the runtime reads it: the operator's ConfigMap text. Key order matters: the
         # operator (and the apiserver, which hands nested objects back with sorted keys) writes every object's keys
@@ -90,7 +90,8 @@ def render() -> dict[str, object]:
         cfg = parse_config(cfg_raw)
         if mode == "scored":
             # Token ids only enter the request body, not the messages; placeholders suffice here.
-            tokens = LabelTokens({lab: i for i, lab in enumerate(cfg.labels)}, {}, "render_fixture")
+            pairs = {(c, x): i for i, (c, x) in enumerate((c, x) for c in cfg.reasoning_codes for x in cfg.labels)}
+            tokens = LabelTokens({lab: i for i, lab in enumerate(cfg.labels)}, {}, "render_fixture", pair_ids=pairs)
             body = ScoredMode(cfg, tokens).request("{}", 0)
         else:
             body = GeneratedMode(cfg).request("{}", 0)

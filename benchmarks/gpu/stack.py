@@ -22,6 +22,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 STATE = Path(os.environ.get("ARBITER_GPU_STATE", "/tmp/arbiter-gpu"))
 MODEL_DIR = os.environ.get("ARBITER_GPU_MODEL_DIR", "/mnt/models")  # the rendered args serve /mnt/models
+# The same weights with the tokenizer that has every (code, label) pair as one token (scoredFormat fused).
+FUSED_MODEL_DIR = MODEL_DIR.rstrip("/") + "-fused"
 # Plumbing dry run without a GPU: the runtime's stand-in upstream (same wire format) takes vLLM's place.
 STANDIN = os.environ.get("ARBITER_GPU_STANDIN") == "1"
 VLLM_URL = "http://127.0.0.1:8000"  # --port=8000 in the rendered args; decision.json's upstream.url points here

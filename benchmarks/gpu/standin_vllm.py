@@ -23,6 +23,12 @@ sys.path.insert(0, str(HERE))
 import underwriting as uw  # noqa: E402
 
 
+def words(model_dir: str) -> tuple[str, ...]:
+    """The whole tokens of the model served from `model_dir`: every (code, label) pair for the fused format's model
+    (stack.FUSED_MODEL_DIR), else each label and code."""
+    return uw.PAIRS if model_dir.rstrip("/").endswith("-fused") else (*uw.LABELS, *uw.CODES)
+
+
 def standin_argv(vllm_args: list[str]) -> tuple[list[str], str]:
     """The stand-in's command-line arguments for these `vllm serve` arguments, and the model directory."""
     ap = argparse.ArgumentParser(add_help=False)
@@ -32,7 +38,7 @@ def standin_argv(vllm_args: list[str]) -> tuple[list[str], str]:
     ap.add_argument("--served-model-name", default=uw.MODEL_NAME)
     known, _ = ap.parse_known_args(vllm_args)
     return ["--host", known.host, "--port", str(known.port), "--served-model-name", known.served_model_name,
-            "--words", ",".join((*uw.LABELS, *uw.CODES)), "--added-tokens"], known.model
+            "--words", ",".join(words(known.model)), "--added-tokens"], known.model
 
 
 def write_model(model_dir: str, served_name: str) -> None:
@@ -40,10 +46,10 @@ def write_model(model_dir: str, served_name: str) -> None:
     replicas may share the directory, and their decision servers read it)."""
     from arbiter_devenv.vllm_standin import write_model_dir
 
-    words = (*uw.LABELS, *uw.CODES)
+    whole = words(model_dir)
     Path(model_dir).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=model_dir) as tmp:
-        write_model_dir(tmp, words, served_name, added=True)
+        write_model_dir(tmp, whole, served_name, added=True)
         for name in ("tokenizer.json", "config.json"):
             os.replace(Path(tmp) / name, Path(model_dir) / name)
 

@@ -39,6 +39,8 @@ CODES = (
     "CLAIMS_OK",
     "CLAIMS_HIGH",
 )
+# The fused scored format's tokens: every code immediately followed by every label, one token each.
+PAIRS = tuple(code + label for code in CODES for label in LABELS)
 INCOME_MIN = 30_000
 DTI_MAX = 0.43
 TENURE_MIN = 2

@@ -64,7 +64,7 @@ class DecisionJson(_Part):
     reasoningCodes: list[Name] = Field(min_length=1)
     steps: int = Field(1, ge=1, le=32)
     trajectoryMode: Literal["scored", "generated"] | None = None  # None: generated for diffusion models, else scored
-    scoredFormat: Literal["compact", "lines"] = "compact"
+    scoredFormat: Literal["compact", "fused", "lines"] = "compact"
     confidenceThreshold: float = Field(0.0, ge=0, le=1, allow_inf_nan=False)
     lowConfidencePolicy: Literal["flag", "fallback"] = "flag"
     deadlineMs: int = Field(1000, ge=1, le=600_000)
@@ -123,7 +123,7 @@ _MUST = {
     "reasoningCodes[]": "1-64 characters of letters, digits, '_', '.', '-', starting with a letter or digit",
     "steps": "an integer from 1 to 32",
     "trajectoryMode": "'scored' or 'generated'",
-    "scoredFormat": "one of compact, lines",
+    "scoredFormat": "one of compact, fused, lines",
     "confidenceThreshold": "a number from 0 to 1",
     "lowConfidencePolicy": "'flag' or 'fallback'",
     "deadlineMs": "an integer from 1 to 600000",

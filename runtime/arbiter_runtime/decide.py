@@ -124,9 +124,15 @@ class ScoredMode:
         self.roomy: int | None = bound if exact else None
         system = f"{cfg.instructions or DEFAULT_INSTRUCTIONS}\n{self.format.describe}"
         self._system = {"role": "system", "content": system}
-        self._label_ids = [tokens.label_ids[x] for x in cfg.labels]
         self._label_set = frozenset(cfg.labels)
         self._label_by_bytes = {tuple(x.encode()): x for x in cfg.labels}
+        # fused: every (code, label) pair is asked for, and a step's entry is read by the pair's bytes.
+        self.fused = self.format.name == "fused"
+        if self.fused:
+            self._label_ids = [tokens.pair_ids[(c, x)] for c in cfg.reasoning_codes for x in cfg.labels]
+            self._pair_by_bytes = {tuple((c + x).encode()): (c, x) for c in cfg.reasoning_codes for x in cfg.labels}
+        else:
+            self._label_ids = [tokens.label_ids[x] for x in cfg.labels]
         self._base = {
             "model": cfg.upstream.served_model_name,
             "max_tokens": max_tokens,
@@ -150,6 +156,9 @@ class ScoredMode:
         count and the answer is exactly that many tokens forming K whole steps: generation ended on the last label,
         and the regex allows nothing after it but the end of sequence. Any other `length` is a cut answer."""
         split, entries = self._answer(response, max_tokens)
+        if self.fused:
+            return {"steps": [self._fused_step(n, code, label, entries)
+                              for n, (code, label, _) in enumerate(split, start=1)]}
         steps = []
         # Walk the tokens by byte offset to the position where each step's label starts.
         offset = 0
@@ -193,7 +202,6 @@ class ScoredMode:
 
     def _step(self, n: int, code: str, label: str, entry: dict[str, Any]) -> dict[str, Any]:
         """Step n from the log-probabilities of every label at the position where its label is written."""
-        labels = self.cfg.labels
         found: dict[str, float] = {}
         for alt in entry.get("top_logprobs") or ():
             tok = alt.get("token")
@@ -203,6 +211,27 @@ class ScoredMode:
                 tok = self._label_by_bytes.get(tuple(alt.get("bytes") or ()))
             if tok is not None and tok not in found:
                 found[tok] = float(alt["logprob"])
+        return self._judged(n, code, label, found)
+
+    def _fused_step(self, n: int, code: str, label: str, entries: list[Any]) -> dict[str, Any]:
+        """Step n of a fused answer: its one token must be the pair written; the labels' probabilities are those of
+        the pair tokens of the code written (each label's probability given that code, as in the compact format)."""
+        entry = entries[n - 1] if n - 1 < len(entries) else {}  # wire.check_choice: each entry an object
+        if self._pair_by_bytes.get(_token_bytes(entry)) != (code, label):
+            raise TrajectoryInvalid("logprobs", f"step {n}: not written as its one pair token (the model spelt "
+                                                "the code and label in pieces); scoredFormat fused needs a model "
+                                                "fine-tuned with each pair as one token")
+        found: dict[str, float] = {}
+        for alt in entry.get("top_logprobs") or ():
+            pair = self._pair_by_bytes.get(_token_bytes(alt))
+            if pair is not None and pair[0] == code and pair[1] not in found:
+                found[pair[1]] = float(alt["logprob"])
+        return self._judged(n, code, label, found)
+
+    def _judged(self, n: int, code: str, label: str, found: dict[str, float]) -> dict[str, Any]:
+        """Step n from each label's log-probability at its position: normalised over the labels, and the label
+        written checked against the model's own favourite."""
+        labels = self.cfg.labels
         missing = [x for x in labels if x not in found]
         if missing:
             raise TrajectoryInvalid("logprobs", f"step {n}: no log-probability for label(s) {missing}; does the "
@@ -263,6 +292,14 @@ class GeneratedMode:
             return json.loads(content, parse_constant=reject_constant)
         except ValueError as exc:
             raise TrajectoryInvalid("json", f"the answer is not one JSON document: {exc}") from None
+
+
+def _token_bytes(entry: dict[str, Any]) -> tuple[int, ...]:
+    """A log-probability entry's token as bytes: vLLM sends `bytes`; a server without them, the token text."""
+    b = entry.get("bytes")
+    if isinstance(b, list):
+        return tuple(b)
+    return tuple(str(entry.get("token", "")).encode())
 
 
 def _token_len(entry: dict[str, Any]) -> int:

@@ -8,6 +8,10 @@ Every generated token costs one forward pass, so the format decides the latency 
   structure are implied by position; the runtime re-inserts them when it writes the trajectory. Codes and labels
   must each be prefix-free (no code the start of another code, no label the start of another label), so the text
   splits back into (code, label) pairs in exactly one way.
+- `fused`: the compact text, written by a model whose tokenizer has each (code, label) pair as one token (added
+  when fine-tuning): one forward pass per step, K tokens for K steps. The pair's token is one choice of code and
+  label together; the labels' probabilities are those of the pair tokens of the code written
+  (tokens.resolve_pairs, decide.ScoredMode).
 - `lines`: per step one line `CODE:LABEL\\n`. The `:` and the newline are forced by the constraint yet cost a forward
   pass each (17 tokens for K=4). Kept for models fine-tuned on it.
 
@@ -30,7 +34,7 @@ from collections.abc import Sequence
 
 from .trajectory import TrajectoryInvalid
 
-FORMATS = ("compact", "lines")
+FORMATS = ("compact", "fused", "lines")
 
 
 def _wire(names: Sequence[str]) -> str:
@@ -85,7 +89,7 @@ class CompactFormat:
             clash = prefix_clashes(names)
             if clash:
                 a, b = clash[0]
-                raise ValueError(f"{what}: {a!r} is the start of {b!r}, so scoredFormat compact (no separators) "
+                raise ValueError(f"{what}: {a!r} is the start of {b!r}, so scoredFormat {self.name} (no separators) "
                                  f"cannot tell them apart; rename one, or set scoredFormat: lines")
         self.steps = steps
         self.regex = (_wire(codes) + _wire(labels)) * steps
@@ -118,10 +122,23 @@ class CompactFormat:
         return out
 
 
-def scored_format(name: str, labels: Sequence[str], codes: Sequence[str], steps: int) -> LinesFormat | CompactFormat:
+class FusedFormat(CompactFormat):
+    """The compact text, one token per step: the same regex, description and split; K tokens exactly."""
+
+    name = "fused"
+
+    def __init__(self, labels: Sequence[str], codes: Sequence[str], steps: int):
+        super().__init__(labels, codes, steps)
+        self.exact_tokens = steps
+
+
+def scored_format(name: str, labels: Sequence[str], codes: Sequence[str],
+                  steps: int) -> LinesFormat | CompactFormat:
     """The format by its decision.json name; ValueError (with what to change) when the names do not fit it."""
     if name == "compact":
         return CompactFormat(labels, codes, steps)
+    if name == "fused":
+        return FusedFormat(labels, codes, steps)
     if name == "lines":
         return LinesFormat(labels, codes, steps)
     raise ValueError(f"scoredFormat: {name!r} must be one of {', '.join(FORMATS)}")

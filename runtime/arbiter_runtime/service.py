@@ -26,7 +26,7 @@ from .protocol import BadRequest
 from .routing import ContextRouter
 from .shadow import Shadow
 from .supervisor import shutdown_grace_s
-from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve
+from .tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, UpstreamTokenizeSource, describe, resolve_for
 from .trajectory import InputInvalid, InputValidator
 from .upstream import UpstreamClient, UpstreamFailure
 
@@ -55,7 +55,7 @@ class RuntimeOptions:
 
 async def resolve_from_model_dir(cfg: DecisionConfig, model_dir: str) -> LabelTokens:
     source = TokenizerJsonSource(model_dir)
-    tokens = await resolve(source, cfg.labels, cfg.reasoning_codes, source.description, cfg.label_joiner)
+    tokens = await resolve_for(source, cfg, source.description)
     log.info("label tokens resolved: %s", describe(tokens))
     return tokens
 
@@ -150,8 +150,7 @@ class Runtime:
         if self.cfg.trajectory_mode == "scored" and tokens is None:
             source = UpstreamTokenizeSource(self.client, self.cfg.upstream.url, self.cfg.upstream.served_model_name)
             try:
-                tokens = await resolve(source, self.cfg.labels, self.cfg.reasoning_codes, source.description,
-                                       self.cfg.label_joiner)
+                tokens = await resolve_for(source, self.cfg, source.description)
             except (TokenizerRefused, UpstreamFailure, ValueError) as exc:
                 self.fatal = str(exc) if isinstance(exc, TokenizerRefused) else f"/tokenize failed: {exc}"
                 self.not_ready_reason = self.fatal

@@ -11,6 +11,11 @@ each label: then a well-formed answer is exactly one token per code and per labe
 runtime can end generation on the last label instead of spending a forward pass on the forced end of sequence
 (`LabelTokens.single_token_steps`, used by decide.ScoredMode).
 
+In the fused format each step is one token: the code and its label written together, a token a model fine-tuned with
+every (code, label) pair added to its tokenizer writes in one forward pass (K tokens for K steps). Each pair's text
+must then be exactly one token, and the labels' probabilities are read from the pair tokens of the code written
+(`LabelTokens.pair_ids`).
+
 Two sources give the same answer: the model directory's tokenizer.json (the `tokenizers` library, no network),
 or the upstream's `/tokenize` endpoint, which `vllm serve` has (and so does the stand-in).
 """
@@ -18,12 +23,17 @@ or the upstream's `/tokenize` endpoint, which `vllm serve` has (and so does the 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from .config import DecisionConfig
     from .upstream import UpstreamClient
+
+# vLLM 0.26 returns the log-probabilities of at most this many requested token ids per position
+# (SamplingParams MAX_LOGPROB_TOKEN_IDS); a fused decision asks for every (code, label) pair.
+MAX_LOGPROB_TOKEN_IDS = 128
 
 
 class TokenizerRefused(RuntimeError):
@@ -82,8 +92,52 @@ class LabelTokens:
     label_ids: dict[str, int]
     code_ids: dict[str, list[int]]
     source: str
-    # Every code and label is one token wherever the compact format writes it (after a label, after a code).
+    # Every code and label is one token wherever the compact format writes it (after a label, after a code); in the
+    # fused format, every step is one token.
     single_token_steps: bool = False
+    # The fused format: (code, label) -> the one token that writes both (empty in the other formats).
+    pair_ids: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+async def resolve_for(source: TokenSource, cfg: DecisionConfig, description: str = "") -> LabelTokens:
+    """The token ids a decision config's scored format reads (`resolve`, or `resolve_pairs` for fused)."""
+    if cfg.scored_format == "fused":
+        return await resolve_pairs(source, cfg.labels, cfg.reasoning_codes, description)
+    return await resolve(source, cfg.labels, cfg.reasoning_codes, description, cfg.label_joiner)
+
+
+async def resolve_pairs(source: TokenSource, labels: tuple[str, ...], codes: tuple[str, ...],
+                        description: str = "") -> LabelTokens:
+    """The fused format: every code immediately followed by every label must be exactly one token, all distinct.
+    Only the pair's own token matters (the model writes ids; vLLM turns each back into its text), so no context is
+    checked. A model whose pairs are not single tokens is refused before the server reports ready."""
+    if len(codes) * len(labels) > MAX_LOGPROB_TOKEN_IDS:
+        raise TokenizerRefused(f"scoredFormat fused reads {len(codes)} codes x {len(labels)} labels = "
+                               f"{len(codes) * len(labels)} pair tokens at each step, and vLLM returns at most "
+                               f"{MAX_LOGPROB_TOKEN_IDS}; use fewer codes or labels, or scoredFormat: compact")
+    pair_ids: dict[tuple[str, str], int] = {}
+    pieces: list[str] = []
+    for code in codes:
+        for label in labels:
+            ids = await source.encode(code + label)
+            if len(ids) == 1:
+                pair_ids[(code, label)] = ids[0]
+            else:
+                pieces.append(f"{code + label!r} is {len(ids)} tokens")
+    if pieces:
+        shown = "; ".join(pieces[:4]) + (f" and {len(pieces) - 4} more" if len(pieces) > 4 else "")
+        raise TokenizerRefused(
+            "this model cannot run in scoredFormat fused: each reasoning code immediately followed by each label must "
+            f"be exactly one token of the tokenizer; {shown}. Add every pair as one token when fine-tuning "
+            "(tokenizer.add_tokens, then resize the model's embeddings), or use scoredFormat: compact")
+    by_id: dict[int, list[str]] = {}
+    for (code, label), tid in pair_ids.items():
+        by_id.setdefault(tid, []).append(code + label)
+    shared = [names for names in by_id.values() if len(names) > 1]
+    if shared:
+        raise TokenizerRefused(f"this model cannot run in scoredFormat fused: pairs {shared} map to the same token")
+    # The labels' and codes' own ids are not what this format writes: only the pairs are requested.
+    return LabelTokens(label_ids={}, code_ids={}, source=description, single_token_steps=True, pair_ids=pair_ids)
 
 
 async def resolve(source: TokenSource, labels: tuple[str, ...], codes: tuple[str, ...],
@@ -138,6 +192,9 @@ async def _codes_single_after_labels(source: TokenSource, label_ids: dict[str, i
 
 def describe(tokens: LabelTokens) -> str:
     # endsOnLastLabel: whether the compact answer asks for exactly 2K tokens (decide.ScoredMode), said at start-up.
+    if tokens.pair_ids:
+        return json.dumps({"pairTokenIds": {c + x: tid for (c, x), tid in tokens.pair_ids.items()},
+                           "source": tokens.source, "endsOnLastLabel": True})
     return json.dumps({"labelTokenIds": tokens.label_ids, "source": tokens.source,
                        "endsOnLastLabel": tokens.single_token_steps})
 

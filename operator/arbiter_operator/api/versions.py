@@ -78,12 +78,13 @@ class DecisionSpec(_Model):
         description="scored: label probabilities read from the model's logprobs per step; generated: the model "
         "writes the trajectory as JSON constrained by the output schema.",
     )
-    scoredFormat: Literal["compact", "lines"] = Field(
+    scoredFormat: Literal["compact", "fused", "lines"] = Field(
         "compact",
         description="What the model writes in scored mode. compact: per step the reasoning code immediately "
         "followed by the label, no separators (2 generated tokens per step with single-token names; codes and "
-        "labels must each be prefix-free); lines: one line CODE:LABEL per step (4 tokens per step), for models "
-        "fine-tuned on that format.",
+        "labels must each be prefix-free); fused: the compact text from a model whose tokenizer has every code "
+        "immediately followed by every label as one token (1 generated token per step; at most 128 pairs); lines: "
+        "one line CODE:LABEL per step (4 tokens per step), for models fine-tuned on that format.",
     )
     confidenceThreshold: float = Field(
         0.7, ge=0, le=1, description="A final decision below this confidence is low-confidence."
@@ -111,7 +112,7 @@ class DecisionOverride(_Model):
     reasoningCodes: list[Label] | None = Field(None, min_length=1, max_length=256)
     steps: int | None = Field(None, ge=1, le=16)
     trajectoryMode: Literal["scored", "generated"] | None = None
-    scoredFormat: Literal["compact", "lines"] | None = None
+    scoredFormat: Literal["compact", "fused", "lines"] | None = None
     confidenceThreshold: float | None = Field(None, ge=0, le=1)
     lowConfidencePolicy: Literal["flag", "fallback"] | None = None
     deadlineMs: int | None = Field(None, ge=10, le=600000)

@@ -7,7 +7,8 @@ end in the `lines` format) and then the end of sequence. With every label and co
 on the last label, sparing the forced end of sequence; otherwise the end of sequence is written too, and a name the
 tokenizer splits into n tokens costs n-1 more per step it is written in. A label must be one token where it is
 written (the runtime reads its probability from that token's log-probability and refuses a model whose labels are
-not), a code may be several tokens at a cost.
+not), a code may be several tokens at a cost. In the fused format each code immediately followed by each label is
+one token (K tokens for K steps), or the runtime refuses the model.
 
 Pure: the tokenizer text and the effective decision settings in, a `TokenCost` out. The count mirrors the
 runtime's own check (arbiter_runtime.tokens.resolve): a label is counted after each code and the joiner.
@@ -42,9 +43,11 @@ class TokenCost:
                     "of the model's tokenizer")
         shown = ", ".join(f"{kind} {name!r} is {n} tokens" for kind, name, n in self.multi_token[:4])
         more = f" and {len(self.multi_token) - 4} more" if len(self.multi_token) > 4 else ""
-        labels = any(kind == "label" for kind, _, _ in self.multi_token)
+        kinds = {kind for kind, _, _ in self.multi_token}
         refused = ("; a label of several tokens cannot be scored (its probability is read from one token), so the "
-                   "runtime refuses this model in scored mode" if labels else "")
+                   "runtime refuses this model in scored mode" if "label" in kinds else
+                   "; in scoredFormat fused each step is one pair token, so the runtime refuses this model"
+                   if "pair" in kinds else "")
         return (f"{shown}{more}: a decision generates up to {self.per_decision} tokens instead of "
                 f"{self.single_token} (+{self.extra} forward passes, about +{100 * self.extra // self.single_token}% "
                 f"latency){refused}. Add each name as one token of the tokenizer when fine-tuning "
@@ -67,10 +70,18 @@ def token_cost(tokenizer_json: bytes, labels: list[str], codes: list[str], steps
                scored_format: str = "compact") -> TokenCost:
     """Raises TokenizerUnreadable when the file is not a tokenizer."""
     tok = _tokenizer(tokenizer_json)
-    joiner, end = JOINER[scored_format]
 
     def n(text: str) -> int:
         return len(tok.encode(text, add_special_tokens=False).ids)
+
+    if scored_format == "fused":
+        # One token per step when every pair is one token (arbiter_runtime.tokens.resolve_pairs); otherwise the
+        # runtime refuses the model, and the count is what the pieces would cost.
+        pairs = {c + x: n(c + x) for c in codes for x in labels}
+        multi = tuple(("pair", name, k) for name, k in pairs.items() if k > 1)
+        return TokenCost(per_decision=steps * max(pairs.values()) + (1 if multi else 0), single_token=steps,
+                         multi_token=multi)
+    joiner, end = JOINER[scored_format]
 
     code_tokens = {c: n(c) for c in codes}
     sep = max(n(c + joiner) - code_tokens[c] for c in codes)

@@ -60,6 +60,35 @@ def _prefix_clash(names: list[str]) -> tuple[str, str] | None:
     return None
 
 
+# vLLM 0.26 returns the log-probabilities of at most this many requested tokens per position; the fused format asks
+# for every (code, label) pair (arbiter_runtime.tokens.MAX_LOGPROB_TOKEN_IDS).
+MAX_PAIR_TOKENS = 128
+
+
+def _scored_format_problems(version: str, decision: Any) -> list[str]:
+    """The names a scored format without separators cannot read back, and the fused format's pair count."""
+    fmt = decision.scoredFormat
+    if fmt == "lines":
+        return []
+    problems = []
+    for key in ("reasoningCodes", "labels"):
+        prefixes = _prefix_clash(getattr(decision, key))
+        if prefixes:
+            problems.append(
+                f"decision.{key} (version {version}): {prefixes[0]!r} is the start of {prefixes[1]!r}, so "
+                f"scoredFormat {fmt} (no separators) cannot tell them apart; rename one, or set "
+                "decision.scoredFormat: lines"
+            )
+    pairs = len(decision.reasoningCodes) * len(decision.labels)
+    if fmt == "fused" and pairs > MAX_PAIR_TOKENS:
+        problems.append(
+            f"decision (version {version}): scoredFormat fused reads {len(decision.reasoningCodes)} reasoningCodes x "
+            f"{len(decision.labels)} labels = {pairs} pair tokens at each step, and vLLM returns the "
+            f"log-probabilities of at most {MAX_PAIR_TOKENS}; use fewer codes or labels, or scoredFormat: compact"
+        )
+    return problems
+
+
 def spec_problems(dm: DecisionModel) -> list[str]:
     """Everything the operator refuses a DecisionModel for beyond its API's own validation: the one list the plan
     (InvalidSpec) and the admission webhook (a refused `oc apply`) both judge by."""
@@ -107,15 +136,8 @@ def _check(spec: DecisionModelSpec) -> list[str]:
             clash = output_schema_clash(version.metadata.outputSchema, decision)
             if clash:
                 problems.append(f"spec.versions[{version.name}].metadata.outputSchema {clash}")
-        if decision.trajectoryMode == "scored" and decision.scoredFormat == "compact":
-            for key in ("reasoningCodes", "labels"):
-                prefixes = _prefix_clash(getattr(decision, key))
-                if prefixes:
-                    problems.append(
-                        f"decision.{key} (version {version.name}): {prefixes[0]!r} is the start of {prefixes[1]!r}, so "
-                        "scoredFormat compact (no separators) cannot tell them apart; rename one, or set "
-                        "decision.scoredFormat: lines"
-                    )
+        if decision.trajectoryMode == "scored":
+            problems.extend(_scored_format_problems(version.name, decision))
         for rule in decision.fallbackRules:
             err = _cel_problem(rule.when)
             if err:

@@ -76,6 +76,21 @@ async def test_a_split_label_or_code_gets_a_warning_with_its_cost_and_what_to_do
 
 
 @s3_test
+async def test_the_fused_format_costs_one_token_per_step_only_with_every_pair_one_token(s3_server, bucket):  # noqa: F811
+    pairs = [c + x for c in CODES for x in LABELS]
+    fused = await check(s3_server, bucket, {"tokenizer.json": tokenizer_json(pairs)}, scored("fused"))
+    assert fused.status == "True" and fused.tokens_per_decision == 3  # one pair token per step, no end
+    assert token_cost_condition({"1.0.0": fused}, 2, now=utc_now()).reason == "SingleTokens"
+    # The names alone are single tokens, the pairs are not: the runtime would refuse the model, and says so here.
+    split = await check(s3_server, bucket, {"tokenizer.json": tokenizer_json(LABELS + CODES)}, scored("fused"))
+    assert split.tokens_per_decision == 3 * 2 + 1
+    cond = token_cost_condition({"2.0.0": split}, 2, now=utc_now())
+    assert (cond.status, cond.reason) == ("False", "MultiTokenNames")
+    assert "pair 'INCOME_OKapproved' is 2 tokens" in cond.message
+    assert "scoredFormat fused each step is one pair token, so the runtime refuses this model" in cond.message
+
+
+@s3_test
 async def test_no_tokenizer_or_an_unreadable_one_is_reported_not_guessed(s3_server, bucket):  # noqa: F811
     missing = await check(s3_server, bucket, {}, scored())
     broken = await check(s3_server, bucket, {"tokenizer.json": b'{"model": 3}'}, scored())

@@ -107,7 +107,7 @@ def test_compact_is_the_default():
 @pytest.mark.parametrize("overrides, message", [
     ({"reasoningCodes": ["debt", "debt_high", "thin_file"]}, "'debt' is the start of 'debt_high'"),
     ({"labels": ["approve", "approved"], "fallbackRules": []}, "'approve' is the start of 'approved'"),
-    ({"scoredFormat": "csv"}, "must be one of compact, lines"),
+    ({"scoredFormat": "csv"}, "must be one of compact, fused, lines"),
 ])
 def test_names_the_compact_format_cannot_read_back_are_refused_with_what_to_do(overrides, message):
     with pytest.raises(ConfigError) as err:

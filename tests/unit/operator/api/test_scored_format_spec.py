@@ -46,3 +46,30 @@ def test_names_the_compact_format_cannot_split_are_an_operator_side_problem_with
     assert not operator_side_problems(make_dm(raw).spec)
     raw["spec"]["decision"].update(scoredFormat="compact", trajectoryMode="generated")
     assert not operator_side_problems(make_dm(raw).spec)
+
+
+def test_the_fused_format_is_rendered_for_the_runtime_and_checked_like_compact():
+    raw = example()
+    raw["spec"]["decision"]["scoredFormat"] = "fused"
+    cfg = parse_config(_decision_json(raw))
+    assert cfg.scored_format == "fused" and cfg.label_joiner == ""
+    # Its text has no separators either: a code that starts another cannot be read back.
+    raw["spec"]["decision"]["reasoningCodes"].append("INCOME_OK_BUT_VOLATILE")
+    problems = operator_side_problems(make_dm(raw).spec)
+    assert any("'INCOME_OK' is the start of 'INCOME_OK_BUT_VOLATILE'" in p and "scoredFormat fused" in p
+               for p in problems), problems
+
+
+def test_a_fused_format_with_more_pairs_than_vllm_returns_is_refused_with_the_count():
+    raw = example()
+    labels = raw["spec"]["decision"]["labels"]
+    raw["spec"]["decision"].update(scoredFormat="fused",
+                                   reasoningCodes=[f"C{i:03d}X" for i in range(128 // len(labels) + 1)])
+    pairs = len(raw["spec"]["decision"]["reasoningCodes"]) * len(labels)
+    problems = operator_side_problems(make_dm(raw).spec)
+    assert any(f"= {pairs} pair tokens" in p and "at most 128" in p for p in problems), problems
+    raw["spec"]["decision"]["reasoningCodes"] = raw["spec"]["decision"]["reasoningCodes"][:128 // len(labels)]
+    assert not operator_side_problems(make_dm(raw).spec)
+    raw["spec"]["decision"]["scoredFormat"] = "compact"  # compact asks for the labels only
+    raw["spec"]["decision"]["reasoningCodes"] = [f"C{i:03d}X" for i in range(200)]
+    assert not operator_side_problems(make_dm(raw).spec)
