@@ -166,7 +166,7 @@ def build(tokenizer_dir: Path, out: Path, layers: int | None = None) -> dict:
     pair_tok.save_pretrained(str(fused_dir))
     info = {"parameters": params, "config": shape, "vocab": len(pair_tok), "dtype": "bfloat16",
             "build_s": round(built_s, 1), "saved_s": round(time.time() - t0 - built_s, 1), "whole_token_ids": whole,
-            "pair_token_ids": pairs, "fused_dir": str(fused_dir),
+            "pair_token_ids": pairs, "fused_dir": fused_dir.name,
             "bytes": sum(f.stat().st_size for f in out.iterdir())}
     (out / "arbiter-bench-model.json").write_text(json.dumps(info, indent=2))
     print(json.dumps(info), flush=True)

@@ -73,3 +73,15 @@ def test_a_fused_format_with_more_pairs_than_vllm_returns_is_refused_with_the_co
     raw["spec"]["decision"]["scoredFormat"] = "compact"  # compact asks for the labels only
     raw["spec"]["decision"]["reasoningCodes"] = [f"C{i:03d}X" for i in range(200)]
     assert not operator_side_problems(make_dm(raw).spec)
+
+
+def test_the_fast_example_canaries_a_fused_fp8_version_beside_a_compact_one():
+    from arbiter_operator.render import vllm_args
+
+    dm = make_dm(example("decisionmodel-fast.yaml"))
+    assert not operator_side_problems(dm.spec)
+    old, fast = dm.spec.versions
+    formats = {v.name: json.loads(next(iter(render_configmap(dm, v)["data"].values())))["scoredFormat"]
+               for v in (old, fast)}
+    assert formats == {"1.0.0": "compact", "1.2.0": "fused"}
+    assert "--quantization=fp8" in vllm_args(dm, fast) and not any("quantization" in a for a in vllm_args(dm, old))
