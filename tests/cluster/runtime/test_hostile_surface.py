@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fuzz_surface import Oracle, cases, documents, fuzz_config
 from support.hostile_upstream import HostileUpstream
-from support.runtime_helpers import LABELS, ListSink, RuntimeServer
+from support.runtime_helpers import CODES, LABELS, ListSink, RuntimeServer
 
 FUZZ = settings(deadline=None, database=None, suppress_health_check=list(HealthCheck))
 
@@ -32,11 +32,15 @@ FUZZ = settings(deadline=None, database=None, suppress_health_check=list(HealthC
 class Surface:
     """A stand-in, optionally a hostile upstream in front of it, and the decision server in front of that."""
 
-    def __init__(self, hostile: bool, mode: str = "scored", deadline_ms: int = 300):
-        self.standin = StandinServer(words=LABELS, served_model_name="credit-v1").start()
+    def __init__(self, hostile: bool, mode: str = "scored", deadline_ms: int = 300, fused: bool = False):
+        # fused: a model whose tokenizer has every (code, label) pair as one token, answering one token per step.
+        words = tuple(c + x for c in CODES for x in LABELS) if fused else LABELS
+        self.standin = StandinServer(words=words, served_model_name="credit-v1", added_tokens=fused).start()
         self.hostile = HostileUpstream(self.standin.url, slow_s=0.6).start() if hostile else None
         upstream = self.hostile.url if self.hostile else self.standin.url
         self.raw_cfg = fuzz_config(upstream, mode, deadline_ms)
+        if fused:
+            self.raw_cfg["scoredFormat"] = "fused"
         self.runtime = RuntimeServer(self.raw_cfg, RuntimeOptions(audit_sinks=[ListSink()])).start()
         self.oracle = Oracle(self.raw_cfg, self.runtime)
         self.client = httpx.Client(base_url=self.runtime.url, timeout=30)  # one keep-alive connection throughout
@@ -88,6 +92,16 @@ def hostile_surface():
 
 
 @pytest.fixture(scope="module")
+def hostile_fused_surface():
+    s = Surface(hostile=True, fused=True)
+    yield s
+    try:
+        reached_both_paths(s)
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
 def hostile_generated_surface():
     s = Surface(hostile=True, mode="generated")
     yield s
@@ -104,6 +118,12 @@ def test_fuzz_http_surface_against_the_standin(standin_surface, case):
 @given(case=cases(hostile=True))
 def test_fuzz_http_surface_against_a_hostile_upstream(hostile_surface, case):
     hostile_surface.run(case)
+
+
+@settings(FUZZ, max_examples=400)
+@given(case=cases(hostile=True))
+def test_fuzz_the_fused_format_against_a_hostile_upstream(hostile_fused_surface, case):
+    hostile_fused_surface.run(case)
 
 
 @settings(FUZZ, max_examples=400)
