@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 
 import httpx
 import pytest
@@ -21,6 +20,7 @@ from arbiter_runtime.tokens import MAX_LOGPROB_TOKEN_IDS, LabelTokens, Tokenizer
 from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.polling import eventually
 from support.runtime_helpers import CODES, LABELS, base_config
 
 CASE = {"amount": 1200, "country": "DE"}
@@ -65,13 +65,12 @@ def test_a_tokenizer_without_the_pair_tokens_is_refused_before_ready_with_what_t
     upstream = StandinServer(words=(*LABELS, *CODES), served_model_name="credit-v1", added_tokens=True).start()
     try:
         server = make_runtime(base_config(upstream.url, scoredFormat="fused"), wait_ready=False)
-        deadline = time.monotonic() + 10
         with server.client() as c:
-            while time.monotonic() < deadline:
+            def refused():
                 r = c.get("/v2/health/ready")
-                if "scoredFormat fused" in r.text:
-                    break
-                time.sleep(0.05)
+                return r if "scoredFormat fused" in r.text else None
+
+            r = eventually(refused, timeout=10, what="the refusal on /v2/health/ready", interval=0.05)
         assert r.status_code == 503
         error = r.json()["error"]
         assert "'income_okapprove' is 2 tokens" in error and "tokenizer.add_tokens" in error
@@ -133,15 +132,26 @@ def fused_answers(draw):
     return response, draw(st.sampled_from([3, MODE.roomy]))
 
 
+def _accepted(response: dict, asked: int | None) -> dict | None:
+    """The trajectory the runtime reads from `response` and its checks pass, or None when it refuses the answer."""
+    try:
+        trajectory = MODE.parse(response, asked)
+    except TrajectoryInvalid:
+        return None
+    try:
+        CHECKER.check(trajectory)
+    except TrajectoryInvalid:
+        return None
+    return trajectory
+
+
 @settings(max_examples=400, deadline=None)
 @given(drawn=fused_answers())
 def test_a_hostile_fused_answer_is_rejected_or_read_back_exactly(drawn):
     response, asked = drawn
-    try:
-        trajectory = MODE.parse(response, asked)
-        CHECKER.check(trajectory)
-    except TrajectoryInvalid:
-        return
+    trajectory = _accepted(response, asked)
+    if trajectory is None:
+        return  # refused: the only other outcome
     choice = response["choices"][0]
     entries = choice["logprobs"]["content"]
     steps = trajectory["steps"]
