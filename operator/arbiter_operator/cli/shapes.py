@@ -23,6 +23,17 @@ def _number(value: Any) -> float | int | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _formats(decision: dict[str, Any]) -> dict[str, str]:
+    return {k: v for k, v in decision.items() if k in ("trajectoryMode", "scoredFormat") and _text(v) is not None}
+
+
+def _version(version: dict[str, Any]) -> dict[str, Any]:
+    """A version's name and what makes its decisions faster (diagnose's fixes): its quantization and answer format."""
+    quantization = _text(_dict(version.get("vllm")).get("quantization"))
+    return {"name": version["name"], "decision": _formats(_dict(version.get("decision"))),
+            **({"vllm": {"quantization": quantization}} if quantization is not None else {})}
+
+
 def cleaned(obj: dict[str, Any]) -> dict[str, Any]:
     """The object with the parts the pages read in the shapes the operator writes; anything else dropped (a status
     edited by hand, another operator version): one odd object shows what it can and never breaks a page."""
@@ -45,13 +56,15 @@ def cleaned(obj: dict[str, Any]) -> dict[str, Any]:
                                                                                           list) else []
     promote = {k: v for k, v in _dict(spec.get("promote")).items() if _text(v) is not None}
     serving = _dict(spec.get("serving"))
-    vllm = {k: v for k, v in _dict(serving.get("vllm")).items() if _number(v) is not None}
+    vllm = {k: v for k, v in _dict(serving.get("vllm")).items()
+            if _number(v) is not None or (k == "quantization" and _text(v) is not None)}
     return {"metadata": {k: v for k, v in meta.items() if (k in ("name", "namespace", "resourceVersion")
                          and _text(v) is not None) or (k == "generation" and isinstance(v, int))},
             "spec": {"promote": promote,
                      "decision": {"labels": labels, **{k: v for k, v in decision.items()
                                                        if k in ("deadlineMs", "confidenceThreshold")
-                                                       and _number(v) is not None}},
+                                                       and _number(v) is not None}, **_formats(decision)},
+                     "versions": [_version(v) for v in _dicts(spec.get("versions")) if _text(v.get("name"))],
                      "serving": {"vllm": vllm, **{k: v for k, v in serving.items()
                                                   if k in ("gpus", "replicas") and _number(v) is not None}}},
             "status": {"conditions": conditions, "promotion": promotion,

@@ -64,6 +64,9 @@ class Settings:
     api_servers: int = 1
     deadline_ms: int | None = None
     confidence_threshold: float | None = None
+    # Per version, what makes one decision faster and is not in use yet: "fp8" (vllm.quantization auto) and "fused"
+    # (scored compact); a version the spec does not list (or no spec) is not named.
+    speedups: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, dm: dict[str, Any] | None) -> Settings:
@@ -71,6 +74,16 @@ class Settings:
         serving = spec.get("serving") or {}
         vllm = serving.get("vllm") or {}
         decision = spec.get("decision") or {}
+        speedups: dict[str, tuple[str, ...]] = {}
+        for version in spec.get("versions") or []:
+            if not isinstance(version, dict):
+                continue
+            own_vllm, own_decision = version.get("vllm") or {}, version.get("decision") or {}
+            quantization = own_vllm.get("quantization") or vllm.get("quantization") or "auto"
+            mode = own_decision.get("trajectoryMode") or decision.get("trajectoryMode") or "scored"
+            fmt = own_decision.get("scoredFormat") or decision.get("scoredFormat") or "compact"
+            speedups[str(version.get("name"))] = (("fp8",) if quantization == "auto" else ()) + (
+                ("fused",) if mode == "scored" and fmt == "compact" else ())
 
         def num(value: Any, fallback: Any) -> Any:
             return value if isinstance(value, (int, float)) and not isinstance(value, bool) else fallback
@@ -80,7 +93,7 @@ class Settings:
                    gpu_memory=num(vllm.get("gpuMemoryUtilization"), 0.9),
                    api_servers=num(vllm.get("apiServers"), 1),
                    deadline_ms=num(decision.get("deadlineMs"), None),
-                   confidence_threshold=num(decision.get("confidenceThreshold"), None))
+                   confidence_threshold=num(decision.get("confidenceThreshold"), None), speedups=speedups)
 
 
 def _pct(x: float) -> str:

@@ -236,3 +236,22 @@ def test_hostile_status_and_pages_never_raise(status, spec, page, cores):
     ev.metrics["v"].busiest_cores = cores
     d = diagnose(ev, reason_table())
     assert d.findings and all(isinstance(f.verdict, str) for f in d.findings)
+
+
+def test_a_slow_version_is_told_the_speed_ups_it_does_not_use_yet():
+    body = dm()
+    fast = body["spec"]["versions"][1]  # 1.1.0: FP8 weights and the fused format already
+    fast["vllm"] = {"quantization": "fp8"}
+    fast["decision"] = {"scoredFormat": "fused"}
+
+    def fixes(version: str) -> str:
+        ev = Evidence("team", "credit-limit", dm=body)
+        ev.metrics[version] = dataclasses.replace(CAUSES["DeadlineExceeded"], version=version)
+        found = {f.code: f for f in diagnose(ev, reason_table()).findings}
+        return " ".join(found["DeadlineExceeded"].fix)
+
+    slow = fixes("1.0.0")
+    assert "vllm.quantization: fp8" in slow and "scoredFormat: fused" in slow and "deadlineMs" in slow
+    assert "quantization" not in fixes("1.1.0") and "fused" not in fixes("1.1.0")
+    # A version the spec no longer lists: nothing is guessed about it.
+    assert "quantization" not in fixes("0.9.0") and "deadlineMs" in fixes("0.9.0")
