@@ -20,13 +20,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import stack  # noqa: E402
 import underwriting as uw  # noqa: E402
 
 
 def words(model_dir: str) -> tuple[str, ...]:
     """The whole tokens of the model served from `model_dir`: every (code, label) pair for the fused format's model
     (stack.FUSED_MODEL_DIR), else each label and code."""
-    return uw.PAIRS if model_dir.rstrip("/").endswith("-fused") else (*uw.LABELS, *uw.CODES)
+    return uw.PAIRS if model_dir.rstrip("/") == stack.FUSED_MODEL_DIR else (*uw.LABELS, *uw.CODES)
 
 
 def standin_argv(vllm_args: list[str]) -> tuple[list[str], str]:

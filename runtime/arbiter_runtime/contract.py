@@ -26,6 +26,36 @@ Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 # Not blank: at least one character that is not white space.
 Text = Annotated[str, StringConstraints(pattern=r"\S")]
 
+# vLLM 0.26 returns the log-probabilities of at most this many requested token ids per position
+# (SamplingParams MAX_LOGPROB_TOKEN_IDS); a fused decision asks for every (code, label) pair.
+MAX_LOGPROB_TOKEN_IDS = 128
+
+
+def prefix_clashes(names: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    """Pairs (a, b) where a is a proper prefix of b: such a list cannot be read back without separators."""
+    ordered = sorted(names)
+    # In sorted order a prefix sits right before the names it starts, so neighbours suffice to find one; collect all.
+    return [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:] if b.startswith(a)]
+
+
+def scored_names_problem(fmt: str, labels: list[str] | tuple[str, ...],
+                         codes: list[str] | tuple[str, ...]) -> str | None:
+    """Why a scored format cannot be read back with these names (what to change), or None. The runtime's formats
+    refuse with it (scored_format.py), the operator before anything is deployed (plan/validate.py)."""
+    if fmt in ("compact", "fused"):  # no separators: the text must split one way only
+        for what, names in (("reasoningCodes", codes), ("labels", labels)):
+            clash = prefix_clashes(names)
+            if clash:
+                a, b = clash[0]
+                return (f"{what}: {a!r} is the start of {b!r}, so scoredFormat {fmt} (no separators) cannot tell them "
+                        "apart; rename one, or set scoredFormat: lines")
+    pairs = len(codes) * len(labels)
+    if fmt == "fused" and pairs > MAX_LOGPROB_TOKEN_IDS:
+        return (f"scoredFormat fused reads {len(codes)} reasoningCodes x {len(labels)} labels = {pairs} pair tokens at "
+                f"each step, and vLLM returns the log-probabilities of at most {MAX_LOGPROB_TOKEN_IDS}; use fewer "
+                "codes or labels, or scoredFormat: compact")
+    return None
+
 
 class DecisionJsonError(ValueError):
     """decision.json cannot be served; the message names the key and says what to change."""

@@ -129,21 +129,21 @@ class ScoredMode:
         # fused: every (code, label) pair is asked for, and a step's entry is read by the pair's bytes.
         self.fused = self.format.name == "fused"
         if self.fused:
-            self._label_ids = [tokens.pair_ids[(c, x)] for c in cfg.reasoning_codes for x in cfg.labels]
+            self._logprob_ids = [tokens.pair_ids[(c, x)] for c in cfg.reasoning_codes for x in cfg.labels]
             self._pair_by_bytes = {tuple((c + x).encode()): (c, x) for c in cfg.reasoning_codes for x in cfg.labels}
         else:
-            self._label_ids = [tokens.label_ids[x] for x in cfg.labels]
+            self._logprob_ids = [tokens.label_ids[x] for x in cfg.labels]
         self._base = {
             "model": cfg.upstream.served_model_name,
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "logprobs": True,
-            "logprob_token_ids": self._label_ids,
+            "logprob_token_ids": self._logprob_ids,
             "structured_outputs": {"regex": self.regex},
         }
         # At every position the chosen token, in top_logprobs again, and one entry per label: an answer above this
         # is not vLLM's.
-        self.max_answer_bytes = answer_bound(bound, 2 + len(self._label_ids))
+        self.max_answer_bytes = answer_bound(bound, 2 + len(self._logprob_ids))
 
     def request(self, canonical: str, seed: int) -> dict[str, Any]:
         body = dict(self._base)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from .contract import scored_names_problem
 from .trajectory import TrajectoryInvalid
 
 FORMATS = ("compact", "fused", "lines")
@@ -41,13 +42,6 @@ def _wire(names: Sequence[str]) -> str:
     # Syntax every structured-outputs backend (xgrammar, guidance, outlines) reads: plain groups and `\.` as the
     # only escape (names are [A-Za-z0-9_.-]); the steps are written out K times rather than with a `{K}` quantifier.
     return "(" + "|".join(x.replace(".", "\\.") for x in names) + ")"
-
-
-def prefix_clashes(names: Sequence[str]) -> list[tuple[str, str]]:
-    """Pairs (a, b) where a is a proper prefix of b: such a list cannot be read back without separators."""
-    ordered = sorted(names)
-    # In sorted order a prefix sits right before the names it starts, so neighbours suffice to find one; collect all.
-    return [(a, b) for i, a in enumerate(ordered) for b in ordered[i + 1:] if b.startswith(a)]
 
 
 class LinesFormat:
@@ -85,12 +79,9 @@ class CompactFormat:
     joiner = ""
 
     def __init__(self, labels: Sequence[str], codes: Sequence[str], steps: int):
-        for what, names in (("reasoningCodes", codes), ("labels", labels)):
-            clash = prefix_clashes(names)
-            if clash:
-                a, b = clash[0]
-                raise ValueError(f"{what}: {a!r} is the start of {b!r}, so scoredFormat {self.name} (no separators) "
-                                 f"cannot tell them apart; rename one, or set scoredFormat: lines")
+        problem = scored_names_problem(self.name, tuple(labels), tuple(codes))
+        if problem:
+            raise ValueError(problem)
         self.steps = steps
         self.regex = (_wire(codes) + _wire(labels)) * steps
         self._codes = tuple(codes)
@@ -128,7 +119,7 @@ class FusedFormat(CompactFormat):
     name = "fused"
 
     def __init__(self, labels: Sequence[str], codes: Sequence[str], steps: int):
-        super().__init__(labels, codes, steps)
+        super().__init__(labels, codes, steps)  # the pair bound too (contract.scored_names_problem)
         self.exact_tokens = steps
 
 

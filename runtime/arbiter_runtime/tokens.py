@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from .config import DecisionConfig
     from .upstream import UpstreamClient
 
-# vLLM 0.26 returns the log-probabilities of at most this many requested token ids per position
-# (SamplingParams MAX_LOGPROB_TOKEN_IDS); a fused decision asks for every (code, label) pair.
-MAX_LOGPROB_TOKEN_IDS = 128
-
 
 class TokenizerRefused(RuntimeError):
     """The model cannot serve this config in scored mode; the message says why and what to change."""
@@ -110,11 +106,8 @@ async def resolve_pairs(source: TokenSource, labels: tuple[str, ...], codes: tup
                         description: str = "") -> LabelTokens:
     """The fused format: every code immediately followed by every label must be exactly one token, all distinct.
     Only the pair's own token matters (the model writes ids; vLLM turns each back into its text), so no context is
-    checked. A model whose pairs are not single tokens is refused before the server reports ready."""
-    if len(codes) * len(labels) > MAX_LOGPROB_TOKEN_IDS:
-        raise TokenizerRefused(f"scoredFormat fused reads {len(codes)} codes x {len(labels)} labels = "
-                               f"{len(codes) * len(labels)} pair tokens at each step, and vLLM returns at most "
-                               f"{MAX_LOGPROB_TOKEN_IDS}; use fewer codes or labels, or scoredFormat: compact")
+    checked. A model whose pairs are not single tokens is refused before the server reports ready. (How many pairs
+    vLLM can return is the config's check: scored_format.FusedFormat.)"""
     pair_ids: dict[tuple[str, str], int] = {}
     pieces: list[str] = []
     for code in codes:

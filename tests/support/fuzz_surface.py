@@ -243,6 +243,14 @@ class Oracle:
         self.tally = Tally()
         self._seen_records = 0
 
+    def _usable(self) -> set[str]:
+        """The hostile behaviours whose answer may still be a decision. Where the runtime ends a scored answer on its
+        last step (it asks for exactly the answer's tokens: every name one token, or the fused format), a whole
+        answer finishes with `length` anyway, so `finish_length` changes nothing about it."""
+        usable = USABLE[self.cfg.trajectory_mode]
+        mode = getattr(self.runtime.runtime.decider, "mode", None)  # loaded once the server is ready
+        return usable | {"finish_length"} if getattr(mode, "exact", None) else usable
+
     def _decision_problem(self, decision: Any, confidence: Any, source: Any, trajectory: Any, flagged: Any,
                           v2: bool) -> str | None:
         if decision not in self.cfg.labels:
@@ -330,7 +338,7 @@ class Oracle:
                     rows = []
                     answered = list(cols.get("decision", []))
                 delivered = n
-            poisoned = hostile is not None and not (set(case.script) & USABLE[self.cfg.trajectory_mode])
+            poisoned = hostile is not None and not (set(case.script) & self._usable())
             for decision, confidence, source, trajectory, flagged, v2 in rows:
                 if poisoned and source == "model":
                     problems.append(f"a model decision although every upstream answer was unusable: {decision}")

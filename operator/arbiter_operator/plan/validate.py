@@ -8,7 +8,7 @@ from collections import OrderedDict
 from typing import Any
 
 import jsonschema
-from arbiter_runtime.contract import DecisionJsonError
+from arbiter_runtime.contract import DecisionJsonError, scored_names_problem
 
 from ..api.models import (
     HOST_LABEL_SUFFIX,
@@ -50,43 +50,11 @@ def _cel_problem(expr: str) -> str | None:
     return None
 
 
-def _prefix_clash(names: list[str]) -> tuple[str, str] | None:
-    """A name that is the start of another (the runtime refuses such a list in the compact scored format)."""
-    ordered = sorted(names)
-    for i, a in enumerate(ordered):
-        for b in ordered[i + 1:]:
-            if b.startswith(a):
-                return a, b
-    return None
-
-
-# vLLM 0.26 returns the log-probabilities of at most this many requested tokens per position; the fused format asks
-# for every (code, label) pair (arbiter_runtime.tokens.MAX_LOGPROB_TOKEN_IDS).
-MAX_PAIR_TOKENS = 128
-
-
 def _scored_format_problems(version: str, decision: Any) -> list[str]:
-    """The names a scored format without separators cannot read back, and the fused format's pair count."""
-    fmt = decision.scoredFormat
-    if fmt == "lines":
-        return []
-    problems = []
-    for key in ("reasoningCodes", "labels"):
-        prefixes = _prefix_clash(getattr(decision, key))
-        if prefixes:
-            problems.append(
-                f"decision.{key} (version {version}): {prefixes[0]!r} is the start of {prefixes[1]!r}, so "
-                f"scoredFormat {fmt} (no separators) cannot tell them apart; rename one, or set "
-                "decision.scoredFormat: lines"
-            )
-    pairs = len(decision.reasoningCodes) * len(decision.labels)
-    if fmt == "fused" and pairs > MAX_PAIR_TOKENS:
-        problems.append(
-            f"decision (version {version}): scoredFormat fused reads {len(decision.reasoningCodes)} reasoningCodes x "
-            f"{len(decision.labels)} labels = {pairs} pair tokens at each step, and vLLM returns the "
-            f"log-probabilities of at most {MAX_PAIR_TOKENS}; use fewer codes or labels, or scoredFormat: compact"
-        )
-    return problems
+    """What the runtime's scored format refuses about these names (the decision.json contract's own check: a name
+    that starts another where nothing separates them, more fused pairs than vLLM returns), said before deploying."""
+    problem = scored_names_problem(decision.scoredFormat, decision.labels, decision.reasoningCodes)
+    return [f"decision (version {version}): {problem}"] if problem else []
 
 
 def spec_problems(dm: DecisionModel) -> list[str]:

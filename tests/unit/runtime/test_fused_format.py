@@ -13,10 +13,11 @@ import math
 
 import httpx
 import pytest
-from arbiter_devenv.vllm_standin import StandinServer
-from arbiter_runtime.config import parse_config
+from arbiter_devenv.vllm_standin import StandinServer, build_tokenizer, write_model_dir
+from arbiter_runtime.config import ConfigError, parse_config
+from arbiter_runtime.contract import MAX_LOGPROB_TOKEN_IDS
 from arbiter_runtime.decide import ScoredMode
-from arbiter_runtime.tokens import MAX_LOGPROB_TOKEN_IDS, LabelTokens, TokenizerRefused, resolve_pairs
+from arbiter_runtime.tokens import LabelTokens, TokenizerJsonSource, TokenizerRefused, resolve_pairs
 from arbiter_runtime.trajectory import TrajectoryChecker, TrajectoryInvalid
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -79,22 +80,22 @@ def test_a_tokenizer_without_the_pair_tokens_is_refused_before_ready_with_what_t
         upstream.stop()
 
 
-class _Vocab:
-    """A tokenizer stand-in: each of `whole` is one token, anything else one token per character."""
-
-    def __init__(self, whole):
-        self.ids = {w: 1000 + i for i, w in enumerate(whole)}
-
-    async def encode(self, text: str) -> list[int]:
-        return [self.ids[text]] if text in self.ids else [ord(c) for c in text]
-
-
 def test_more_pairs_than_vllm_returns_are_refused_with_the_count():
-    codes = tuple(f"c{i}x" for i in range(MAX_LOGPROB_TOKEN_IDS // 2 + 1))
-    with pytest.raises(TokenizerRefused, match=r"= 130 pair tokens .* at most 128"):
-        asyncio.run(resolve_pairs(_Vocab([]), ("a", "b"), codes))
-    tokens = asyncio.run(resolve_pairs(_Vocab(PAIRS), tuple(LABELS), tuple(CODES)))
-    assert tokens.single_token_steps and len(set(tokens.pair_ids.values())) == len(PAIRS)
+    codes = [*CODES, *(f"c{i}x" for i in range(MAX_LOGPROB_TOKEN_IDS // 3 + 1 - len(CODES)))]  # x 3 labels: 129
+    with pytest.raises(ConfigError, match=r"= 129 pair tokens .* at most 128"):
+        parse_config(base_config("http://127.0.0.1:1/v1", scoredFormat="fused", reasoningCodes=codes))
+    parse_config(base_config("http://127.0.0.1:1/v1", scoredFormat="fused", reasoningCodes=codes[:-1]))
+
+
+def test_pair_ids_come_from_the_model_directory_s_tokenizer(tmp_path):
+    """The same resolution from tokenizer.json (`--model-dir`) as from /tokenize: one distinct id per pair."""
+    model = write_model_dir(tmp_path / "fused", tuple(PAIRS), added=True)
+    tokens = asyncio.run(resolve_pairs(TokenizerJsonSource(model), tuple(LABELS), tuple(CODES)))
+    vocab = build_tokenizer(tuple(PAIRS), added=True).get_vocab()
+    assert tokens.single_token_steps and tokens.pair_ids == {(c, x): vocab[c + x] for c in CODES for x in LABELS}
+    plain = write_model_dir(tmp_path / "plain", (*LABELS, *CODES), added=True)
+    with pytest.raises(TokenizerRefused, match="'income_okapprove' is 2 tokens"):
+        asyncio.run(resolve_pairs(TokenizerJsonSource(plain), tuple(LABELS), tuple(CODES)))
 
 
 # ---------------------------------------------------------------- a hostile upstream, in the fused format

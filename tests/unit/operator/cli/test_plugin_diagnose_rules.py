@@ -255,3 +255,26 @@ def test_a_slow_version_is_told_the_speed_ups_it_does_not_use_yet():
     assert "quantization" not in fixes("1.1.0") and "fused" not in fixes("1.1.0")
     # A version the spec no longer lists: nothing is guessed about it.
     assert "quantization" not in fixes("0.9.0") and "deadlineMs" in fixes("0.9.0")
+
+
+version_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.just("1.0.0"),
+                              lambda inner: st.lists(inner, max_size=3) |
+                              st.dictionaries(st.sampled_from(["name", "vllm", "decision", "quantization",
+                                                               "scoredFormat", "trajectoryMode"]), inner, max_size=4),
+                              max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(versions=version_values, decision=version_values)
+def test_hostile_versions_never_break_the_slow_version_s_fixes(versions, decision):
+    """Any spec.versions and spec.decision (names, quantization and formats of any type): a late version still gets
+    its DeadlineExceeded with the deadline fix, and a speed-up is only named as its one fixed sentence."""
+    body = dm()
+    body["spec"]["versions"] = versions
+    body["spec"]["decision"] = decision
+    ev = Evidence("team", "credit-limit", dm=body)
+    ev.metrics["1.0.0"] = CAUSES["DeadlineExceeded"]
+    found = {f.code: f for f in diagnose(ev, reason_table()).findings}
+    fixes = found["DeadlineExceeded"].fix
+    assert "raise decision.deadlineMs" in fixes[0] and fixes[-1] == "or serve on more GPUs"
+    assert all(any(s in f for s in ("vllm.quantization: fp8", "scoredFormat: fused")) for f in fixes[1:-1])
