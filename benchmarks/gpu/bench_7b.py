@@ -84,9 +84,15 @@ ARMS = {"bf16": "vllm-args-tp1.json", "fp8": "vllm-args-tp1-fp8.json", "fp8-kv":
         # scoredFormat fused: the same weights served with the tokenizer that has each (code, label) pair as one
         # token (stack.FUSED_MODEL_DIR), one forward pass per step.
         "bf16-fused": "vllm-args-tp1.json", "fp8-fused": "vllm-args-tp1-fp8.json",
-        "fp8-fused-api4": "vllm-args-tp1-fp8-api4.json"}
-# What an arm changes in the container's environment rather than in the rendered arguments.
-ARM_ENV = {"fp8-regex-timeout": {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"}}
+        "fp8-fused-api4": "vllm-args-tp1-fp8-api4.json",
+        # Two or three vLLM engines sharing the GPU (spec.serving.vllm.engines), two or four API servers each.
+        "fp8-fused-e2": "vllm-args-tp1-fp8-e2.json", "fp8-fused-e2-api4": "vllm-args-tp1-fp8-e2-api4.json",
+        "fp8-fused-e3": "vllm-args-tp1-fp8-e3.json"}
+# What an arm changes in the container's environment rather than in the rendered arguments (the operator renders
+# ARBITER_VLLM_ENGINES beside the arguments when engines is above 1).
+ARM_ENV = {"fp8-regex-timeout": {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"},
+           "fp8-fused-e2": {"ARBITER_VLLM_ENGINES": "2"}, "fp8-fused-e2-api4": {"ARBITER_VLLM_ENGINES": "2"},
+           "fp8-fused-e3": {"ARBITER_VLLM_ENGINES": "3"}}
 PORT = 8080
 CONCURRENCY = tuple(int(c) for c in os.environ.get("BENCH_7B_CONCURRENCY", "1 64").split())
 SEED = 4242
@@ -230,6 +236,31 @@ def resolve_arm(arm: str, out: Path | None) -> str:
     return f"{best}-ngram"
 
 
+def engine_urls(arm: str) -> list[str]:
+    """The arm's vLLM engines: the rendered port (stack.VLLM_URL) plus each engine's number, as the supervisor
+    starts them."""
+    engines = int(ARM_ENV.get(arm, {}).get("ARBITER_VLLM_ENGINES", "1"))
+    base, port = stack.VLLM_URL.rsplit(":", 1)
+    return [f"{base}:{int(port) + i}" for i in range(engines)]
+
+
+async def read_counters(arm: str) -> dict[str, float]:
+    """vLLM's counters summed over the arm's engines."""
+    total: dict[str, float] = {}
+    for url in engine_urls(arm):
+        for name, value in (await vllm_counters.read(url)).items():
+            total[name] = total.get(name, 0.0) + value
+    return total
+
+
+async def load(urls: list[str], bodies: list, conc: int, n: int, max_seconds: float) -> loadgen.Run:
+    """A closed loop to one URL, or spread over an arm's engines (vLLM alone: each engine its share of the
+    workers, as the decision server would spread them)."""
+    if len(urls) == 1:
+        return await loadgen.closed_loop(urls[0], bodies, conc, n=n, max_seconds=max_seconds)
+    return await loadgen.spread(urls, bodies, conc, n=n, max_seconds=max_seconds)
+
+
 def running_arm() -> str | None:
     try:
         return (stack.STATE / "arm").read_text().strip() if stack.pid("supervisor") else None
@@ -321,33 +352,34 @@ async def bench(arm: str, out: Path | None) -> dict:
 
     schema = jsonschema.Draft202012Validator(uw.output_schema())
     apps, bodies, mode, checker, tokens = await _requests(arm_model_dir(arm), arm_config(arm))
-    chat = stack.VLLM_URL + "/v1/chat/completions"
-    loads = {"direct": (chat, bodies), "server": (f"http://127.0.0.1:{PORT}/v1/decisions", apps)}
+    chats = [url + "/v1/chat/completions" for url in engine_urls(arm)]
+    chat = chats[0]
+    loads = {"direct": (chats, bodies), "server": ([f"http://127.0.0.1:{PORT}/v1/decisions"], apps)}
     if arm == "bf16" and mode.roomy:
         # The bound the runtime asked for before it ended on the last label: the end of sequence is generated too.
-        loads["direct-eos"] = (chat, [dict(b, max_tokens=mode.roomy) for b in bodies])
+        loads["direct-eos"] = ([chat], [dict(b, max_tokens=mode.roomy) for b in bodies])
     if arm in DIAG or "all" in DIAG:
         # Without log-probabilities; then without the regex constraint too (as many tokens, the end of sequence
         # ignored): what each costs per pass.
         plain = [{k: v for k, v in b.items() if k not in ("logprobs", "logprob_token_ids")} for b in bodies]
-        loads["direct-nolp"] = (chat, plain)
-        loads["direct-free"] = (chat, [dict({k: v for k, v in b.items() if k != "structured_outputs"},
+        loads["direct-nolp"] = (chats, plain)
+        loads["direct-free"] = (chats, [dict({k: v for k, v in b.items() if k != "structured_outputs"},
                                             ignore_eos=True) for b in plain])
     # One pass over the prompts warms vLLM's prefix cache for every path alike.
-    await loadgen.closed_loop(chat, bodies, 64, n=len(bodies), max_seconds=60)
+    await load(chats, bodies, 64, n=len(bodies), max_seconds=60)
     cells = []
     for conc in CONCURRENCY:
-        for target, (url, load) in loads.items():
-            await loadgen.closed_loop(url, load, conc, n=max(4 * conc, 16), max_seconds=10)  # warm-up
-            before = await vllm_counters.read(stack.VLLM_URL)
+        for target, (urls, bodies_or_apps) in loads.items():
+            await load(urls, bodies_or_apps, conc, n=max(4 * conc, 16), max_seconds=10)  # warm-up
+            before = await read_counters(arm)
             cpu_before = proc_cpu.snapshot()
             n = C1_REQUESTS if conc == 1 else 100 * conc
-            run = await loadgen.closed_loop(url, load, conc, n=n, max_seconds=MAX_SECONDS)
+            run = await load(urls, bodies_or_apps, conc, n=n, max_seconds=MAX_SECONDS)
             cpu = proc_cpu.shares(cpu_before, proc_cpu.snapshot(), run.wall)
-            after = await vllm_counters.read(stack.VLLM_URL)
+            after = await read_counters(arm)
             cell = {"arm": arm, "target": target, "concurrency": conc, **run.stats(),
                     "vllm": vllm_counters.cell(before, after), "cpu_cores": cpu}
-            _judge(cell, run, target, load, mode, checker, schema)
+            _judge(cell, run, target, bodies_or_apps, mode, checker, schema)
             cells.append(cell)
             print(json.dumps(cell), flush=True)
     result = {"arm": arm, "vllm_args": arm_args(arm), "max_tokens": bodies[0]["max_tokens"],

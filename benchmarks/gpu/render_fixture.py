@@ -44,6 +44,10 @@ SERVING_ARMS = {
     "fp8-api8": {"apiServers": 8},
     "fp8-guidance": {"structuredOutputsBackend": "guidance"},
     "fp8-interactive": {"extraArgs": ["--performance-mode=interactivity"]},
+    # Two or three engines sharing the GPU (their own scheduler process each), with two or four API servers each.
+    "fp8-e2": {"engines": 2, "apiServers": 2},
+    "fp8-e2-api4": {"engines": 2, "apiServers": 4},
+    "fp8-e3": {"engines": 3, "apiServers": 2},
 }
 
 

@@ -28,8 +28,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=int(os.environ.get("ARBITER_PORT", "8080")))
     p.add_argument("--model-dir", default=os.environ.get("ARBITER_MODEL_DIR") or None,
                    help="model directory with tokenizer.json (default: ask the upstream's /tokenize)")
-    p.add_argument("--upstream", default=os.environ.get("ARBITER_UPSTREAM_URL") or None,
-                   help="OpenAI-compatible base URL, overriding upstream.url of the config")
+    p.add_argument("--upstream", action="append", default=None,
+                   help="OpenAI-compatible base URL, overriding upstream.url of the config (default: "
+                        "$ARBITER_UPSTREAM_URL); once per engine when the pod runs several vLLM engines")
     return p
 
 
@@ -49,8 +50,10 @@ def _app(args: argparse.Namespace) -> tuple[Any, Any] | int:
     try:
         limits = EdgeLimits.from_env(os.environ)
         cfg = load_config(args.config)
-        if args.upstream:
-            cfg = dataclasses.replace(cfg, upstream=dataclasses.replace(cfg.upstream, url=args.upstream.rstrip("/")))
+        upstreams = [u.rstrip("/") for u in args.upstream or [os.environ.get("ARBITER_UPSTREAM_URL", "")] if u]
+        if upstreams:
+            cfg = dataclasses.replace(cfg, upstream=dataclasses.replace(
+                cfg.upstream, url=upstreams[0], engines=tuple(upstreams) if len(upstreams) > 1 else ()))
         options = RuntimeOptions(model_dir=args.model_dir, shadow_config=shadow_path_for(args.config),
                                  routing_config=routing_path_for(args.config))
         app = create_app(cfg, options)
@@ -121,7 +124,7 @@ def serve(argv: list[str]) -> int:
     return EXIT_AUDIT_LOST if any(rt.audit_lost.values()) else 0
 
 
-COMMANDS = ("serve", "supervise", "worker")
+COMMANDS = ("serve", "supervise", "worker", "after")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         from .supervisor import worker
 
         return worker(rest)
+    if cmd == "after":
+        from .supervisor import after
+
+        return after(rest)
     print(f"arbiter-runtime: unknown command {cmd!r}; use serve, supervise or worker", file=sys.stderr)
     return 2
 

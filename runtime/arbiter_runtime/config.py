@@ -36,6 +36,14 @@ class UpstreamConfig:
     max_retries: int = 2
     max_tokens: int = 0  # 0: derived (scored: exact bound; generated: 1024)
     api_key_env: str = ""  # name of an env var holding a bearer token; the value is never logged
+    # The pod's vLLM engines when it runs more than one (spec.serving.vllm.engines): `url` is the first; a
+    # request goes to the engine with the fewest in flight (upstream.EnginePicker).
+    engines: tuple[str, ...] = ()
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Every engine's OpenAI base URL (just `url` for one engine)."""
+        return self.engines or (self.url,)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from .metrics import Metrics
 from .scored_format import scored_format
 from .tokens import LabelTokens
 from .trajectory import TrajectoryChecker, TrajectoryInvalid, derived_output_schema
-from .upstream import UpstreamClient, UpstreamFailure, answer_bound
+from .upstream import EnginePicker, UpstreamClient, UpstreamFailure, answer_bound
 from .wire import WireError, check_choice
 
 MASKED_AT = -9998.0  # vLLM writes -inf (a token the constraint masks) as -9999.0
@@ -320,7 +320,8 @@ class Decider:
         self.checker = TrajectoryChecker(cfg)
         self.reserve = DeadlineReserve(cfg.deadline_s)
         self.mode: ScoredMode | GeneratedMode | None = None
-        self._url = cfg.upstream.url + "/chat/completions"
+        self._urls = tuple(url + "/chat/completions" for url in cfg.upstream.urls)
+        self.engines = EnginePicker(self._urls)
 
     def load(self, tokens: LabelTokens | None) -> None:
         if self.cfg.trajectory_mode == "scored":
@@ -332,7 +333,12 @@ class Decider:
     async def _call(self, body: dict[str, Any], timeout: float) -> Any:
         """The upstream's decoded answer, whatever its shape (check_choice names what is wrong with it)."""
         assert self.mode is not None
-        status, content = await self.client.post(self._url, body, timeout, self.mode.max_answer_bytes)
+        engine = self.engines.pick()
+        self.engines.in_flight[engine] += 1
+        try:
+            status, content = await self.client.post(self._urls[engine], body, timeout, self.mode.max_answer_bytes)
+        finally:
+            self.engines.in_flight[engine] -= 1
         if status >= 500 or status == 429:
             raise UpstreamFailure("http_5xx" if status >= 500 else "http_4xx", f"upstream answered {status}",
                                   retryable=True)

@@ -284,7 +284,7 @@ def create_app(cfg: DecisionConfig, options: RuntimeOptions | None = None) -> St
         Route("/v1/decisions", decisions, methods=["POST"]),
         Route("/metrics", meta.metrics, methods=["GET"]),
         Route("/metrics/vllm", vllm_metrics.endpoint(
-            rt.upstream_root, rt.options.env.get("ARBITER_AUTH_INFERENCESERVICE", "")), methods=["GET"]),
+            rt.upstream_roots, rt.options.env.get("ARBITER_AUTH_INFERENCESERVICE", "")), methods=["GET"]),
     ]
     # Bearer tokens checked by the cluster when ARBITER_AUTH is true (auth.py); None (a no-op) when it is off.
     middleware = [Middleware(AuthMiddleware, authenticator=authenticator_from_env(rt.options.env))]

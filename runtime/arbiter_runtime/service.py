@@ -89,8 +89,9 @@ class Runtime:
         self.shutdown_grace_s = shutdown_grace_s(options.env)
         self.stop_requested_at: float | None = None  # time.monotonic() of the SIGTERM (set by the CLI)
         self.audit_lost: dict[str, int] | None = None  # per sink, once the audit is closed
-        root = cfg.upstream.url
-        self.upstream_root = root[:-3] if root.endswith("/v1") else root
+        # Each engine's root (its OpenAI base URL without /v1): /health, /metrics.
+        self.upstream_roots = tuple(url[:-3] if url.endswith("/v1") else url for url in cfg.upstream.urls)
+        self.upstream_root = " and ".join(self.upstream_roots)  # for messages
 
     def _headers(self) -> dict[str, str]:
         name = self.cfg.upstream.api_key_env
@@ -129,8 +130,16 @@ class Runtime:
         await self.routing.start()
 
     async def _upstream_healthy(self) -> bool:
+        """Every engine answers: a pod with an engine gone serves at a fraction of what it is sized for, and its
+        supervisor restarts the container."""
+        checks = await asyncio.gather(*(self._engine_healthy(root, url)
+                                        for root, url in zip(self.upstream_roots, self.cfg.upstream.urls,
+                                                             strict=True)))
+        return all(checks)
+
+    async def _engine_healthy(self, root: str, base: str) -> bool:
         assert self.client is not None
-        for url in (self.upstream_root + "/health", self.cfg.upstream.url + "/models"):
+        for url in (root + "/health", base + "/models"):
             status = await self.client.get_status(url)
             if status is None:
                 return False

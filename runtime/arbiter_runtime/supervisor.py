@@ -8,6 +8,13 @@ resolved: ready only when both are.
     python -m arbiter_runtime supervise [--config decision.json] [--port 8000] -- <vllm serve arguments>
     python -m arbiter_runtime supervise --upstream http://host:port/v1      # no vLLM child: any OpenAI server
 
+Several vLLM engines (`--engines N`, $ARBITER_VLLM_ENGINES; spec.serving.vllm.engines) share the pod's GPU when one
+engine's scheduler process, a core of CPU, is the bound of its decisions/s: engine i serves on vLLM's port + i, and
+starts once engine i-1 answers /health (`arbiter-runtime after`), because vLLM sizes its KV cache from the GPU memory
+it sees while it profiles, and an engine loading beside it would be counted as its own. The operator renders each
+engine's share of gpuMemoryUtilization into the arguments. The decision server sends each request to the engine
+with the fewest in flight (upstream.EnginePicker).
+
 The vLLM arguments come after `--` or from $ARBITER_VLLM_ARGS (a JSON list, or a shell-quoted string), as the
 operator renders them; the command is `python3 -m vllm.entrypoints.cli.main serve` unless $ARBITER_VLLM_COMMAND
 (shell-quoted) replaces it. The first argument that is a directory with tokenizer.json is the model directory the
@@ -25,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 
@@ -50,6 +58,9 @@ ACCESS_LOG_FLAG = "--disable-uvicorn-access-log"
 # From SIGTERM, how long the shutdown may take: the supervisor's SIGKILL bound, and the decision server's deadline
 # for its audit (service.Runtime.stop). Below Kubernetes' default terminationGracePeriodSeconds (30 s).
 DEFAULT_SHUTDOWN_GRACE_S = 25.0
+ENGINES_ENV = "ARBITER_VLLM_ENGINES"
+MAX_ENGINES = 8  # the CRD's maximum of spec.serving.vllm.engines
+AFTER_POLL_S = 0.5
 
 
 def shutdown_grace_s(env: dict[str, str]) -> float:
@@ -110,12 +121,36 @@ def vllm_env(env: dict[str, str]) -> dict[str, str]:
     return {**VLLM_ENV_DEFAULTS, **env}
 
 
+def engine_args(args: list[str], engine: int) -> list[str]:
+    """Engine `engine`'s arguments: vLLM's port plus the engine's number (0: the arguments as they are)."""
+    if engine == 0:
+        return list(args)
+    port = int(upstream_url_from_args(args).rsplit(":", 1)[1].split("/", 1)[0])
+    kept = [a for i, a in enumerate(args)
+            if not (a == "--port" or a.startswith("--port=") or (i > 0 and args[i - 1] == "--port"))]
+    return [*kept, f"--port={port + engine}"]
+
+
+def engine_name(engine: int) -> str:
+    return "vllm" if engine == 0 else f"vllm-{engine}"
+
+
+def engines_from(value: str) -> int:
+    try:
+        engines = int(value or "1")
+    except ValueError:
+        engines = 0
+    if not 1 <= engines <= MAX_ENGINES:
+        raise ValueError(f"ARBITER_VLLM_ENGINES must be a whole number from 1 to {MAX_ENGINES}, not {value!r}")
+    return engines
+
+
 def build_commands(opts: argparse.Namespace, vllm_args: list[str],
                    env: dict[str, str]) -> list[tuple[str, list[str]]]:
     children: list[tuple[str, list[str]]] = []
-    upstream = opts.upstream
+    upstreams = [opts.upstream] if opts.upstream else []
     model_dir = opts.model_dir
-    if not upstream:
+    if not upstreams:
         command = shlex.split(env["ARBITER_VLLM_COMMAND"]) if env.get("ARBITER_VLLM_COMMAND") else \
             list(DEFAULT_VLLM_COMMAND)
         vllm_args = list(vllm_args)
@@ -127,17 +162,45 @@ def build_commands(opts: argparse.Namespace, vllm_args: list[str],
             vllm_args += ["--port", "8000"]
         if not given & {ACCESS_LOG_FLAG, "--no-" + ACCESS_LOG_FLAG[2:]}:
             vllm_args.append(ACCESS_LOG_FLAG)
-        children.append(("vllm", command + vllm_args))
-        upstream = upstream_url_from_args(vllm_args)
+        for engine in range(opts.engines):
+            args = engine_args(vllm_args, engine)
+            upstreams.append(upstream_url_from_args(args))
+            gate = [] if engine == 0 else [sys.executable, "-m", "arbiter_runtime", "after",
+                                           upstreams[-2].removesuffix("/v1") + "/health", "--"]
+            children.append((engine_name(engine), gate + command + args))
         model_dir = model_dir or find_model_dir(vllm_args)
-    server = [sys.executable, "-m", "arbiter_runtime", "serve", "--port", str(opts.port), "--host", opts.host,
-              "--upstream", upstream]
+    server = [sys.executable, "-m", "arbiter_runtime", "serve", "--port", str(opts.port), "--host", opts.host]
+    for upstream in upstreams:
+        server += ["--upstream", upstream]
     if opts.config:
         server += ["--config", opts.config]
     if model_dir:
         server += ["--model-dir", model_dir]
     children.append(("decision-server", server))
     return children
+
+
+def after(argv: list[str]) -> int:
+    """`arbiter-runtime after URL -- COMMAND...`: wait until URL answers 200, then become COMMAND (the same pid, so
+    the supervisor's signals and the decision server's CPU readings reach it). The supervisor starts an engine this
+    way once the engine before it is up; if that one exits instead, the supervisor stops the container."""
+    if "--" not in argv or argv.index("--") != 1 or len(argv) < 3:
+        print("usage: arbiter-runtime after URL -- COMMAND [ARGS...]", file=sys.stderr)
+        return 2
+    url, command = argv[0], argv[2:]
+    # No proxy from the environment between the supervisor's children on 127.0.0.1.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    while True:
+        try:
+            with opener.open(url, timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except (OSError, ValueError):
+            pass
+        time.sleep(AFTER_POLL_S)
+    log.info("%s answers: starting %s", url, shlex.join(command[:4]))
+    os.execvp(command[0], command)
+    return 127  # not reached
 
 
 def ray_head_address(env: dict[str, str]) -> str | None:
@@ -182,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-dir", default=os.environ.get("ARBITER_MODEL_DIR") or None)
     p.add_argument("--upstream", default=os.environ.get("ARBITER_UPSTREAM_URL") or None,
                    help="use this OpenAI-compatible server instead of starting vllm serve")
+    p.add_argument("--engines", default=os.environ.get(ENGINES_ENV, "1"),
+                   help="vLLM engines sharing the GPU, each on vLLM's port + its number (default: "
+                        f"${ENGINES_ENV}, else 1)")
     p.add_argument("--grace-s", type=float, default=None,
                    help="how long children get to exit after SIGTERM before SIGKILL (default: "
                         "$ARBITER_SHUTDOWN_GRACE_S, else 25)")
@@ -191,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         grace = shutdown_grace_s({"ARBITER_SHUTDOWN_GRACE_S": str(opts.grace_s)} if opts.grace_s is not None
                                  else env)
         vllm_args = vllm_cli or vllm_args_from_env(env)
+        opts.engines = engines_from(opts.engines)
     except ValueError as exc:
         print(f"arbiter-runtime supervise: {exc}", file=sys.stderr)
         return 2
@@ -230,11 +297,14 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._signal)
         # The children get the same grace: the decision server times its audit flush to end before the SIGKILL.
         env = dict(os.environ, ARBITER_SHUTDOWN_GRACE_S=str(self.grace_s))
+        engines: list[str] = []
         for name, cmd in self.children:
             log.info("starting %s: %s", name, shlex.join(cmd))
-            self.procs[name] = subprocess.Popen(cmd, env=vllm_env(env) if name == "vllm" else env)
-            if name == "vllm":  # started first: the decision server reports the CPU of vLLM's processes
-                env = dict(env, **{vllm_processes.PID_ENV: str(self.procs[name].pid)})
+            is_vllm = name == "vllm" or name.startswith("vllm-")
+            self.procs[name] = subprocess.Popen(cmd, env=vllm_env(env) if is_vllm else env)
+            if is_vllm:  # started first: the decision server reports the CPU of vLLM's processes
+                engines.append(str(self.procs[name].pid))
+                env = dict(env, **{vllm_processes.PID_ENV: ",".join(engines)})
         code = 0
         while True:
             if os.getpid() == 1:

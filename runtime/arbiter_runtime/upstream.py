@@ -94,6 +94,31 @@ class UpstreamClient:
             return None
 
 
+class EnginePicker:
+    """Which of the pod's vLLM engines takes the next request: the one with the fewest requests in flight, ties
+    taken in turn. Several engines share a GPU when one engine's scheduler process (a core) is the bound of its
+    decisions/s (spec.serving.vllm.engines; docs/gpu.md); an engine that answers slower keeps more in flight and so
+    gets fewer. One engine: always it, and no counting."""
+
+    def __init__(self, urls: tuple[str, ...]):
+        self.urls = urls
+        self.in_flight = [0] * len(urls)
+        self._turn = 0
+
+    def pick(self) -> int:
+        n = len(self.urls)
+        if n == 1:
+            return 0
+        start = self._turn
+        self._turn = (start + 1) % n
+        best = start
+        for k in range(1, n):
+            i = (start + k) % n
+            if self.in_flight[i] < self.in_flight[best]:
+                best = i
+        return best
+
+
 class AnswerTooLarge(Exception):
     """An answer over its byte bound (read_capped); the message says how large it said it was, if it did."""
 

@@ -16,6 +16,7 @@ stay apart from another's in any query that ignores the pod labels.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
 
@@ -66,11 +67,51 @@ async def scrape(upstream_root: str, model_name: str = "") -> tuple[int, str]:
     return 200, only_vllm(body.decode("utf-8", errors="replace"), model_name)
 
 
-def endpoint(upstream_root: str, model_name: str = "") -> Callable[[Request], Awaitable[Response]]:
-    """model_name: the InferenceService's name, put in each series' `model_name` label (empty: vLLM's own)."""
+def with_engine(line: str, engine: int) -> str:
+    """A sample line with an `engine` label first in its label set."""
+    name, brace, rest = line.partition("{")
+    if brace:
+        return f'{name}{{engine="{engine}",{rest}' if not rest.startswith("}") else f'{name}{{engine="{engine}"{rest}'
+    name, space, value = line.partition(" ")
+    return f'{name}{{engine="{engine}"}}{space}{value}'
+
+
+def merge_engines(pages: list[str]) -> str:
+    """The filtered pages of several engines as one exposition: each family's HELP and TYPE once, then its samples
+    from every engine, each with an `engine` label (the engine's number), so the series of two engines on one pod
+    stay apart. A family is the block from its `# HELP` line to the next, as vLLM's prometheus_client writes it."""
+    families: dict[str, list[str]] = {}  # a family's name -> its header lines, then every engine's samples
+    for engine, page in enumerate(pages):
+        known = set(families)  # the families whose HELP and TYPE an engine before this one gave
+        family = ""
+        for line in page.split("\n"):
+            if line.startswith(("# HELP ", "# TYPE ")):
+                family = line[7:].split(" ", 1)[0]
+                if family not in known:
+                    families.setdefault(family, []).append(line)
+            elif line:
+                families.setdefault(family, []).append(with_engine(line, engine))
+    out = [line for lines in families.values() for line in lines]
+    return "\n".join(out) + ("\n" if out else "")
+
+
+async def scrape_all(roots: tuple[str, ...], model_name: str = "") -> tuple[int, str]:
+    """One engine's page as it is; several engines' merged (merge_engines), or 503 naming the engine that failed."""
+    if len(roots) == 1:
+        return await scrape(roots[0], model_name)
+    pages = await asyncio.gather(*(scrape(root, model_name) for root in roots))
+    for engine, (status, text) in enumerate(pages):
+        if status != 200:
+            return status, f"engine {engine}: {text}"
+    return 200, merge_engines([text for _, text in pages])
+
+
+def endpoint(upstream_roots: tuple[str, ...], model_name: str = "") -> Callable[[Request], Awaitable[Response]]:
+    """upstream_roots: the pod's vLLM engines; model_name: the InferenceService's name, put in each series'
+    `model_name` label (empty: vLLM's own)."""
 
     async def vllm_metrics(_: Request) -> Response:
-        status, text = await scrape(upstream_root, model_name)
+        status, text = await scrape_all(upstream_roots, model_name)
         return PlainTextResponse(text, status_code=status, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return vllm_metrics

@@ -1,6 +1,7 @@
 """CPU time of vLLM's processes, on the decision server's /metrics: which process bounds a pod's decisions/s.
 
-    arbiter_vllm_process_cpu_seconds_total{model,version,process,index}
+    arbiter_vllm_process_cpu_seconds_total{model,version,engine,process,index}
+        engine:  which of the pod's vLLM engines ("0" for the first or only one; spec.serving.vllm.engines)
         process: api-server (vLLM's OpenAI server: the `vllm serve` process itself, or each `VLLM::APIServer_N`
                  when spec.serving.vllm.apiServers > 1) | engine-core (`VLLM::EngineCore`, the scheduler) |
                  worker (`VLLM::Worker_TP<n>`, one per GPU at tensor parallel 2 and more)
@@ -11,12 +12,12 @@ served 49% more decisions/s (docs/gpu.md, "API servers, the constraint and log-p
 near 1.0 is the bound of its pod, and the alert ArbiterVLLMFrontendSaturated reads it. vLLM's own /metrics cannot
 say it: with several API servers it serves prometheus_client's multiprocess registry, which has no process series.
 
-The supervisor starts vLLM before the decision server and hands it vLLM's pid ($ARBITER_VLLM_PID); the processes are
-that pid and its descendants, named by the titles vLLM gives them (vllm/utils/system_utils.py set_process_title, a
-"VLLM::" prefix). Read with psutil at each scrape (every 15-30 s): no thread, nothing kept between scrapes. psutil
-finds a tree's children by reading every process's parent, so a read costs with the processes it can see: 2.5 ms
-for a tree of six among 140 processes on a development machine (measured with `cpu_seconds` in a loop); a pod's own
-PID namespace holds about ten.
+The supervisor starts vLLM before the decision server and hands it vLLM's pid ($ARBITER_VLLM_PID; one per engine,
+comma-separated, when the pod runs several); an engine's processes are that pid and its descendants, named by the
+titles vLLM gives them (vllm/utils/system_utils.py set_process_title, a "VLLM::" prefix). Read with psutil at each
+scrape (every 15-30 s): no thread, nothing kept between scrapes. psutil finds a tree's children by reading every
+process's parent, so a read costs with the processes it can see: 2.5 ms for a tree of six among 140 processes on a
+development machine (measured with `cpu_seconds` in a loop); a pod's own PID namespace holds about ten.
 """
 
 from __future__ import annotations
@@ -79,23 +80,33 @@ def cpu_seconds(root_pid: int) -> dict[tuple[str, str], float]:
 
 
 class VLLMProcessCollector(Collector):
-    def __init__(self, model: str, version: str, root_pid: int):
+    def __init__(self, model: str, version: str, root_pids: tuple[int, ...]):
         self.labels = (model, version)
-        self.root_pid = root_pid
+        self.root_pids = root_pids
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(NAME, "CPU time of vLLM's processes (user + system): a rate near 1 is a "
-                                     "process that bounds the pod", labels=["model", "version", "process", "index"])
-        for (process, index), seconds in sorted(cpu_seconds(self.root_pid).items()):
-            family.add_metric([*self.labels, process, index], seconds)
+                                     "process that bounds the pod",
+                                     labels=["model", "version", "engine", "process", "index"])
+        for engine, pid in enumerate(self.root_pids):
+            for (process, index), seconds in sorted(cpu_seconds(pid).items()):
+                family.add_metric([*self.labels, str(engine), process, index], seconds)
         yield family
 
 
+def root_pids(raw: str) -> tuple[int, ...] | None:
+    """The engines' pids from $ARBITER_VLLM_PID ("123" or "123,456"), or None when it names none usable."""
+    pids = raw.split(",") if raw else []
+    if not pids or not all(p.isascii() and p.isdigit() and int(p) > 1 for p in pids):
+        return None
+    return tuple(int(p) for p in pids)
+
+
 def register(registry: CollectorRegistry, model: str, version: str, env: dict[str, str] | None = None) -> bool:
-    """Adds the collector when the supervisor named vLLM's pid; False (nothing added) when it did not: a decision
+    """Adds the collector when the supervisor named vLLM's pids; False (nothing added) when it did not: a decision
     server in front of another upstream has no vLLM processes of its own to read."""
-    raw = (os.environ if env is None else env).get(PID_ENV, "")
-    if not (raw.isascii() and raw.isdigit()) or int(raw) <= 1:
+    pids = root_pids((os.environ if env is None else env).get(PID_ENV, ""))
+    if pids is None:
         return False
-    registry.register(VLLMProcessCollector(model, version, int(raw)))
+    registry.register(VLLMProcessCollector(model, version, pids))
     return True

@@ -82,6 +82,7 @@ from .serving import (
     VersionVllm,
     VllmSettings,
     effective_vllm,
+    engine_memory_share,
 )
 from .versions import (
     DecisionOverride,
@@ -162,6 +163,7 @@ __all__ = [
     "VllmSettings",
     "effective_decision",
     "effective_vllm",
+    "engine_memory_share",
     "isvc_name",
     "name_plus_version_limit",
     "schema_depth",

@@ -3,6 +3,7 @@ and its auth) and spec.mesh (the service mesh's sidecar)."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints
@@ -74,6 +75,15 @@ class VllmSettings(_Model):
         "is the bound (a core each: chat template, log-probabilities, JSON); more raise decisions/s at high "
         "concurrency and cost a CPU core each under load. 1 renders no flag.",
     )
+    engines: int = Field(
+        1, ge=1, le=8,
+        description="vLLM engines sharing each pod's GPU (gpus 1 and nodes 1 only), each with its own scheduler "
+        "process and gpuMemoryUtilization / engines of the GPU's memory; the decision server sends each request to "
+        "the engine with the fewest in flight. One engine's scheduler runs a core and bounds its decisions/s when "
+        "the model is small for its GPU (a 7B FP8 model on an 80 GB GPU); a second engine uses the GPU time the "
+        "first leaves. Each needs its own CPU (an engine core and its API servers) and memory for its weights. "
+        "1 renders nothing.",
+    )
     extraArgs: list[Arg] = Field(
         default_factory=list,
         max_length=64,
@@ -104,6 +114,12 @@ def effective_vllm(serving: VllmSettings, override: VersionVllm | None) -> VllmS
     if override is None:
         return serving
     return serving.model_copy(update=override.model_dump(exclude_none=True))
+
+
+def engine_memory_share(utilization: float, engines: int) -> float:
+    """Each engine's --gpu-memory-utilization: its share of the version's, rounded down (the engines' sum never
+    above what the spec allows). One engine: the spec's value as written."""
+    return utilization if engines == 1 else math.floor(utilization / engines * 1000) / 1000
 
 
 class Resources(_Model):
@@ -138,6 +154,15 @@ class AwsWebIdentity(_Model):
 
 
 class ServingSpec(_Model):
+    model_config = _checked(
+        _cel(
+            "!has(self.vllm) || !has(self.vllm.engines) || self.vllm.engines == 1 || "
+            "((!has(self.gpus) || self.gpus == 1) && (!has(self.nodes) || self.nodes == 1))",
+            "spec.serving.vllm.engines above 1 shares one GPU between engines: it needs gpus 1 and nodes 1; for "
+            "more GPUs per pod keep engines 1 (or serve more replicas)",
+            ".vllm.engines",
+        )
+    )
     runtimeImage: Annotated[str, StringConstraints(min_length=1, max_length=512)] | None = Field(
         None,
         description="Arbiter runtime image (decision server + vLLM) for every live version of this model. Unset: "

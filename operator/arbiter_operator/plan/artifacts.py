@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
-from ..api.models import effective_decision, effective_vllm
+from ..api.models import effective_decision, effective_vllm, engine_memory_share
 from ..api.names import CONFIG_FILE, LABEL_VERSION
 from .model import ArtifactObservation, Observations
 
@@ -401,7 +401,8 @@ def serving_ask(spec: Any, version: Any = None) -> ServingAsk:
         dtype=v.dtype,
         quantization=v.quantization,
         kv_cache_dtype=v.kvCacheDtype,
-        gpu_memory_utilization=v.gpuMemoryUtilization,
+        # One engine's share when several share the GPU: each must hold the weights and a sequence's KV cache.
+        gpu_memory_utilization=engine_memory_share(v.gpuMemoryUtilization, v.engines),
         gpu_product=spec.serving.gpuProduct or None,
     )
 

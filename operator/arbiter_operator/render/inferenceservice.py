@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, effective_vllm, isvc_name
+from ..api.models import GPU_PRODUCT_LABEL, DecisionModel, ModelVersion, effective_vllm, engine_memory_share, isvc_name
 from ..api.names import (
     ANN_DEPLOYMENT_MODE,
     ANN_REGISTRY_URL,
@@ -64,7 +64,7 @@ def vllm_args(dm: DecisionModel, version: ModelVersion | None = None, diffusion:
         f"--max-model-len={v.maxModelLen}",
         f"--max-num-seqs={v.maxNumSeqs}",
         f"--block-size={v.blockSize}",
-        f"--gpu-memory-utilization={v.gpuMemoryUtilization}",
+        f"--gpu-memory-utilization={engine_memory_share(v.gpuMemoryUtilization, v.engines)}",
     ]
     if s.nodes > 1:
         args += [f"--pipeline-parallel-size={s.nodes}", "--distributed-executor-backend=ray"]
@@ -286,7 +286,10 @@ def _model(inputs: PredictorInputs, name: str, storage: Mapping[str, Any], resou
 def _runtime_env(dm: DecisionModel, name: str, namespace_labels: Mapping[str, str]) -> list[dict[str, Any]]:
     """The runtime's settings: where decision.json is, its port, how it checks who calls it, where its audit goes."""
     auth = dm.spec.exposure.auth
-    return [*_base_env(dm, name, namespace_labels, auth), *audit_env(dm)]
+    # Several engines on the pod's GPU: the supervisor starts them one after the other (runtime/supervisor.py).
+    engines = dm.spec.serving.vllm.engines
+    more = [{"name": "ARBITER_VLLM_ENGINES", "value": str(engines)}] if engines > 1 else []
+    return [*_base_env(dm, name, namespace_labels, auth), *more, *audit_env(dm)]
 
 
 def audit_env(dm: DecisionModel) -> list[dict[str, Any]]:
