@@ -91,7 +91,6 @@ class Runtime:
         self.audit_lost: dict[str, int] | None = None  # per sink, once the audit is closed
         # Each engine's root (its OpenAI base URL without /v1): /health, /metrics.
         self.upstream_roots = tuple(url[:-3] if url.endswith("/v1") else url for url in cfg.upstream.urls)
-        self.upstream_root = " and ".join(self.upstream_roots)  # for messages
 
     def _headers(self) -> dict[str, str]:
         name = self.cfg.upstream.api_key_env
@@ -129,13 +128,14 @@ class Runtime:
         await self.shadow.start()
         await self.routing.start()
 
-    async def _upstream_healthy(self) -> bool:
-        """Every engine answers: a pod with an engine gone serves at a fraction of what it is sized for, and its
-        supervisor restarts the container."""
+    async def _silent_upstreams(self) -> str:
+        """The engines that do not answer, for a message; empty when every one does. Readiness needs them all: a
+        pod with an engine gone serves a fraction of what it is sized for, and its supervisor restarts the
+        container."""
         checks = await asyncio.gather(*(self._engine_healthy(root, url)
                                         for root, url in zip(self.upstream_roots, self.cfg.upstream.urls,
                                                              strict=True)))
-        return all(checks)
+        return " and ".join(root for root, ok in zip(self.upstream_roots, checks, strict=True) if not ok)
 
     async def _engine_healthy(self, root: str, base: str) -> bool:
         assert self.client is not None
@@ -149,8 +149,8 @@ class Runtime:
 
     async def _load(self, tokens: LabelTokens | None) -> None:
         waited = 0.0
-        while not await self._upstream_healthy():
-            self.not_ready_reason = f"waiting for the upstream at {self.upstream_root}"
+        while silent := await self._silent_upstreams():
+            self.not_ready_reason = f"waiting for the upstream at {silent}"
             if waited % 10 < self.options.upstream_poll_s:
                 log.info("%s", self.not_ready_reason)
             await asyncio.sleep(self.options.upstream_poll_s)
@@ -186,9 +186,10 @@ class Runtime:
         failed = 0
         while True:
             await asyncio.sleep(self.options.upstream_watch_s)
-            if await self._upstream_healthy():
+            silent = await self._silent_upstreams()
+            if not silent:
                 if not self.ready:
-                    log.info("upstream %s answers again: ready", self.upstream_root)
+                    log.info("upstream %s answers again: ready", " and ".join(self.upstream_roots))
                 failed, self.ready, self.not_ready_reason = 0, True, ""
                 self.metrics.upstream_up.set(1)
                 continue
@@ -196,7 +197,7 @@ class Runtime:
             self.metrics.upstream_up.set(0)
             if failed >= UNREADY_AFTER_FAILED_CHECKS and self.ready:
                 self.ready = False
-                self.not_ready_reason = (f"the upstream at {self.upstream_root} has not answered /health for "
+                self.not_ready_reason = (f"the upstream at {silent} has not answered /health for "
                                          f"{failed} checks; decisions fall back to the rules")
                 log.error("%s", self.not_ready_reason)
 

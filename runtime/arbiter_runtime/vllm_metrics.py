@@ -31,6 +31,7 @@ TIMEOUT_S = 3.0
 PREFIX = "vllm:"
 # A `model_name="..."` label in a sample's label set: the value is a quoted string with \\, \" and \n escapes.
 _MODEL_NAME = re.compile(r'([{,]\s*model_name\s*=\s*)"(?:[^"\\]|\\.)*"')
+_ENGINE = re.compile(r'([{,]\s*engine\s*=\s*)"(?:[^"\\]|\\.)*"')
 
 
 def _escaped(value: str) -> str:
@@ -68,10 +69,16 @@ async def scrape(upstream_root: str, model_name: str = "") -> tuple[int, str]:
 
 
 def with_engine(line: str, engine: int) -> str:
-    """A sample line with an `engine` label first in its label set."""
+    """A sample line whose `engine` label says the pod's engine number: vLLM's own `engine` label (its data-parallel
+    rank, "0" for every engine here, each being a server of its own) gets the number; a sample without one gets the
+    label first in its set."""
     name, brace, rest = line.partition("{")
     if brace:
-        return f'{name}{{engine="{engine}",{rest}' if not rest.startswith("}") else f'{name}{{engine="{engine}"{rest}'
+        relabelled, found = _ENGINE.subn(lambda m: f'{m.group(1)}"{engine}"', "{" + rest, count=1)
+        if found:
+            return name + relabelled
+        return f'{name}{{engine="{engine}",{rest}' if not rest.lstrip().startswith("}") else \
+            f'{name}{{engine="{engine}"{rest.lstrip()}'
     name, space, value = line.partition(" ")
     return f'{name}{{engine="{engine}"}}{space}{value}'
 

@@ -51,6 +51,11 @@ CASES = {
     "api-servers-0": (set_field("spec.serving.vllm.apiServers", 0), "apiServers"),
     "api-servers-17": (set_field("spec.serving.vllm.apiServers", 17), "apiServers"),
     "api-servers-string": (set_field("spec.serving.vllm.apiServers", "4"), "apiServers"),
+    "engines-9": (set_field("spec.serving.vllm.engines", 9), "engines"),
+    "engines-with-tensor-parallel": (lambda b: set_field("spec.serving.gpus", 2)(
+        set_field("spec.serving.vllm.engines", 2)(b)), "spec.serving.vllm.engines above 1 shares one GPU"),
+    "engines-with-nodes": (lambda b: set_field("spec.serving.nodes", 2)(
+        set_field("spec.serving.vllm.engines", 3)(b)), "it needs gpus 1 and nodes 1"),
     "disable-log-requests": (set_field("spec.serving.vllm.extraArgs", ["--disable-log-requests"]),
                              "--enable-log-requests turns logging on"),
     "guided-decoding-backend": (set_field("spec.serving.vllm.extraArgs", ["--guided-decoding-backend", "xgrammar"]),

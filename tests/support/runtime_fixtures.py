@@ -26,8 +26,9 @@ def standin() -> Iterator[StandinServer]:
 def make_runtime() -> Iterator[Any]:
     started: list[RuntimeServer] = []
 
-    def make(raw_cfg: dict[str, Any], options: RuntimeOptions | None = None, wait_ready: bool = True):
-        server = RuntimeServer(raw_cfg, options)
+    def make(raw_cfg: dict[str, Any], options: RuntimeOptions | None = None, wait_ready: bool = True,
+             engines: tuple[str, ...] = ()):
+        server = RuntimeServer(raw_cfg, options, engines)
         started.append(server)
         return server.start(wait_ready)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import threading
@@ -71,13 +72,19 @@ class ListSink:
 class RuntimeServer:
     """create_app() behind a real uvicorn on a free port, in a thread; the audit goes to an in-memory stream."""
 
-    def __init__(self, raw_cfg: dict[str, Any], options: RuntimeOptions | None = None):
+    def __init__(self, raw_cfg: dict[str, Any], options: RuntimeOptions | None = None,
+                 engines: tuple[str, ...] = ()):
+        """engines: the vLLM engines' base URLs when the pod runs several (`serve --upstream` once each)."""
         self.stdout = io.StringIO()
         self.options = options or RuntimeOptions()
         if self.options.audit_sinks is None:
             self.options.audit_sinks = [StdoutSink(self.stdout)]
         self.options.upstream_poll_s = 0.05
-        self.app = create_app(parse_config(raw_cfg), self.options)
+        cfg = parse_config(raw_cfg)
+        if engines:
+            cfg = dataclasses.replace(cfg, upstream=dataclasses.replace(cfg.upstream, url=engines[0],
+                                                                        engines=engines))
+        self.app = create_app(cfg, self.options)
         self.runtime = self.app.state.runtime
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

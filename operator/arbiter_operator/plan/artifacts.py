@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any, Literal, Protocol
 
 from ..api.conditions import ARTIFACTS_VALID, TOKEN_COST, Condition, make_condition
-from ..api.models import effective_decision, effective_vllm, engine_memory_share
+from ..api.models import effective_decision, effective_vllm
 from ..api.names import CONFIG_FILE, LABEL_VERSION
 from .model import ArtifactObservation, Observations
 
@@ -119,6 +119,7 @@ class ServingAsk:
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
     gpu_product: str | None = None
+    engines: int = 1  # vLLM engines sharing each GPU: each holds the weights in its share of the memory
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -401,8 +402,8 @@ def serving_ask(spec: Any, version: Any = None) -> ServingAsk:
         dtype=v.dtype,
         quantization=v.quantization,
         kv_cache_dtype=v.kvCacheDtype,
-        # One engine's share when several share the GPU: each must hold the weights and a sequence's KV cache.
-        gpu_memory_utilization=engine_memory_share(v.gpuMemoryUtilization, v.engines),
+        gpu_memory_utilization=v.gpuMemoryUtilization,
+        engines=v.engines,
         gpu_product=spec.serving.gpuProduct or None,
     )
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..api.models import DecisionModelSpec, ModelVersion, effective_vllm
+from ..api.models import DecisionModelSpec, ModelVersion, effective_vllm, engine_memory_share
 from .gpus import GpuProduct, gpu_product
 
 FP8_WEIGHTS_MIN = (7, 5)
@@ -141,6 +141,8 @@ class MemoryAsk(Protocol):
     def gpu_memory_utilization(self) -> float: ...
     @property
     def gpu_product(self) -> str | None: ...
+    @property
+    def engines(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def _kv_sequence(lang: Mapping[str, Any], v: MemoryAsk, served: int) -> float | 
 
 def memory_problem(need: MemoryNeed, gpu: GpuProduct, v: MemoryAsk, method: str | None) -> str | None:
     """A message when the weights and one full sequence cannot fit, with the changes that would make them fit."""
-    budget = gpu.memory_gib * v.gpu_memory_utilization
+    budget = gpu.memory_gib * engine_memory_share(v.gpu_memory_utilization, v.engines)
     shards = v.tensor_parallel * v.pipeline_parallel
     if need.total_gib <= budget:
         return None
@@ -221,12 +223,17 @@ def memory_problem(need: MemoryNeed, gpu: GpuProduct, v: MemoryAsk, method: str 
         fits = int((budget - need.weights_gib) / need.kv_sequence_gib * v.max_model_len)
         if fits >= 128:
             fixes.append(f"maxModelLen {fits} or less")
-    more = [g for g in (2, 4, 8) if g > shards and need.total_gib * shards / g <= budget]
+    fit = [e for e in range(v.engines - 1, 0, -1)
+           if need.total_gib <= gpu.memory_gib * engine_memory_share(v.gpu_memory_utilization, e)]
+    if fit:
+        fixes.append(f"engines: {fit[0]} (each engine holds the weights in its share of the memory)")
+    more = [g for g in (2, 4, 8) if g > shards and need.total_gib * shards / g <= budget and v.engines == 1]
     if more:
         fixes.append(f"gpus: {more[0]}")
+    shared = f" shared by {v.engines} engines" if v.engines > 1 else ""
     return (f"the weights need {need.weights_gib:.1f} GiB per GPU ({need.weights_how}){kv}, more than the "
             f"{budget:.1f} GiB vLLM may use of {gpu.label}'s {gpu.memory_gib:.0f} GiB at gpuMemoryUtilization "
-            f"{v.gpu_memory_utilization}; " + ("set " + ", or ".join(fixes) if fixes else "use a larger GPU"))
+            f"{v.gpu_memory_utilization}{shared}; " + ("set " + ", or ".join(fixes) if fixes else "use a larger GPU"))
 
 
 def quantization_fit(config: Mapping[str, Any], lang: Mapping[str, Any], size: int,
@@ -247,5 +254,6 @@ def quantization_fit(config: Mapping[str, Any], lang: Mapping[str, Any], size: i
     if problem:
         return GPU_MEMORY_TOO_SMALL, problem
     mode = f", {fp8_mode(gpu)}" if ask.quantization == "fp8" or method == "fp8" else ""
+    shared = f" shared by {ask.engines} engines" if ask.engines > 1 else ""
     return None, (f"; weights {need.weights_gib:.1f} GiB per GPU ({need.weights_how}{mode}) fit "
-                  f"{gpu.label} at gpuMemoryUtilization {ask.gpu_memory_utilization}")
+                  f"{gpu.label} at gpuMemoryUtilization {ask.gpu_memory_utilization}{shared}")

@@ -32,7 +32,7 @@ FAST_BURN, SLOW_BURN = 14.4, 6.0
 GPU_UNDERUSED_PERCENT = 30  # "GPU utilisation persistently under 30%": what operations watches first
 KV_CACHE_SATURATED = 0.9
 # Cores one vLLM API server process runs: its event loop is one thread, and at the measured bound it ran 0.99.
-API_SERVER_SATURATED = 0.9
+PROCESS_SATURATED = 0.9
 BY_VERSION = "namespace, arbiter_dev_decision_model, arbiter_dev_version"
 BY_POD = f"{BY_VERSION}, pod"
 
@@ -120,11 +120,18 @@ def _serving_alerts(selector: str, namespace: str) -> list[dict[str, Any]]:
                "and decisions slow down (more replicas, or a smaller max-num-seqs)."),
         _alert("ArbiterVLLMAPIServerSaturated",
                f"max by ({BY_POD}) (rate(arbiter_vllm_process_cpu_seconds_total{{{selector},"
-               f'process="api-server"}}[5m])) > {API_SERVER_SATURATED:g}', "15m", "warning",
+               f'process="api-server"}}[5m])) > {PROCESS_SATURATED:g}', "15m", "warning",
                f"{pod}: a vLLM API server process, not the GPU, bounds its decisions",
                f"{pod}: a vLLM API server process has run {{{{ printf \"%.2f\" $value }}}} cores for 15 minutes: "
                "it runs on one core, so requests wait for it while the GPU has room. Raise "
                "spec.serving.vllm.apiServers (one process per core), or add replicas."),
+        _alert("ArbiterVLLMEngineCoreSaturated",
+               f"max by ({BY_POD}) (rate(arbiter_vllm_process_cpu_seconds_total{{{selector},"
+               f'process="engine-core"}}[5m])) > {PROCESS_SATURATED:g}', "15m", "warning",
+               f"{pod}: a vLLM engine core, not the GPU, bounds its decisions",
+               f"{pod}: a vLLM engine core process has run {{{{ printf \"%.2f\" $value }}}} cores for 15 minutes: "
+               "one per engine, it schedules every step on one core while the GPU has room. Raise "
+               "spec.serving.vllm.engines (another engine shares the GPU), or add replicas."),
         _alert("ArbiterGPUUnderused", f"{gpu_util} < {GPU_UNDERUSED_PERCENT}", "1h", "info",
                f"{pod} uses its GPUs under {GPU_UNDERUSED_PERCENT}%",
                f"{pod}: GPU utilisation {{{{ printf \"%.0f\" $value }}}}% for an hour (DCGM_FI_DEV_GPU_UTIL): fewer "

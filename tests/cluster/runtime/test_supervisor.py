@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from arbiter_operator.cli.promclient import Prometheus
 from arbiter_operator.cli.queries import version_metrics
 from arbiter_runtime.supervisor import (
     build_commands,
+    engines_from,
     find_model_dir,
     ray_head_address,
     upstream_url_from_args,
@@ -53,7 +55,19 @@ def _cmdline(pid: int) -> str:
 
 @pytest.fixture
 def supervised(tmp_path):
+    yield from _supervised(tmp_path, engines=1)
+
+
+@pytest.fixture
+def supervised_engines(tmp_path):
+    """Two engines, as the operator renders spec.serving.vllm.engines: 2 (ARBITER_VLLM_ENGINES)."""
+    yield from _supervised(tmp_path, engines=2)
+
+
+def _supervised(tmp_path, engines: int):
     upstream_port, port = free_port(), free_port()
+    while engines > 1 and not _free(upstream_port + 1):
+        upstream_port = free_port()
     cfg = tmp_path / "decision.json"
     cfg.write_text(json.dumps(base_config(f"http://127.0.0.1:{upstream_port}/v1")))
     model_dir = tmp_path / "model"
@@ -61,7 +75,7 @@ def supervised(tmp_path):
     # the operator renders them; the stand-in plays `vllm serve`.
     env = dict(os.environ, ARBITER_VLLM_COMMAND=f"{sys.executable} -m arbiter_devenv.vllm_standin",
                ARBITER_DECISION_CONFIG=str(cfg), ARBITER_PORT=str(port), ARBITER_AUTH="false", PYTHONUNBUFFERED="1",
-               ARBITER_SHUTDOWN_GRACE_S="6")
+               ARBITER_SHUTDOWN_GRACE_S="6", **({"ARBITER_VLLM_ENGINES": str(engines)} if engines > 1 else {}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "arbiter_runtime", f"--port={upstream_port}", "--served-model-name", "credit-v1",
          "--words", ",".join(LABELS), "--model-dir", str(model_dir)],
@@ -78,13 +92,22 @@ def supervised(tmp_path):
         assert time.monotonic() < deadline, "supervised server never became ready"
         time.sleep(0.2)
     try:
-        yield proc, url
+        yield (proc, url) if engines == 1 else (proc, url, [upstream_port + i for i in range(engines)])
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         for child in _children(proc.pid):
             os.kill(child, signal.SIGKILL)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def test_sigterm_stops_both_and_the_audit_is_on_stdout(supervised):
@@ -194,7 +217,7 @@ def test_supervisor_argument_handling(tmp_path):
     assert ray_head_address({"HEAD_SVC": "m-head", "POD_NAMESPACE": "ns"}) == "m-head.ns.svc.cluster.local:6379"
     assert uses_ray(["m", "--distributed-executor-backend=ray"]) and not uses_ray(["m"])
     # vLLM's access log is off unless the arguments say either way, in any spelling vLLM reads.
-    opts = argparse.Namespace(upstream=None, model_dir=None, port=8080, host="0.0.0.0", config=None)
+    opts = argparse.Namespace(upstream=None, model_dir=None, port=8080, host="0.0.0.0", config=None, engines=1)
 
     def served(*args: str) -> list[str]:
         return dict(build_commands(opts, ["m", *args], {}))["vllm"]
@@ -207,3 +230,56 @@ def test_supervisor_argument_handling(tmp_path):
     # The container's own setting wins over the supervisor's default for vLLM.
     assert vllm_env({})["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "0"
     assert vllm_env({"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"})["VLLM_REGEX_COMPILATION_TIMEOUT_S"] == "5"
+
+
+def test_two_engines_one_after_the_other_both_deciding(supervised_engines):
+    """engines 2: the second engine is started on vLLM's port + 1 once the first answers; the decision server knows
+    both (their pids for the CPU series, their URLs for the requests) and every engine decides a share."""
+    proc, url, ports = supervised_engines
+    children = _children(proc.pid)
+    engines = [c for c in children if "vllm_standin" in _cmdline(c)]
+    assert sorted(int(re.search(r"--port[= ](\d+)", _cmdline(c))[1]) for c in engines) == ports
+    (server,) = [c for c in children if c not in engines]
+    assert sorted(_environ(server)["ARBITER_VLLM_PID"].split(",")) == sorted(str(c) for c in engines)
+    with httpx.Client(base_url=url, timeout=10) as c:
+        for n in range(60):
+            c.post("/v1/decisions", json={"amount": n, "country": "DE"}).raise_for_status()
+        page = c.get("/metrics/vllm").text
+        cpu = {(x.labels["engine"], x.labels["process"]) for family in text_string_to_metric_families(
+            c.get("/metrics").text) if family.name == "arbiter_vllm_process_cpu_seconds" for x in family.samples}
+    served = {}
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == "vllm:request_success_total":
+                served[sample.labels["engine"]] = served.get(sample.labels["engine"], 0) + sample.value
+    # One at a time, the engines take the requests in turn.
+    assert served == {"0": 30, "1": 30}
+    assert cpu == {("0", "api-server"), ("1", "api-server")}
+
+
+def test_the_container_stops_when_either_engine_dies(supervised_engines):
+    proc, _url, ports = supervised_engines
+    (second,) = [c for c in _children(proc.pid) if f"--port={ports[1]}" in _cmdline(c)]
+    os.kill(second, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode != 0
+    assert "vllm-1 exited" in proc.stderr.read()
+
+
+def test_engine_commands():
+    """Each engine's arguments differ only in vLLM's port; the second waits for the first's /health."""
+    opts = argparse.Namespace(upstream=None, model_dir=None, port=8080, host="0.0.0.0", config=None, engines=3)
+    commands = dict(build_commands(opts, ["m", "--port", "9000", "--max-num-seqs=64"], {}))
+    assert list(commands) == ["vllm", "vllm-1", "vllm-2", "decision-server"]
+    assert "after" not in commands["vllm"] and commands["vllm"][4:8] == ["m", "--port", "9000", "--max-num-seqs=64"]
+    for engine in (1, 2):
+        cmd = commands[f"vllm-{engine}"]
+        gate = cmd.index("after")
+        assert cmd[gate + 1] == f"http://127.0.0.1:{9000 + engine - 1}/health" and cmd[gate + 2] == "--"
+        assert f"--port={9000 + engine}" in cmd and "9000" not in cmd and "--max-num-seqs=64" in cmd
+    server = commands["decision-server"]
+    assert [server[i + 1] for i, a in enumerate(server) if a == "--upstream"] == [
+        f"http://127.0.0.1:{9000 + i}/v1" for i in range(3)]
+    for bad in ("0", "9", "two", "-1"):
+        with pytest.raises(ValueError, match="ARBITER_VLLM_ENGINES must be a whole number from 1 to 8"):
+            engines_from(bad)

@@ -213,3 +213,14 @@ def test_fp8_never_needs_more_memory_and_more_gpus_never_more_per_gpu(size, tp, 
     assert need.total_gib <= plain.total_gib + 1e-9
     wider = memory_need(GEMMA_7B, GEMMA_7B, size, ServingAsk(tensor_parallel=tp * 2, quantization=quant), None)
     assert wider.weights_gib <= need.weights_gib
+
+
+def test_each_engine_must_hold_the_weights_in_its_share_and_the_message_says_how_many_fit():
+    """FP8 7B on an L4 (24 GB): two engines at 0.9 fit (0.45 each), three do not, and the refusal says engines: 2."""
+    two = check(gpu_product="NVIDIA-L4", quantization="fp8", engines=2)
+    assert two.status == "True" and "at gpuMemoryUtilization 0.9 shared by 2 engines" in two.message, two.message
+    three = check(gpu_product="NVIDIA-L4", quantization="fp8", engines=3)
+    assert (three.status, three.reason) == ("False", "GPUMemoryTooSmall")
+    assert "at gpuMemoryUtilization 0.9 shared by 3 engines" in three.message
+    assert "engines: 2 (each engine holds the weights in its share of the memory)" in three.message
+    assert "gpus:" not in three.message  # more GPUs per pod is no fix: engines need gpus 1

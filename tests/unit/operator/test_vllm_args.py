@@ -106,3 +106,34 @@ def test_api_servers_out_of_range_are_refused(value: object) -> None:
 
     with pytest.raises(ValidationError, match="apiServers"):
         dm_with(vllm={"apiServers": value})
+
+
+def test_engines_render_each_engines_memory_share_and_the_count_and_one_renders_nothing() -> None:
+    """engines 2 on the default 0.9: each engine may use 0.45 of the GPU (the two never more than the spec allows),
+    and the runtime is told how many to start; engines 1 leaves the arguments and the environment as they were."""
+    from arbiter_operator.render import render_configmap, render_inferenceservice
+    from arbiter_operator.render.inferenceservice import PredictorInputs, vllm_args
+    from test_quantization import dm_with
+
+    def pod(dm: DecisionModel) -> dict[str, Any]:
+        version = dm.spec.versions[0]
+        isvc = render_inferenceservice(PredictorInputs(dm, version, render_configmap(dm, version), {}))
+        return isvc["spec"]["predictor"]["model"]
+
+    plain, one = dm_with(), dm_with(vllm={"engines": 1})
+    assert vllm_args(one) == vllm_args(plain) and pod(one)["env"] == pod(plain)["env"]
+    assert not any(e["name"] == "ARBITER_VLLM_ENGINES" for e in pod(plain)["env"])
+    two = dm_with(vllm={"engines": 2, "gpuMemoryUtilization": 0.9})
+    assert [a for a in vllm_args(two) if a not in vllm_args(plain)] == ["--gpu-memory-utilization=0.45"]
+    assert {"name": "ARBITER_VLLM_ENGINES", "value": "2"} in pod(two)["env"]
+    three = vllm_args(dm_with(vllm={"engines": 3, "gpuMemoryUtilization": 0.95}))
+    assert "--gpu-memory-utilization=0.316" in three  # rounded down: 3 x 0.316 <= 0.95
+
+
+@settings(max_examples=200, deadline=None)
+@given(utilization=st.floats(0.01, 1.0), engines=st.integers(1, 8))
+def test_the_engines_shares_never_add_up_to_more_than_the_spec_allows(utilization: float, engines: int) -> None:
+    from arbiter_operator.api.models import engine_memory_share
+
+    share = engine_memory_share(utilization, engines)
+    assert share * engines <= utilization + 1e-12 and (engines == 1 or share > utilization / engines - 0.001)

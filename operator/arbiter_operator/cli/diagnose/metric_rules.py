@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from .evidence import VersionMetrics
 from .rules import (
-    API_SERVER_BOUND,
     INPUT_NEAR_LIMIT,
     KV_CACHE_FULL,
     LOW_CONFIDENCE_SHARE,
     MAX_API_SERVERS,
+    MAX_ENGINES,
     MIN_SHARE,
     PROBLEM_SCORE,
+    PROCESS_BOUND,
     Finding,
     Settings,
     _pct,
@@ -48,6 +49,7 @@ def metric_findings(m: VersionMetrics, s: Settings, weight: float | None) -> lis
     out += saturated
     out += _kv_cache(m, s, who)
     out += _api_server(m, s, who)
+    out += _engine_core(m, s, who)
     out += _answers(m, s, who)
     out += _confidence(m, s, who)
     if m.audit_refused:
@@ -181,24 +183,48 @@ def _kv_cache(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:
                      f"(spec.serving.gpus, now {s.gpus}: tensor parallel spreads the cache)"])]
 
 
-def _api_server(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:
-    """vLLM's API server (chat template, constraint set-up, log-probabilities, JSON) runs on one core: near a whole
-    core it bounds decisions/s while the GPU has room. A problem when decisions miss the deadline or the objective,
-    else a hint: the pod has no headroom left."""
-    cores = m.busiest_cores.get("api-server")
-    if cores is None or cores < API_SERVER_BOUND:
-        return []
+def _process_bound_score(m: VersionMetrics) -> float:
+    """A process at its core's end is a problem when decisions miss the deadline or the objective, else a hint: the
+    pod has no headroom left."""
     late = share(m.fallbacks.get("deadline", 0.0), m)
     slow = m.objective_s is not None and m.latency_p99_s is not None and m.latency_p99_s > m.objective_s
-    score = _share_score(late) if late >= MIN_SHARE else (PROBLEM_SCORE if slow else 15)
+    return _share_score(late) if late >= MIN_SHARE else (PROBLEM_SCORE if slow else 15)
+
+
+def _process_evidence(m: VersionMetrics) -> list[str]:
+    busiest = ", ".join(f"{k} {v:.2f}" for k, v in sorted(m.busiest_cores.items()))
+    return [*_base(m), f"busiest vLLM process of each kind, in cores: {busiest}",
+            f"decision latency p50 {_ms(m.latency_p50_s)}, p99 {_ms(m.latency_p99_s)}"]
+
+
+def _api_server(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:
+    """vLLM's API server (chat template, constraint set-up, log-probabilities, JSON) runs on one core: near a whole
+    core it bounds decisions/s while the GPU has room."""
+    cores = m.busiest_cores.get("api-server")
+    if cores is None or cores < PROCESS_BOUND:
+        return []
     fix = (f"raise spec.serving.vllm.apiServers (now {s.api_servers}): one process per core, with "
            "spec.serving.resources.cpu above the processes' sum" if s.api_servers < MAX_API_SERVERS else
            f"add replicas (spec.serving.replicas, now {s.replicas}): apiServers is at its most")
-    busiest = ", ".join(f"{k} {v:.2f}" for k, v in sorted(m.busiest_cores.items()))
     return [Finding("APIServerBound", f"{who}: a vLLM API server process runs {cores:.2f} cores: it, not the GPU, "
-                    "bounds decisions/s", score,
-                    [*_base(m), f"busiest vLLM process of each kind, in cores: {busiest}",
-                     f"decision latency p50 {_ms(m.latency_p50_s)}, p99 {_ms(m.latency_p99_s)}"], [fix])]
+                    "bounds decisions/s", _process_bound_score(m), _process_evidence(m), [fix])]
+
+
+def _engine_core(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:
+    """vLLM's engine core (the scheduler, the constraint's masks, the model runner's Python) is one process per
+    engine: near a whole core it bounds the engine's decisions/s while the GPU waits. Another engine on the same GPU
+    brings another core (docs/gpu.md, "Engines sharing a GPU"); more API servers do not."""
+    cores = m.busiest_cores.get("engine-core")
+    if cores is None or cores < PROCESS_BOUND:
+        return []
+    if s.gpus == 1 and s.nodes == 1 and s.engines < MAX_ENGINES:
+        fix = (f"raise spec.serving.vllm.engines (now {s.engines}): another engine shares the GPU with its own "
+               "scheduler process; each needs the weights in its share of gpuMemoryUtilization and its own cores "
+               "(spec.serving.resources.cpu above the engines' processes)")
+    else:
+        fix = f"add replicas (spec.serving.replicas, now {s.replicas}): one engine core per GPU is vLLM's bound here"
+    return [Finding("EngineCoreBound", f"{who}: a vLLM engine core runs {cores:.2f} cores: it, not the GPU, bounds "
+                    "decisions/s", _process_bound_score(m), _process_evidence(m), [fix])]
 
 
 def _answers(m: VersionMetrics, s: Settings, who: str) -> list[Finding]:

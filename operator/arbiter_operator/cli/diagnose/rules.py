@@ -21,8 +21,9 @@ from .evidence import Evidence, VersionMetrics
 MIN_SHARE = 0.01
 LOW_CONFIDENCE_SHARE = 0.05
 KV_CACHE_FULL = 0.9
-API_SERVER_BOUND = 0.9  # cores: one vLLM API server process runs on one core (0.99 at its measured bound)
+PROCESS_BOUND = 0.9  # cores: each vLLM process runs on one core (0.99 at its measured bound)
 MAX_API_SERVERS = 16  # the CRD's maximum of spec.serving.vllm.apiServers
+MAX_ENGINES = 8  # the CRD's maximum of spec.serving.vllm.engines
 INPUT_NEAR_LIMIT = 0.9  # a prompt within this share of maxModelLen leaves no room for the answer
 PROBLEM_SCORE = 20  # findings at or above it are problems (diagnose exits non-zero)
 IDLE_VERSION_SCORE = 60  # the most a version that takes no traffic now scores (below a failed promotion's 80)
@@ -60,8 +61,10 @@ class Settings:
     max_num_seqs: int = 64
     replicas: int = 1
     gpus: int = 1
+    nodes: int = 1
     gpu_memory: float = 0.9
     api_servers: int = 1
+    engines: int = 1
     deadline_ms: int | None = None
     confidence_threshold: float | None = None
     # Per version, what makes one decision faster and is not in use yet: "fp8" (vllm.quantization auto) and "fused"
@@ -91,7 +94,8 @@ class Settings:
         return cls(max_model_len=num(vllm.get("maxModelLen"), 4096), max_num_seqs=num(vllm.get("maxNumSeqs"), 64),
                    replicas=num(serving.get("replicas"), 1), gpus=num(serving.get("gpus"), 1),
                    gpu_memory=num(vllm.get("gpuMemoryUtilization"), 0.9),
-                   api_servers=num(vllm.get("apiServers"), 1),
+                   api_servers=num(vllm.get("apiServers"), 1), engines=num(vllm.get("engines"), 1),
+                   nodes=num(serving.get("nodes"), 1),
                    deadline_ms=num(decision.get("deadlineMs"), None),
                    confidence_threshold=num(decision.get("confidenceThreshold"), None), speedups=speedups)
 

@@ -60,6 +60,7 @@ CAUSES = {
     "LowConfidence": metrics(decisions={"ok": 600.0, "low_confidence": 400.0}),
     "AuditQueueFull": metrics(audit_refused=12.0),
     "APIServerBound": metrics(busiest_cores={"api-server": 0.98, "engine-core": 0.71}),
+    "EngineCoreBound": metrics(busiest_cores={"api-server": 0.5, "engine-core": 0.97}),
 }
 
 
@@ -106,7 +107,31 @@ def test_a_busy_api_server_with_late_decisions_is_a_problem_and_an_idle_one_is_n
     ev.metrics["1.0.0"] = late
     found = {f.code: f for f in diagnose(ev, reason_table()).problems}
     assert "APIServerBound" in found and "DeadlineExceeded" in found
-    assert verdict(metrics(busiest_cores={"api-server": 0.6, "engine-core": 0.99})) == ["NoProblemFound"]
+    assert verdict(metrics(busiest_cores={"api-server": 0.6, "engine-core": 0.8})) == ["NoProblemFound"]
+
+
+def test_a_busy_engine_core_names_another_engine_and_more_api_servers_are_no_fix():
+    """The engine core near a whole core: another engine on the GPU is the fix while the pod has one GPU and
+    engines is below its most; else replicas. A hint while decisions are on time, a problem when they are late."""
+    busy = metrics(busiest_cores={"api-server": 0.6, "engine-core": 0.99})
+    ev = Evidence("team", "credit-limit", dm=dm(engines=2))
+    ev.metrics["1.0.0"] = busy
+    d = diagnose(ev, reason_table())
+    top = d.findings[0]
+    assert (top.code, d.problems) == ("EngineCoreBound", [])
+    assert "0.99 cores" in top.verdict and "raise spec.serving.vllm.engines (now 2)" in " ".join(top.fix)
+    assert "apiServers" not in " ".join(top.fix)
+    tensor_parallel = dm()
+    tensor_parallel["spec"]["serving"]["gpus"] = 2
+    for spec in (dm(engines=8), tensor_parallel):
+        ev = Evidence("team", "credit-limit", dm=spec)
+        ev.metrics["1.0.0"] = busy
+        assert "add replicas" in " ".join(diagnose(ev, reason_table()).findings[0].fix)
+    late = metrics(decisions={"ok": 800.0, "fallback": 200.0}, fallbacks={"deadline": 200.0},
+                   busiest_cores={"engine-core": 1.01})
+    ev = Evidence("team", "credit-limit", dm=dm())
+    ev.metrics["1.0.0"] = late
+    assert "EngineCoreBound" in {f.code for f in diagnose(ev, reason_table()).problems}
 
 
 def test_a_healthy_version_has_no_problem():
