@@ -70,6 +70,7 @@ for p in (HERE, ROOT / "operator", ROOT / "runtime"):
 
 import loadgen  # noqa: E402
 import proc_cpu  # noqa: E402
+import render_fixture  # noqa: E402
 import stack  # noqa: E402
 import underwriting as uw  # noqa: E402
 import vllm_counters  # noqa: E402
@@ -88,11 +89,8 @@ ARMS = {"bf16": "vllm-args-tp1.json", "fp8": "vllm-args-tp1-fp8.json", "fp8-kv":
         # Two or three vLLM engines sharing the GPU (spec.serving.vllm.engines), two or four API servers each.
         "fp8-fused-e2": "vllm-args-tp1-fp8-e2.json", "fp8-fused-e2-api4": "vllm-args-tp1-fp8-e2-api4.json",
         "fp8-fused-e3": "vllm-args-tp1-fp8-e3.json"}
-# What an arm changes in the container's environment rather than in the rendered arguments (the operator renders
-# ARBITER_VLLM_ENGINES beside the arguments when engines is above 1).
-ARM_ENV = {"fp8-regex-timeout": {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"},
-           "fp8-fused-e2": {"ARBITER_VLLM_ENGINES": "2"}, "fp8-fused-e2-api4": {"ARBITER_VLLM_ENGINES": "2"},
-           "fp8-fused-e3": {"ARBITER_VLLM_ENGINES": "3"}}
+# What an arm changes in the container's environment rather than in the rendered arguments.
+ARM_ENV = {"fp8-regex-timeout": {"VLLM_REGEX_COMPILATION_TIMEOUT_S": "5"}}
 PORT = 8080
 CONCURRENCY = tuple(int(c) for c in os.environ.get("BENCH_7B_CONCURRENCY", "1 64").split())
 SEED = 4242
@@ -207,7 +205,7 @@ def start(arm: str) -> None:
     cfg = stack.write_config(arm_config(arm))
     stack.start("supervisor", [sys.executable, "-m", "arbiter_runtime", "supervise", "--config", str(cfg), "--host",
                                "127.0.0.1", "--port", str(PORT), "--", *arm_args(arm)],
-                {**stack.supervisor_env(), **ARM_ENV.get(arm, {})})
+                {**stack.supervisor_env(), **ARM_ENV.get(arm, {}), **engines_env(arm)})
     (stack.STATE / "arm").write_text(arm)
 
 
@@ -236,10 +234,18 @@ def resolve_arm(arm: str, out: Path | None) -> str:
     return f"{best}-ngram"
 
 
+def engines_env(arm: str) -> dict[str, str]:
+    """ARBITER_VLLM_ENGINES as the operator renders it beside the arm's arguments: from the serving setting the
+    arm's fixture file was rendered with (render_fixture.SERVING_ARMS), when it asks for more than one engine."""
+    serving = render_fixture.SERVING_ARMS.get(ARMS[arm].removeprefix("vllm-args-tp1-").removesuffix(".json"), {})
+    engines = serving.get("engines", 1)
+    return {"ARBITER_VLLM_ENGINES": str(engines)} if engines > 1 else {}
+
+
 def engine_urls(arm: str) -> list[str]:
     """The arm's vLLM engines: the rendered port (stack.VLLM_URL) plus each engine's number, as the supervisor
     starts them."""
-    engines = int(ARM_ENV.get(arm, {}).get("ARBITER_VLLM_ENGINES", "1"))
+    engines = int(engines_env(arm).get("ARBITER_VLLM_ENGINES", "1"))
     base, port = stack.VLLM_URL.rsplit(":", 1)
     return [f"{base}:{int(port) + i}" for i in range(engines)]
 
