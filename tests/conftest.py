@@ -56,6 +56,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
+class _GroupIds:
+    """pytest-xdist 3.8 groups a worker's tests for --dist loadgroup by appending `@<group>` to each marked item's
+    `_nodeid`; pytest 9 reads an item's id from `_id` instead, so the suffix never reached the scheduler and every
+    test went to whichever worker was free: a module-scoped server or build was set up once per worker (the operator
+    image's build stage three times, 61-68 s each on a 2-core machine). This gives the id the suffix where xdist's
+    assignment did not take, after xdist's own hook, in the form xdist's scheduler splits on."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):
+            return
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            node_id = getattr(item, "_id", None)
+            if names and node_id is not None and "@" not in item.nodeid:
+                item._id = type(node_id).parse(f"{item.nodeid}@{'_'.join(names)}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: where the items are collected and named
+        config.pluginmanager.register(_GroupIds(), "arbiter-xdist-group-ids")
+
+
 def _uses_module_scope(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
