@@ -259,14 +259,6 @@ async def read_counters(arm: str) -> dict[str, float]:
     return total
 
 
-async def load(urls: list[str], bodies: list, conc: int, n: int, max_seconds: float) -> loadgen.Run:
-    """A closed loop to one URL, or spread over an arm's engines (vLLM alone: each engine its share of the
-    workers, as the decision server would spread them)."""
-    if len(urls) == 1:
-        return await loadgen.closed_loop(urls[0], bodies, conc, n=n, max_seconds=max_seconds)
-    return await loadgen.spread(urls, bodies, conc, n=n, max_seconds=max_seconds)
-
-
 def running_arm() -> str | None:
     try:
         return (stack.STATE / "arm").read_text().strip() if stack.pid("supervisor") else None
@@ -372,15 +364,16 @@ async def bench(arm: str, out: Path | None) -> dict:
         loads["direct-free"] = (chats, [dict({k: v for k, v in b.items() if k != "structured_outputs"},
                                             ignore_eos=True) for b in plain])
     # One pass over the prompts warms vLLM's prefix cache for every path alike.
-    await load(chats, bodies, 64, n=len(bodies), max_seconds=60)
+    await loadgen.spread(chats, bodies, 64, n=len(bodies), max_seconds=60)
     cells = []
     for conc in CONCURRENCY:
         for target, (urls, bodies_or_apps) in loads.items():
-            await load(urls, bodies_or_apps, conc, n=max(4 * conc, 16), max_seconds=10)  # warm-up
+            await loadgen.spread(urls, bodies_or_apps, conc, n=max(4 * conc, 16), max_seconds=10)  # warm-up
             before = await read_counters(arm)
             cpu_before = proc_cpu.snapshot()
             n = C1_REQUESTS if conc == 1 else 100 * conc
-            run = await load(urls, bodies_or_apps, conc, n=n, max_seconds=MAX_SECONDS)
+            # Spread over the arm's engines for vLLM alone (each its share of the workers); one URL: one loop.
+            run = await loadgen.spread(urls, bodies_or_apps, conc, n=n, max_seconds=MAX_SECONDS)
             cpu = proc_cpu.shares(cpu_before, proc_cpu.snapshot(), run.wall)
             after = await read_counters(arm)
             cell = {"arm": arm, "target": target, "concurrency": conc, **run.stats(),

@@ -24,6 +24,7 @@ decision server reads label tokens from.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import logging
 import os
@@ -195,7 +196,7 @@ def after(argv: list[str]) -> int:
             with opener.open(url, timeout=2) as resp:
                 if resp.status == 200:
                     break
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):  # not up yet, or answering something not HTTP
             pass
         time.sleep(AFTER_POLL_S)
     log.info("%s answers: starting %s", url, shlex.join(command[:4]))

@@ -29,9 +29,15 @@ from .upstream import AnswerTooLarge, read_capped
 MAX_BYTES = 8 * 1024 * 1024
 TIMEOUT_S = 3.0
 PREFIX = "vllm:"
-# A `model_name="..."` label in a sample's label set: the value is a quoted string with \\, \" and \n escapes.
-_MODEL_NAME = re.compile(r'([{,]\s*model_name\s*=\s*)"(?:[^"\\]|\\.)*"')
-_ENGINE = re.compile(r'([{,]\s*engine\s*=\s*)"(?:[^"\\]|\\.)*"')
+
+
+def _label(name: str) -> re.Pattern[str]:
+    """A `name="..."` label in a sample's label set; its value is a quoted string with backslash escapes."""
+    return re.compile(r'([{,]\s*' + name + r'\s*=\s*)"(?:[^"\\]|\\.)*"')
+
+
+_MODEL_NAME = _label("model_name")
+_ENGINE = _label("engine")
 
 
 def _escaped(value: str) -> str:

@@ -181,3 +181,32 @@ def test_after_refuses_a_command_line_it_cannot_read():
     r = subprocess.run([sys.executable, "-m", "arbiter_runtime", "after", "http://127.0.0.1:1/health"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "usage: arbiter-runtime after URL -- COMMAND" in r.stderr
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """An engine on its way up, at its worst: 503s, a 200 that is not HTTP, a connection closed mid-answer."""
+
+    answers: ClassVar[list[bytes]] = []
+
+    def do_GET(self) -> None:
+        raw = type(self).answers.pop(0) if type(self).answers else b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+        self.wfile.write(raw)
+        self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_after_starts_nothing_on_any_answer_but_a_200():
+    # The last is a 200 cut short: the status is the engine's answer, its body is not read.
+    _Hostile.answers = [b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n",
+                        b"\x00\xffnot http at all\r\n\r\n", b"",
+                        b"HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:1/\r\nContent-Length: 0\r\n\r\n",
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\nshort"]
+    with serving(_Hostile) as url:
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "arbiter_runtime", "after", url + "/health", "--", sys.executable,
+                               "-c", "print('started')"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "started\n", proc.stderr
+    assert not _Hostile.answers  # every hostile answer was read and waited past before the command ran
+    assert time.monotonic() - started >= 4 * 0.5  # a poll interval after each of the four refused answers
